@@ -62,14 +62,14 @@ def create_app(paths: Paths | None = None) -> FastAPI:
             "runtime_url": f"{RUNTIME_PREFIX}/",
         }
 
-    @app.get("/engine/{digest}/{name}")
+    @app.api_route("/engine/{digest}/{name}", methods=["GET", "HEAD"])
     def engine_file(request: Request, digest: str, name: str) -> Response:
         wheel = engine_wheel()
         if digest != wheel.digest or name != WHEEL_NAME:
             raise HTTPException(404, "no such engine build; ask /api/engine for the current one")
         return serve_file(request, wheel.path, IMMUTABLE)
 
-    @app.get(RUNTIME_PREFIX + "/{relative:path}")
+    @app.api_route(RUNTIME_PREFIX + "/{relative:path}", methods=["GET", "HEAD"])
     def runtime_file(request: Request, relative: str) -> Response:
         path = resolve_inside(paths.runtime, relative)
         if path is not None and not path.name.endswith(".gz") and path.name != "MANIFEST.json":
@@ -80,7 +80,7 @@ def create_app(paths: Paths | None = None) -> FastAPI:
             )
         raise HTTPException(404, "not found")
 
-    @app.get("/{relative:path}")
+    @app.api_route("/{relative:path}", methods=["GET", "HEAD"])
     def web_file(request: Request, relative: str) -> Response:
         if relative == "" or relative.endswith("/"):
             relative += "index.html"

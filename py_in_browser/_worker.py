@@ -1,0 +1,71 @@
+"""Glue between the engine's Web Worker and Python: boots the engine and runs page code as JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import traceback
+from typing import Any
+
+# One namespace for every runPython call, so a test can define a model in one call and use it in
+# the next; `pib` and `np` are there already, as in the console.
+_namespace: dict[str, Any] = {"__name__": "__main__"}
+PAGE_CODE_FILENAME = "<runPython>"
+
+
+def python_version() -> str:
+    return ".".join(map(str, sys.version_info[:3]))
+
+
+async def boot(backend: str | None) -> str:
+    import numpy as np
+
+    import py_in_browser as pib
+
+    _namespace.update(pib=pib, np=np)
+    chosen: str = await pib.init(backend=backend)
+    return chosen
+
+
+async def run_json(code: str) -> str:
+    """Run `code` (top-level await allowed); JSON of {"ok", "value"} or {"ok": false, "error"}.
+
+    Each call is its own task in the worker's event loop, so calls overlap like the page's promises.
+    The error is the traceback text from the page code's first frame on, without this glue's frames.
+    """
+    from pyodide.code import eval_code_async  # only exists under Pyodide
+
+    try:
+        value = await eval_code_async(code, globals=_namespace, filename=PAGE_CODE_FILENAME)
+        return json.dumps({"ok": True, "value": to_jsonable(value)}, allow_nan=False)
+    except BaseException as exc:  # the page gets every failure, KeyboardInterrupt included
+        return json.dumps({"ok": False, "error": page_traceback(exc)})
+
+
+def page_traceback(exc: BaseException) -> str:
+    """The traceback starting at the page's code, so users see their own lines first."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != PAGE_CODE_FILENAME:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+
+
+def to_jsonable(value: Any) -> Any:
+    """Plain JSON data from numpy arrays and scalars, tuples, dicts; non-finite floats as strings."""
+    if value is None or isinstance(value, bool | str | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(key): to_jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_jsonable(item) for item in value]
+    if hasattr(value, "tolist") and hasattr(value, "dtype"):  # numpy arrays and scalars
+        return to_jsonable(value.tolist())
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        raise TypeError(
+            f"runPython cannot return a {type(value).__name__} directly: read it back with "
+            "`await t.numpy()` and return that"
+        )
+    return repr(value)

@@ -1,0 +1,104 @@
+"""Fixtures for real-browser tests: one dev server per session, browsers, and ready engine pages."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, Playwright, sync_playwright
+
+from tests_e2e.browsers import launch_chromium, launch_firefox, xvfb_display
+from tests_e2e.engine_page import EnginePage
+
+BOOT_TIMEOUT_MS = 120_000
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "server.cli", "serve", "--port", str(port)],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300  # a cold cache makes serve run setup first
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/api/health", timeout=2):
+                break
+        except OSError:
+            if process.poll() is not None:
+                raise RuntimeError(f"the dev server exited with {process.returncode}") from None
+            if time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError("the dev server did not answer /api/health") from None
+            time.sleep(0.2)
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def playwright() -> Iterator[Playwright]:
+    with sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="session")
+def chromium(playwright: Playwright) -> Iterator[Browser]:
+    browser = launch_chromium(playwright)
+    yield browser
+    browser.close()
+
+
+@pytest.fixture(scope="session")
+def firefox(playwright: Playwright) -> Iterator[Browser]:
+    with xvfb_display() as display:
+        browser = launch_firefox(playwright, display)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser_kind() -> str:
+    """Modules that run in several browsers override this with a parametrized fixture."""
+    return "chromium"
+
+
+@pytest.fixture(scope="module")
+def page_query() -> str:
+    """The query string of the engine page; modules override it (e.g. "?backend=cpu")."""
+    return ""
+
+
+def open_engine_page(browser: Browser, url: str) -> EnginePage:
+    page: Page = browser.new_page()
+    engine = EnginePage(page)
+    page.on("console", lambda message: engine.console.append(message.text))
+    page.on("pageerror", lambda error: engine.console.append(f"pageerror: {error}"))
+    page.goto(url)
+    page.wait_for_function("() => window.pib !== undefined")
+    page.evaluate(f"() => Promise.race([window.pib.ready.then(() => null), new Promise((_, reject) => setTimeout(() => reject(new Error('pib.ready timed out')), {BOOT_TIMEOUT_MS}))])")
+    return engine
+
+
+@pytest.fixture(scope="module")
+def engine_page(request: pytest.FixtureRequest, browser_kind: str, page_query: str, server_url: str) -> Iterator[EnginePage]:
+    """A page whose window.pib.ready resolved, shared by the tests of one module."""
+    browser: Any = request.getfixturevalue(browser_kind)
+    engine = open_engine_page(browser, f"{server_url}/{page_query}")
+    yield engine
+    engine.page.close()

@@ -1,0 +1,85 @@
+"""The foundation holds in real Chromium and Firefox: Python in a worker, numpy, errors, GPU APIs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests_e2e.engine_page import EnginePage, PythonError
+
+
+@pytest.fixture(scope="module", params=["chromium", "firefox"])
+def browser_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_python_312_runs_in_a_worker(engine_page: EnginePage) -> None:
+    info = engine_page.run(
+        "import sys, js\n"
+        "(sys.version_info[:2], sys.platform, type(js.self).__name__, hasattr(js, 'document'))"
+    )
+    assert info[0] == [3, 12]
+    assert info[1] == "emscripten"
+    assert info[3] is False, "the engine must run in a Worker, where there is no document"
+
+
+def test_numpy_computes(engine_page: EnginePage) -> None:
+    result = engine_page.run(
+        "a = np.arange(12, dtype=np.float32).reshape(3, 4)\n"
+        "{'version': np.__version__, 'gram': a @ a.T, 'mean': float(a.mean())}"
+    )
+    assert result["version"] == "2.0.2"
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert result["gram"] == (a @ a.T).tolist()
+    assert result["mean"] == 5.5
+
+
+def test_top_level_await_and_overlapping_calls(engine_page: EnginePage) -> None:
+    # The second call finishes first: calls are separate tasks in the worker's event loop.
+    order = engine_page.js(
+        """async () => {
+            const done = [];
+            const slow = pib.runPython("import asyncio\\nawait asyncio.sleep(0.3)\\n'slow'").then((v) => done.push(v));
+            const fast = pib.runPython("'fast'").then((v) => done.push(v));
+            await Promise.all([slow, fast]);
+            return done;
+        }"""
+    )
+    assert order == ["fast", "slow"]
+
+
+def test_python_exception_rejects_with_traceback(engine_page: EnginePage) -> None:
+    with pytest.raises(PythonError) as failure:
+        engine_page.run("def broken():\n    return {}['missing']\n\nbroken()")
+    text = str(failure.value)
+    assert "Traceback (most recent call last)" in text
+    assert "KeyError: 'missing'" in text
+    assert "in broken" in text
+    # The engine survives a failed call.
+    assert engine_page.run("21 * 2") == 42
+
+
+def test_page_is_cross_origin_isolated(engine_page: EnginePage) -> None:
+    assert engine_page.js("() => crossOriginIsolated") is True
+    assert engine_page.run("import js\njs.self.crossOriginIsolated") is True
+
+
+def test_worker_sees_webgpu_and_webgl2(engine_page: EnginePage, browser_kind: str) -> None:
+    environment = engine_page.js("() => window.pib.environment")
+    webgpu, webgl2 = environment["webgpu"], environment["webgl2"]
+    print(f"{browser_kind}: webgpu={webgpu} webgl2={webgl2}")
+    assert webgpu["available"], webgpu
+    assert webgpu["max_storage_buffer_binding_size"] > 0
+    assert webgl2["available"], webgl2
+    assert webgl2["ext_color_buffer_float"] and webgl2["float32_render"], webgl2
+    assert webgl2["highp"]
+    assert webgl2["max_texture_size"] >= 4096
+
+
+def test_start_up_stages_are_reported(engine_page: EnginePage) -> None:
+    stages = engine_page.js("() => window.pib.stages")
+    assert set(stages) == {"runtime", "numpy", "engine"}
+    assert all(stage["state"] == "done" and stage["ms"] >= 0 for stage in stages.values())
+    bars = engine_page.page.locator(".stage progress")
+    assert bars.count() == 3
+    assert all(bars.nth(i).evaluate("bar => bar.value === bar.max") for i in range(3))

@@ -1,0 +1,51 @@
+// The engine console page: start-up progress per stage, the GPU report, and a Python prompt.
+import { startEngine } from "./pib-client.js";
+
+const status = document.getElementById("status");
+
+function showStage({ stage, state, ms }) {
+  const row = document.querySelector(`.stage[data-stage="${stage}"]`);
+  if (!row) return;
+  const bar = row.querySelector("progress");
+  if (state === "done") {
+    bar.max = 1;
+    bar.value = 1;
+    row.querySelector(".ms").textContent = `${ms} ms`;
+  } else {
+    bar.removeAttribute("value"); // indeterminate while the stage runs
+  }
+}
+
+window.pib = startEngine({ onStage: showStage });
+
+const runButton = document.getElementById("run");
+const code = document.getElementById("code");
+const output = document.getElementById("output");
+
+async function runCode() {
+  output.textContent = "running…";
+  output.classList.remove("error");
+  try {
+    output.textContent = JSON.stringify(await window.pib.runPython(code.value), null, 2);
+  } catch (error) {
+    output.textContent = error.message;
+    output.classList.add("error");
+  }
+}
+
+runButton.addEventListener("click", runCode);
+code.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && event.ctrlKey) runCode();
+});
+
+window.pib.ready.then(
+  (pib) => {
+    status.textContent = `ready: Python ${pib.python}, backend ${pib.backend}`;
+    document.getElementById("environment-report").textContent = JSON.stringify(pib.environment, null, 2);
+    runButton.disabled = false;
+  },
+  (error) => {
+    status.textContent = `the engine failed to start: ${error.message}`;
+    status.classList.add("error");
+  },
+);

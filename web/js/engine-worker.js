@@ -1,0 +1,58 @@
+// The engine's Web Worker: loads Pyodide, numpy and the py_in_browser wheel, then runs page code.
+import { probeGPU } from "./gpu-probe.js";
+
+let runner = null; // py_in_browser._worker, once the engine is loaded
+
+function post(message) {
+  self.postMessage(message);
+}
+
+async function stage(name, work) {
+  post({ type: "stage", stage: name, state: "start" });
+  const started = performance.now();
+  const value = await work();
+  post({ type: "stage", stage: name, state: "done", ms: Math.round(performance.now() - started) });
+  return value;
+}
+
+async function fetchOk(url) {
+  const response = await fetch(url);
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status} ${await response.text()}`);
+  return response;
+}
+
+async function boot({ backend }) {
+  const environmentPromise = probeGPU();
+  const engine = await (await fetchOk("/api/engine")).json();
+  const pyodide = await stage("runtime", async () => {
+    const { loadPyodide } = await import(`${engine.runtime_url}pyodide.mjs`);
+    return loadPyodide({ indexURL: engine.runtime_url });
+  });
+  await stage("numpy", () => pyodide.loadPackage("numpy", { messageCallback: () => {} }));
+  const environment = await environmentPromise;
+  const chosen = await stage("engine", async () => {
+    const wheel = await (await fetchOk(engine.wheel_url)).arrayBuffer();
+    const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
+    pyodide.unpackArchive(wheel, "wheel", { extractDir: sitePackages });
+    runner = pyodide.pyimport("py_in_browser._worker");
+    return runner.boot(backend ?? null);
+  });
+  post({ type: "ready", backend: chosen, environment, python: runner.python_version() });
+}
+
+async function run({ id, code }) {
+  try {
+    if (runner === null) throw new Error("the engine is not loaded yet: await window.pib.ready first");
+    post({ type: "result", id, json: await runner.run_json(code) });
+  } catch (error) {
+    post({ type: "result", id, json: JSON.stringify({ ok: false, error: error.message ?? String(error) }) });
+  }
+}
+
+self.onmessage = ({ data }) => {
+  if (data.type === "boot") {
+    boot(data).catch((error) => post({ type: "boot-error", error: error.message ?? String(error) }));
+  } else if (data.type === "run") {
+    run(data);
+  }
+};

@@ -1,0 +1,55 @@
+// What GPU APIs this worker can see, probed rather than assumed; reported on the page and by tests.
+
+async function probeWebGPU() {
+  if (!("gpu" in navigator)) return { available: false, reason: "navigator.gpu is absent" };
+  try {
+    const adapter = await navigator.gpu.requestAdapter();
+    if (!adapter) return { available: false, reason: "requestAdapter() returned null" };
+    const info = adapter.info || {};
+    return {
+      available: true,
+      vendor: info.vendor || "",
+      architecture: info.architecture || "",
+      device: info.device || "",
+      description: info.description || "",
+      features: [...adapter.features].sort(),
+      max_storage_buffer_binding_size: adapter.limits.maxStorageBufferBindingSize,
+      max_compute_workgroups_per_dimension: adapter.limits.maxComputeWorkgroupsPerDimension,
+    };
+  } catch (error) {
+    return { available: false, reason: String(error) };
+  }
+}
+
+function probeWebGL2() {
+  if (typeof OffscreenCanvas === "undefined") return { available: false, reason: "no OffscreenCanvas" };
+  const gl = new OffscreenCanvas(1, 1).getContext("webgl2");
+  if (!gl) return { available: false, reason: "getContext('webgl2') returned null" };
+  const colorBufferFloat = gl.getExtension("EXT_color_buffer_float") !== null;
+  const high = gl.getShaderPrecisionFormat(gl.FRAGMENT_SHADER, gl.HIGH_FLOAT);
+  // The extension can be advertised yet a float32 target still be incomplete: render-test one.
+  const texture = gl.createTexture();
+  gl.bindTexture(gl.TEXTURE_2D, texture);
+  gl.texImage2D(gl.TEXTURE_2D, 0, gl.RGBA32F, 1, 1, 0, gl.RGBA, gl.FLOAT, null);
+  const framebuffer = gl.createFramebuffer();
+  gl.bindFramebuffer(gl.FRAMEBUFFER, framebuffer);
+  gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, texture, 0);
+  const float32Render = gl.checkFramebufferStatus(gl.FRAMEBUFFER) === gl.FRAMEBUFFER_COMPLETE;
+  gl.deleteFramebuffer(framebuffer);
+  gl.deleteTexture(texture);
+  const debug = gl.getExtension("WEBGL_debug_renderer_info");
+  const result = {
+    available: true,
+    renderer: debug ? gl.getParameter(debug.UNMASKED_RENDERER_WEBGL) : gl.getParameter(gl.RENDERER),
+    max_texture_size: gl.getParameter(gl.MAX_TEXTURE_SIZE),
+    ext_color_buffer_float: colorBufferFloat,
+    float32_render: colorBufferFloat && float32Render,
+    highp: high !== null && high.precision > 0,
+  };
+  gl.getExtension("WEBGL_lose_context")?.loseContext();
+  return result;
+}
+
+export async function probeGPU() {
+  return { webgpu: await probeWebGPU(), webgl2: probeWebGL2() };
+}
