@@ -42,10 +42,16 @@ def serve(paths: Paths, host: str, port: int) -> None:
     _check_port_free(host, port)
     problems = runtime_problems(paths)
     if problems:
-        print("serve: the runtime cache is incomplete (" + "; ".join(problems) + "), running setup first")
+        print(
+            "serve: the runtime cache is incomplete ("
+            + "; ".join(problems)
+            + "), running setup first"
+        )
         setup(paths)
     if host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"serve: listening on {host}, beyond loopback; WebGPU needs a secure context there (https).")
+        print(
+            f"serve: listening on {host}, beyond loopback; WebGPU needs a secure context there (https)."
+        )
     print(f"serve: http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}/")
     uvicorn.run(create_app(paths), host=host, port=port, log_level="warning")
 
@@ -55,7 +61,9 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("setup", help="fetch and verify Pyodide + numpy, build the engine wheel")
     serve_parser = commands.add_parser("serve", help="run the dev server (runs setup when needed)")
-    serve_parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default loopback)")
+    serve_parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default loopback)"
+    )
     serve_parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     args = parser.parse_args(argv)
     paths = Paths.default()

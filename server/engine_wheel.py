@@ -58,7 +58,10 @@ def ensure_engine_wheel(paths: Paths) -> EngineWheel:
         (f"{DIST_NAME}/{p.relative_to(src).as_posix()}", p.read_bytes()) for p in _sources(src)
     ]
     entries.append(
-        (f"{dist_info}/METADATA", f"Metadata-Version: 2.1\nName: {DIST_NAME}\nVersion: {VERSION}\n".encode())
+        (
+            f"{dist_info}/METADATA",
+            f"Metadata-Version: 2.1\nName: {DIST_NAME}\nVersion: {VERSION}\n".encode(),
+        )
     )
     entries.append(
         (

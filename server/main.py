@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.engine_wheel import WHEEL_NAME, ensure_engine_wheel
+from server.engine_wheel import WHEEL_NAME, EngineWheel, ensure_engine_wheel
 from server.runtime_setup import runtime_problems
 from server.settings import PYODIDE_VERSION, Paths
 from server.static import IMMUTABLE, REVALIDATE, resolve_inside, serve_file
@@ -41,17 +41,24 @@ class SecurityHeaders:
 
 def create_app(paths: Paths | None = None) -> FastAPI:
     paths = paths or Paths.default()
-    app = FastAPI(title="py_in_browser dev server", docs_url="/api/docs", openapi_url="/api/openapi.json")
+    app = FastAPI(
+        title="py_in_browser dev server", docs_url="/api/docs", openapi_url="/api/openapi.json"
+    )
     wheel_lock = threading.Lock()
 
-    def engine_wheel():  # type: ignore[no-untyped-def]
+    def engine_wheel() -> EngineWheel:
         with wheel_lock:
             return ensure_engine_wheel(paths)
 
     @app.get("/api/health")
     def health() -> dict[str, object]:
         problems = runtime_problems(paths)
-        return {"status": "ok", "pyodide": PYODIDE_VERSION, "runtime_ready": not problems, "problems": problems}
+        return {
+            "status": "ok",
+            "pyodide": PYODIDE_VERSION,
+            "runtime_ready": not problems,
+            "problems": problems,
+        }
 
     @app.get("/api/engine")
     def engine() -> dict[str, str]:
@@ -76,7 +83,8 @@ def create_app(paths: Paths | None = None) -> FastAPI:
             return serve_file(request, path, IMMUTABLE)
         if not paths.runtime.is_dir():
             return JSONResponse(
-                {"detail": "the Pyodide runtime is not set up: run `py-in-browser setup`"}, status_code=503
+                {"detail": "the Pyodide runtime is not set up: run `py-in-browser setup`"},
+                status_code=503,
             )
         raise HTTPException(404, "not found")
 

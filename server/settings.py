@@ -49,5 +49,6 @@ class Paths:
     def default(cls) -> Paths:
         return cls(cache=Path(os.environ.get("PIB_CACHE_DIR", REPO_ROOT / ".cache")))
 
+
 # sha256 of the npm tarball pyodide-0.27.7.tgz (its registry integrity is the sha512 below too).
 PYODIDE_TARBALL_SHA256 = "89d5d952675eb08e11286e52c7238f1248ce71726e896db9703e73bef23dc343"

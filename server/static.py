@@ -24,7 +24,11 @@ REVALIDATE = "no-cache"
 
 
 def content_type(path: Path) -> str:
-    return MIME_OVERRIDES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return (
+        MIME_OVERRIDES.get(path.suffix)
+        or mimetypes.guess_type(path.name)[0]
+        or "application/octet-stream"
+    )
 
 
 def resolve_inside(root: Path, relative: str) -> Path | None:

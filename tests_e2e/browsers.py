@@ -26,7 +26,7 @@ CHROMIUM_ARGS = [
     "--enable-features=Vulkan",
     "--use-webgpu-adapter=swiftshader",
 ]
-FIREFOX_PREFS = {"dom.webgpu.enabled": True, "gfx.webgpu.ignore-blocklist": True}
+FIREFOX_PREFS: dict[str, str | float | bool] = {"dom.webgpu.enabled": True, "gfx.webgpu.ignore-blocklist": True}
 
 
 def launch_chromium(playwright: Playwright, extra_args: list[str] | None = None) -> Browser:
@@ -41,7 +41,10 @@ def xvfb_display() -> Iterator[str]:
     if shutil.which("Xvfb") is None:
         raise RuntimeError("Xvfb is not installed: apt-get install -y xvfb")
     for number in range(90, 130):
-        if not Path(f"/tmp/.X11-unix/X{number}").exists() and not Path(f"/tmp/.X{number}-lock").exists():
+        if (
+            not Path(f"/tmp/.X11-unix/X{number}").exists()
+            and not Path(f"/tmp/.X{number}-lock").exists()
+        ):
             break
     display = f":{number}"
     server = subprocess.Popen(

@@ -91,12 +91,16 @@ def open_engine_page(browser: Browser, url: str) -> EnginePage:
     page.on("pageerror", lambda error: engine.console.append(f"pageerror: {error}"))
     page.goto(url)
     page.wait_for_function("() => window.pib !== undefined")
-    page.evaluate(f"() => Promise.race([window.pib.ready.then(() => null), new Promise((_, reject) => setTimeout(() => reject(new Error('pib.ready timed out')), {BOOT_TIMEOUT_MS}))])")
+    page.evaluate(
+        f"() => Promise.race([window.pib.ready.then(() => null), new Promise((_, reject) => setTimeout(() => reject(new Error('pib.ready timed out')), {BOOT_TIMEOUT_MS}))])"
+    )
     return engine
 
 
 @pytest.fixture(scope="module")
-def engine_page(request: pytest.FixtureRequest, browser_kind: str, page_query: str, server_url: str) -> Iterator[EnginePage]:
+def engine_page(
+    request: pytest.FixtureRequest, browser_kind: str, page_query: str, server_url: str
+) -> Iterator[EnginePage]:
     """A page whose window.pib.ready resolved, shared by the tests of one module."""
     browser: Any = request.getfixturevalue(browser_kind)
     engine = open_engine_page(browser, f"{server_url}/{page_query}")

@@ -1,0 +1,46 @@
+# Two commands do all set-up on a fresh machine: `make run` (the app) and `make test` (every test).
+VENV   := .venv
+PY     := $(VENV)/bin/python
+CLI    := $(VENV)/bin/py-in-browser
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PORT   ?= 8000
+HOST   ?= 127.0.0.1
+
+.PHONY: run test setup lint unit e2e browsers bench
+
+$(VENV)/.installed-base: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed-base
+	$(PY) -m pip install -q -e '.[test,torch]'
+	touch $@
+
+setup: $(VENV)/.installed-base
+	$(CLI) setup
+
+run: setup
+	$(CLI) serve --host $(HOST) --port $(PORT)
+
+# Debian's Chromium and Firefox ESR, Xvfb for Firefox's WebGL2, lavapipe for Vulkan-backed WebGPU.
+browsers:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/firefox-esr ] || ! command -v Xvfb >/dev/null; then \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium firefox-esr xvfb mesa-vulkan-drivers; \
+	fi
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+unit: $(VENV)/.installed-test setup
+	$(VENV)/bin/pytest tests_unit
+
+e2e: $(VENV)/.installed-test setup browsers
+	$(VENV)/bin/pytest tests_e2e
+
+test: $(VENV)/.installed-test setup browsers lint
+	$(VENV)/bin/pytest tests_unit tests_e2e

@@ -1,0 +1,144 @@
+"""The dev server: isolation headers, MIME types, caching, health, traversal, a missing runtime."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from server.main import RUNTIME_PREFIX, create_app
+from server.settings import REPO_ROOT, Paths
+
+ISOLATION = {
+    "cross-origin-opener-policy": "same-origin",
+    "cross-origin-embedder-policy": "require-corp",
+    "x-content-type-options": "nosniff",
+}
+
+
+@pytest.fixture
+def runtime_cache(tmp_path: Path) -> Paths:
+    """A cache holding a tiny stand-in runtime: the server only serves files, it never runs them."""
+    paths = Paths(cache=tmp_path / "cache")
+    paths.runtime.mkdir(parents=True)
+    (paths.runtime / "pyodide.asm.wasm").write_bytes(b"\0asm" + bytes(5000))
+    (paths.runtime / "pyodide.asm.wasm.gz").write_bytes(gzip.compress(b"\0asm" + bytes(5000)))
+    (paths.runtime / "pyodide.mjs").write_text("export const x = 1;\n" * 100)
+    return paths
+
+
+@pytest.fixture
+def client(runtime_cache: Paths) -> TestClient:
+    return TestClient(create_app(runtime_cache))
+
+
+def assert_isolated(response: httpx.Response) -> None:
+    for name, value in ISOLATION.items():
+        assert response.headers.get(name) == value, (name, dict(response.headers))
+
+
+def test_health(client: TestClient) -> None:
+    response = client.get("/api/health")
+    assert response.status_code == 200
+    assert response.json()["status"] == "ok"
+    assert_isolated(response)
+
+
+def test_index_page_and_its_headers(client: TestClient) -> None:
+    response = client.get("/")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    assert "window.pib" in (REPO_ROOT / "web/js/console.js").read_text()
+    assert_isolated(response)
+
+
+@pytest.mark.parametrize(
+    ("path", "mime"),
+    [
+        (f"{RUNTIME_PREFIX}/pyodide.asm.wasm", "application/wasm"),
+        (f"{RUNTIME_PREFIX}/pyodide.mjs", "text/javascript"),
+        ("/js/pib-client.js", "text/javascript"),
+        ("/css/app.css", "text/css"),
+    ],
+)
+def test_mime_types(client: TestClient, path: str, mime: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 200, path
+    assert response.headers["content-type"].split(";")[0] == mime
+    assert_isolated(response)
+
+
+def test_runtime_is_long_cached_and_precompressed(client: TestClient) -> None:
+    response = client.get(f"{RUNTIME_PREFIX}/pyodide.asm.wasm", headers={"Accept-Encoding": "gzip"})
+    assert "immutable" in response.headers["cache-control"]
+    assert response.headers["content-encoding"] == "gzip"
+    assert response.content.startswith(b"\0asm")  # the client undid the precompressed gzip
+    plain = client.get(
+        f"{RUNTIME_PREFIX}/pyodide.asm.wasm", headers={"Accept-Encoding": "identity"}
+    )
+    assert "content-encoding" not in plain.headers
+    assert plain.content == b"\0asm" + bytes(5000)
+
+
+def test_text_is_gzipped_where_it_pays(client: TestClient) -> None:
+    response = client.get(f"{RUNTIME_PREFIX}/pyodide.mjs", headers={"Accept-Encoding": "gzip"})
+    assert response.headers.get("content-encoding") == "gzip"
+    app_page = client.get("/js/engine-worker.js", headers={"Accept-Encoding": "gzip"})
+    assert app_page.headers.get("content-encoding") == "gzip"
+    assert app_page.headers["cache-control"] == "no-cache"
+
+
+def test_engine_wheel_is_rebuilt_when_sources_change(tmp_path: Path, runtime_cache: Paths) -> None:
+    source = tmp_path / "py_in_browser"
+    shutil.copytree(
+        REPO_ROOT / "py_in_browser", source, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    client = TestClient(create_app(Paths(cache=runtime_cache.cache, engine_src=source)))
+    first = client.get("/api/engine").json()
+    wheel = client.get(first["wheel_url"])
+    assert wheel.status_code == 200
+    assert wheel.headers["content-type"] == "application/zip"
+    (source / "_edited.py").write_text("EDITED = True\n")
+    second = client.get("/api/engine").json()
+    assert second["digest"] != first["digest"]
+    assert client.get(second["wheel_url"]).status_code == 200
+    assert client.get(first["wheel_url"]).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/nonexistent.js",
+        "/api/nope",
+        "/%2e%2e/pyproject.toml",
+        "/..%2fpyproject.toml",
+        "/js/%2e%2e/%2e%2e/pyproject.toml",
+        "/%2fetc%2fpasswd",
+        "//etc/passwd",
+        f"{RUNTIME_PREFIX}/..%2f..%2f..%2fpyproject.toml",
+        f"{RUNTIME_PREFIX}/%2fetc%2fpasswd",
+        f"{RUNTIME_PREFIX}/MANIFEST.json",
+        "/js/..%5c..%5cpyproject.toml",
+    ],
+)
+def test_unknown_and_traversal_paths_are_404(client: TestClient, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 404, (path, response.text[:200])
+    assert "[project]" not in response.text and "root:" not in response.text
+    assert_isolated(response)
+
+
+def test_missing_runtime_says_how_to_fix_it(tmp_path: Path) -> None:
+    client = TestClient(create_app(Paths(cache=tmp_path / "empty")))
+    response = client.get(f"{RUNTIME_PREFIX}/pyodide.mjs")
+    assert response.status_code == 503
+    assert "py-in-browser setup" in response.json()["detail"]
+    health = client.get("/api/health").json()
+    assert health["runtime_ready"] is False
+    assert any("no runtime cache" in problem for problem in health["problems"])
+    assert json.dumps(health)
