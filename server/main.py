@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
@@ -37,6 +38,16 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers if scope["type"] == "http" else send)
+
+
+def _serve_web_folder(request: Request, root: Path, relative: str) -> Response:
+    """A page folder: a path ending in / means its index.html; edits show on reload (no-cache)."""
+    if relative == "" or relative.endswith("/"):
+        relative += "index.html"
+    path = resolve_inside(root, relative)
+    if path is None:
+        raise HTTPException(404, "not found")
+    return serve_file(request, path, REVALIDATE)
 
 
 def create_app(paths: Paths | None = None) -> FastAPI:
@@ -88,14 +99,20 @@ def create_app(paths: Paths | None = None) -> FastAPI:
             )
         raise HTTPException(404, "not found")
 
+    @app.api_route("/bench/{relative:path}", methods=["GET", "HEAD"])
+    def bench_file(request: Request, relative: str) -> Response:
+        return _serve_web_folder(request, paths.bench_page, relative)
+
+    @app.api_route("/vendor/{relative:path}", methods=["GET", "HEAD"])
+    def vendor_file(request: Request, relative: str) -> Response:
+        path = resolve_inside(paths.vendor, relative)
+        if path is None:
+            raise HTTPException(404, "not found (benchmark packages come with `make bench`)")
+        return serve_file(request, path, REVALIDATE)
+
     @app.api_route("/{relative:path}", methods=["GET", "HEAD"])
     def web_file(request: Request, relative: str) -> Response:
-        if relative == "" or relative.endswith("/"):
-            relative += "index.html"
-        path = resolve_inside(paths.web, relative)
-        if path is None:
-            raise HTTPException(404, "not found")
-        return serve_file(request, path, REVALIDATE)
+        return _serve_web_folder(request, paths.web, relative)
 
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
     app.add_middleware(SecurityHeaders)

@@ -36,6 +36,16 @@ class Paths:
     cache: Path
     web: Path = REPO_ROOT / "web"
     engine_src: Path = REPO_ROOT / "py_in_browser"
+    bench: Path = REPO_ROOT / "bench"
+
+    @property
+    def bench_page(self) -> Path:
+        return self.bench / "web"
+
+    @property
+    def vendor(self) -> Path:
+        """npm packages the benchmarks compare against (TensorFlow.js), installed by `make bench`."""
+        return self.bench / "node_modules"
 
     @property
     def runtime(self) -> Path:
