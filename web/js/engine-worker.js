@@ -3,6 +3,10 @@ import { probeGPU } from "./gpu-probe.js";
 
 let runner = null; // py_in_browser._worker, once the engine is loaded
 
+// The engine's JS bridges ship inside its wheel; py_in_browser/_js.py imports them through this.
+self.pibImportModule = (source) =>
+  import(URL.createObjectURL(new Blob([source], { type: "text/javascript" })));
+
 function post(message) {
   self.postMessage(message);
 }

@@ -1,0 +1,70 @@
+"""The only module that imports `js` and `pyodide.ffi`: JS bridge loading and buffer crossing.
+
+Everything else in the engine imports in CPython; browser-only code asks `in_browser()` first and
+receives its JS objects from here. Bridges are self-contained ES modules shipped in the wheel.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+
+def in_browser() -> bool:
+    return sys.platform == "emscripten"
+
+
+async def load_bridge(package: str, filename: str) -> Any:
+    """Import the ES module `filename` of `package` (shipped in the wheel) in the engine's worker.
+
+    The worker exposes `pibImportModule(source)` (web/js/engine-worker.js), which imports the text
+    through a same-origin blob: URL, so bridges need no route of their own on the server.
+    """
+    import js
+
+    source = resources.files(package).joinpath(filename).read_text()
+    return await js.pibImportModule(source)
+
+
+def js_global(name: str) -> Any:
+    """A global of the worker (navigator, OffscreenCanvas, performance, ...)."""
+    import js
+
+    return getattr(js, name)
+
+
+def to_js(value: Any) -> Any:
+    """Plain data (dicts as JS objects) for a JS call; buffers are better passed as numpy arrays,
+    which a bridge reads zero-copy with `getBuffer()` during the call."""
+    from js import Object
+    from pyodide.ffi import to_js as convert
+
+    return convert(value, dict_converter=Object.fromEntries)
+
+
+def typed_array_to_numpy(typed_array: Any, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Copy a JS TypedArray (or ArrayBuffer) into a new numpy array of `dtype` and `shape`."""
+    out = np.empty(shape, dtype=dtype)
+    typed_array.assign_to(out)
+    return out
+
+
+def create_proxy(fn: Any) -> Any:
+    """A persistent proxy for a Python callable JS keeps (event listeners); destroy it when done."""
+    from pyodide.ffi import create_proxy as make
+
+    return make(fn)
+
+
+def can_run_sync() -> bool:
+    """Whether this browser lets Python block on a JS promise (JSPI); never assume it elsewhere."""
+    if not in_browser():
+        return False
+    try:
+        from pyodide.ffi import can_run_sync as probe
+    except ImportError:
+        return False
+    return bool(probe())
