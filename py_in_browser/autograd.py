@@ -1,0 +1,119 @@
+"""Reverse-mode autograd: a TF-style GradientTape that replays the op table's VJPs backwards."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .ops import FLOAT, OPS, call
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+active_tapes: list[GradientTape] = []
+
+
+def record(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any], out: Tensor) -> None:
+    for tape in active_tapes:
+        tape._record(op, inputs, attrs, out)
+
+
+class GradientTape:
+    """Records ops on watched tensors inside `with`, then `tape.gradient(target, sources)`.
+
+    Trainable Variables are watched automatically (watch_accessed_variables=True); other tensors
+    need `tape.watch(t)`. A non-persistent tape can compute gradients once. Gradients of
+    unconnected sources are None, as in TensorFlow.
+    """
+
+    def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True) -> None:
+        self.persistent = persistent
+        self.watch_accessed_variables = watch_accessed_variables
+        self._records: list[tuple[str, tuple[Tensor, ...], dict[str, Any], Tensor]] = []
+        self._tracked: dict[int, Tensor] = {}
+        self._recording = False
+        self._used = False
+
+    def __enter__(self) -> GradientTape:
+        active_tapes.append(self)
+        self._recording = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._recording = False
+        active_tapes.remove(self)
+
+    def watch(self, *tensors: Tensor) -> None:
+        for t in tensors:
+            self._tracked[id(t)] = t
+
+    def _tracks(self, t: Tensor) -> bool:
+        if id(t) in self._tracked:
+            return True
+        return self.watch_accessed_variables and bool(getattr(t, "trainable", False))
+
+    def _record(self, op: str, inputs: Sequence[Tensor], attrs: dict[str, Any], out: Tensor):
+        if self._recording and any(self._tracks(t) for t in inputs):
+            self._records.append((op, tuple(inputs), attrs, out))
+            self._tracked[id(out)] = out
+
+    def gradient(
+        self, target: Tensor, sources: Any, output_gradients: Tensor | None = None
+    ) -> Any:
+        """d(sum of target * output_gradients)/d(source) for one source or a list/tuple of them."""
+        from .tensor import full
+
+        if self._used and not self.persistent:
+            raise RuntimeError("a non-persistent GradientTape can compute gradients only once")
+        self._used = True
+        if target.dtype not in FLOAT:
+            raise TypeError(f"gradient target must be a float tensor, got {target.dtype}")
+        seed = output_gradients if output_gradients is not None else full(
+            target.shape, 1.0, target.dtype
+        )
+        was_recording, self._recording = self._recording, False
+        try:
+            grads = self._backward(target, seed)
+        finally:
+            self._recording = was_recording
+        if not self.persistent:
+            self._records.clear()
+            self._tracked.clear()
+        if isinstance(sources, list | tuple):
+            return type(sources)(grads.get(id(s)) for s in sources)
+        return grads.get(id(sources))
+
+    def _backward(self, target: Tensor, seed: Tensor) -> dict[int, Tensor]:
+        grads: dict[int, Tensor] = {id(target): seed}
+        for op, inputs, attrs, out in reversed(self._records):
+            g = grads.get(id(out))
+            if g is None:
+                continue
+            spec = OPS[op]
+            if spec.vjp is None:
+                if out.dtype in FLOAT:
+                    raise NotImplementedError(f"{op} has no gradient (second-order pooling)")
+                continue
+            for x, thunk in zip(inputs, spec.vjp(g, inputs, out, attrs), strict=True):
+                if thunk is None or not self._tracks(x):
+                    continue
+                gx = thunk()
+                prev = grads.get(id(x))
+                grads[id(x)] = gx if prev is None else call("add", prev, gx)
+        return grads
+
+
+def grad(fn: Callable[..., Tensor]) -> Callable[..., Any]:
+    """grad(f)(*tensors): gradient of f's (summed) output w.r.t. each positional Tensor argument.
+
+    Returns one gradient for one argument, else a list in argument order.
+    """
+
+    def gradient_of(*args: Any) -> Any:
+        with GradientTape() as tape:
+            tape.watch(*args)
+            out = fn(*args)
+        grads = tape.gradient(out, list(args))
+        return grads[0] if len(args) == 1 else grads
+
+    return gradient_of

@@ -1,0 +1,283 @@
+"""The numpy backend: a kernel per primitive; also the reference the GPU backends are tested against."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from . import Backend, register_backend, register_kernel
+
+NAME = "cpu"
+
+
+class CpuBackend(Backend):
+    """Handles are read-only np.ndarrays; kernels never write into their inputs."""
+
+    name = NAME
+
+    def upload(self, array: np.ndarray) -> np.ndarray:
+        handle = np.array(array, copy=True, order="C")
+        handle.flags.writeable = False
+        return handle
+
+    async def download(self, handle: np.ndarray) -> np.ndarray:
+        return np.array(handle, copy=True)
+
+    def read_now(self, handle: np.ndarray) -> np.ndarray:
+        """Synchronous read, only possible on this backend; used by internal cpu fast paths."""
+        return np.array(handle, copy=True)
+
+    def free(self, handle: np.ndarray) -> None:
+        # numpy memory is reclaimed by reference counting once the tensor drops the handle.
+        return None
+
+    def capabilities(self) -> dict[str, Any]:
+        caps = super().capabilities()
+        caps["dtypes"] = ["float32", "float64", "int32", "bool"]
+        return caps
+
+    async def self_test(self) -> bool:
+        return True
+
+
+register_backend(NAME, CpuBackend, priority=0)
+
+
+def _kernel(op: str):  # type: ignore[no-untyped-def]
+    return register_kernel(NAME, op)
+
+
+def _unary(op: str, fn: Any) -> None:
+    register_kernel(NAME, op)(lambda xs, attrs: fn(xs[0]))
+
+
+def _binary(op: str, fn: Any) -> None:
+    register_kernel(NAME, op)(lambda xs, attrs: fn(xs[0], xs[1]))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # Evaluates exp only on non-positive arguments so it never overflows.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): numpy has no erf, and a GPU shader needs the
+    # same closed form, so every backend agrees to float32 precision.
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1 / (1 + 0.3275911 * a)
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
+    return (sign * (1 - poly * np.exp(-a * a))).astype(x.dtype)
+
+
+_unary("neg", np.negative)
+_unary("exp", np.exp)
+_unary("log", np.log)
+_unary("sqrt", np.sqrt)
+_unary("tanh", np.tanh)
+_unary("sigmoid", _sigmoid)
+_unary("relu", lambda x: np.maximum(x, 0).astype(x.dtype))
+_unary("erf", _erf)
+
+_binary("add", np.add)
+_binary("sub", np.subtract)
+_binary("mul", np.multiply)
+_binary("div", np.divide)
+_binary("pow", np.power)
+_binary("maximum", np.maximum)
+_binary("less", np.less)
+_binary("less_equal", np.less_equal)
+_binary("equal", np.equal)
+_binary("not_equal", np.not_equal)
+
+
+@_kernel("where")
+def _where(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return np.where(xs[0], xs[1], xs[2])
+
+
+@_kernel("cast")
+def _cast(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return xs[0].astype(attrs["dtype"])
+
+
+@_kernel("expand")
+def _expand(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return np.broadcast_to(xs[0], attrs["shape"])
+
+
+@_kernel("reshape")
+def _reshape(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return xs[0].reshape(attrs["shape"])
+
+
+@_kernel("transpose")
+def _transpose(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return xs[0].transpose(attrs["perm"])
+
+
+@_kernel("slice")
+def _slice(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    index = tuple(slice(b, b + s) for b, s in zip(attrs["begin"], attrs["size"], strict=True))
+    return xs[0][index]
+
+
+@_kernel("pad")
+def _pad(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return np.pad(xs[0], attrs["paddings"], constant_values=attrs["value"])
+
+
+@_kernel("concat")
+def _concat(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return np.concatenate(xs, axis=attrs["axis"])
+
+
+@_kernel("reduce_sum")
+def _reduce_sum(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = xs[0]
+    return np.sum(x, axis=attrs["axes"], keepdims=attrs["keepdims"], dtype=x.dtype)
+
+
+@_kernel("reduce_max")
+def _reduce_max(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return np.max(xs[0], axis=attrs["axes"], keepdims=attrs["keepdims"])
+
+
+@_kernel("argmax")
+def _argmax(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return np.argmax(xs[0], axis=attrs["axis"]).astype(np.int32)
+
+
+@_kernel("matmul")
+def _matmul(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    a, b = xs
+    if attrs["transpose_a"]:
+        a = np.swapaxes(a, -1, -2)
+    if attrs["transpose_b"]:
+        b = np.swapaxes(b, -1, -2)
+    return np.matmul(a, b)
+
+
+def _padded(x: np.ndarray, pads: Any, value: float = 0.0) -> np.ndarray:
+    return np.pad(x, ((0, 0), tuple(pads[0]), tuple(pads[1]), (0, 0)), constant_values=value)
+
+
+def _windows(xp: np.ndarray, window: Any, strides: Any, out_hw: Any) -> np.ndarray:
+    """Strided view (N, OH, OW, C, KH, KW) of every window: im2col without copying."""
+    (kh, kw), (sh, sw), (oh, ow) = window, strides, out_hw
+    view = sliding_window_view(xp, (kh, kw), axis=(1, 2))
+    return view[:, : (oh - 1) * sh + 1 : sh, : (ow - 1) * sw + 1 : sw]
+
+
+def _scatter_windows(
+    cols: np.ndarray, padded_shape: tuple[int, ...], strides: Any, pads: Any, out_hw: Any
+) -> np.ndarray:
+    """Adds cols (N, OH, OW, KH, KW, C) back onto the padded input grid, then crops the pads.
+
+    Loops over kernel offsets only (e.g. 9 for 3x3), never over pixels.
+    """
+    n, oh, ow, kh, kw, c = cols.shape
+    sh, sw = strides
+    out = np.zeros(padded_shape, dtype=cols.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, i : i + (oh - 1) * sh + 1 : sh, j : j + (ow - 1) * sw + 1 : sw, :] += cols[
+                :, :, :, i, j, :
+            ]
+    (pt, pb), (pl, pr) = pads
+    return out[:, pt : padded_shape[1] - pb, pl : padded_shape[2] - pr, :]
+
+
+def _out_hw(padded_hw: Any, window: Any, strides: Any) -> tuple[int, int]:
+    return (
+        (padded_hw[0] - window[0]) // strides[0] + 1,
+        (padded_hw[1] - window[1]) // strides[1] + 1,
+    )
+
+
+@_kernel("conv2d")
+def _conv2d(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x, w = xs
+    kh, kw, cin, cout = w.shape
+    xp = _padded(x, attrs["pads"])
+    oh, ow = _out_hw(xp.shape[1:3], (kh, kw), attrs["strides"])
+    win = _windows(xp, (kh, kw), attrs["strides"], (oh, ow))
+    cols = win.transpose(0, 1, 2, 4, 5, 3).reshape(-1, kh * kw * cin)
+    return (cols @ w.reshape(kh * kw * cin, cout)).reshape(x.shape[0], oh, ow, cout)
+
+
+@_kernel("conv2d_backprop_input")
+def _conv2d_backprop_input(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    g, w = xs
+    kh, kw, cin, cout = w.shape
+    n, oh, ow, _ = g.shape
+    cols = (g.reshape(-1, cout) @ w.reshape(kh * kw * cin, cout).T).reshape(n, oh, ow, kh, kw, cin)
+    _, h, wd, _ = attrs["input_shape"]
+    (pt, pb), (pl, pr) = attrs["pads"]
+    padded = (n, h + pt + pb, wd + pl + pr, cin)
+    return _scatter_windows(cols, padded, attrs["strides"], attrs["pads"], (oh, ow))
+
+
+@_kernel("conv2d_backprop_filter")
+def _conv2d_backprop_filter(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x, g = xs
+    kh, kw, cin, cout = attrs["filter_shape"]
+    xp = _padded(x, attrs["pads"])
+    oh, ow = g.shape[1:3]
+    win = _windows(xp, (kh, kw), attrs["strides"], (oh, ow))
+    cols = win.transpose(0, 1, 2, 4, 5, 3).reshape(-1, kh * kw * cin)
+    return (cols.T @ g.reshape(-1, cout)).reshape(kh, kw, cin, cout)
+
+
+@_kernel("max_pool2d")
+def _max_pool2d(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    xp = _padded(xs[0], attrs["pads"], -np.inf)
+    out_hw = _out_hw(xp.shape[1:3], attrs["pool_size"], attrs["strides"])
+    return _windows(xp, attrs["pool_size"], attrs["strides"], out_hw).max(axis=(4, 5))
+
+
+@_kernel("max_pool2d_grad")
+def _max_pool2d_grad(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x, g = xs
+    kh, kw = attrs["pool_size"]
+    xp = _padded(x, attrs["pads"], -np.inf)
+    out_hw = g.shape[1:3]
+    win = _windows(xp, (kh, kw), attrs["strides"], out_hw)
+    # The first maximum of each window takes the whole gradient, as in TensorFlow and PyTorch.
+    first = win.reshape(*win.shape[:4], kh * kw).argmax(axis=-1)
+    onehot = first[..., None] == np.arange(kh * kw)
+    cols = (onehot * g[..., None]).reshape(*g.shape, kh, kw).transpose(0, 1, 2, 4, 5, 3)
+    return _scatter_windows(cols.astype(x.dtype), xp.shape, attrs["strides"], attrs["pads"], out_hw)
+
+
+def _pool_counts(shape: tuple[int, ...], attrs: dict[str, Any], dtype: Any) -> np.ndarray:
+    """How many real (unpadded) inputs each window covers; padding is not averaged in (TF rule)."""
+    ones = _padded(np.ones((1, shape[1], shape[2], 1), dtype=dtype), attrs["pads"])
+    out_hw = _out_hw(ones.shape[1:3], attrs["pool_size"], attrs["strides"])
+    return _windows(ones, attrs["pool_size"], attrs["strides"], out_hw).sum(axis=(4, 5))
+
+
+@_kernel("avg_pool2d")
+def _avg_pool2d(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = xs[0]
+    xp = _padded(x, attrs["pads"])
+    out_hw = _out_hw(xp.shape[1:3], attrs["pool_size"], attrs["strides"])
+    sums = _windows(xp, attrs["pool_size"], attrs["strides"], out_hw).sum(axis=(4, 5))
+    return (sums / _pool_counts(x.shape, attrs, x.dtype)).astype(x.dtype)
+
+
+@_kernel("avg_pool2d_grad")
+def _avg_pool2d_grad(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    g = xs[0]
+    shape = attrs["input_shape"]
+    kh, kw = attrs["pool_size"]
+    (pt, pb), (pl, pr) = attrs["pads"]
+    share = g / _pool_counts(shape, attrs, g.dtype)
+    cols = np.broadcast_to(share[:, :, :, None, None, :], (*g.shape[:3], kh, kw, g.shape[3]))
+    padded = (shape[0], shape[1] + pt + pb, shape[2] + pl + pr, shape[3])
+    return _scatter_windows(cols, padded, attrs["strides"], attrs["pads"], g.shape[1:3])

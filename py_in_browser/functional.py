@@ -1,0 +1,455 @@
+"""Public tensor functions: broadcasting wrappers over primitives and composites built from them."""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import autograd
+from .ops import FLOAT, call
+from .tensor import Tensor, full, tensor
+
+Axes = int | Sequence[int] | None
+
+
+# ---- conversion and broadcasting ---------------------------------------------------------------
+
+
+def _pair(a: Any, b: Any) -> tuple[Tensor, Tensor]:
+    """Tensors from a mix of tensors and Python/numpy values, taking the dtype of the tensor."""
+    if isinstance(a, Tensor) and not isinstance(b, Tensor):
+        b = tensor(b, dtype=a.dtype)
+    elif isinstance(b, Tensor) and not isinstance(a, Tensor):
+        a = tensor(a, dtype=b.dtype)
+    elif not isinstance(a, Tensor):
+        a, b = tensor(a), tensor(b)
+    if a.dtype != b.dtype:
+        raise TypeError(f"operands have different dtypes {a.dtype} and {b.dtype}; cast one first")
+    return a, b
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """NumPy broadcasting of shapes, with an error naming both shapes."""
+    rank = builtins.max(len(s) for s in shapes)
+    out = []
+    for axis in range(rank):
+        dims = {s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0} - {1}
+        if len(dims) > 1:
+            raise ValueError(f"shapes {[tuple(s) for s in shapes]} cannot be broadcast together")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    if len(x.shape) < len(shape):
+        x = call("reshape", x, shape=(1,) * (len(shape) - len(x.shape)) + x.shape)
+    return call("expand", x, shape=shape)
+
+
+def _broadcast(*xs: Tensor) -> list[Tensor]:
+    shape = broadcast_shapes(*(x.shape for x in xs))
+    return [broadcast_to(x, shape) for x in xs]
+
+
+def _binary(op: str, a: Any, b: Any) -> Tensor:
+    a, b = _pair(a, b)
+    a, b = _broadcast(a, b)
+    return call(op, a, b)
+
+
+def _axes(x: Tensor, axis: Axes) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(x.ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    for ax in axes:
+        if not -x.ndim <= ax < builtins.max(x.ndim, 1):
+            raise ValueError(f"axis {ax} is out of range for a tensor of rank {x.ndim}")
+    return tuple(sorted(ax % x.ndim for ax in axes))
+
+
+# ---- elementwise -------------------------------------------------------------------------------
+
+
+def add(a: Any, b: Any) -> Tensor:
+    return _binary("add", a, b)
+
+
+def sub(a: Any, b: Any) -> Tensor:
+    return _binary("sub", a, b)
+
+
+def mul(a: Any, b: Any) -> Tensor:
+    return _binary("mul", a, b)
+
+
+def div(a: Any, b: Any) -> Tensor:
+    return _binary("div", a, b)
+
+
+def pow(a: Any, b: Any) -> Tensor:  # noqa: A001  (mirrors numpy/tf naming)
+    return _binary("pow", a, b)
+
+
+def maximum(a: Any, b: Any) -> Tensor:
+    return _binary("maximum", a, b)
+
+
+def minimum(a: Any, b: Any) -> Tensor:
+    a, b = _pair(a, b)
+    a, b = _broadcast(a, b)
+    return call("where", call("less", a, b), a, b)
+
+
+def less(a: Any, b: Any) -> Tensor:
+    return _binary("less", a, b)
+
+
+def less_equal(a: Any, b: Any) -> Tensor:
+    return _binary("less_equal", a, b)
+
+
+def greater(a: Any, b: Any) -> Tensor:
+    return _binary("less", b, a)
+
+
+def greater_equal(a: Any, b: Any) -> Tensor:
+    return _binary("less_equal", b, a)
+
+
+def equal(a: Any, b: Any) -> Tensor:
+    return _binary("equal", a, b)
+
+
+def not_equal(a: Any, b: Any) -> Tensor:
+    return _binary("not_equal", a, b)
+
+
+def where(condition: Tensor, a: Any, b: Any) -> Tensor:
+    a, b = _pair(a, b)
+    if condition.dtype != "bool":
+        raise TypeError(f"where: condition must be bool, got {condition.dtype}")
+    condition, a, b = _broadcast(condition, a, b)
+    return call("where", condition, a, b)
+
+
+def neg(x: Tensor) -> Tensor:
+    return call("neg", x)
+
+
+def exp(x: Tensor) -> Tensor:
+    return call("exp", x)
+
+
+def log(x: Tensor) -> Tensor:
+    return call("log", x)
+
+
+def sqrt(x: Tensor) -> Tensor:
+    return call("sqrt", x)
+
+
+def tanh(x: Tensor) -> Tensor:
+    return call("tanh", x)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return call("sigmoid", x)
+
+
+def relu(x: Tensor) -> Tensor:
+    return call("relu", x)
+
+
+def erf(x: Tensor) -> Tensor:
+    return call("erf", x)
+
+
+def square(x: Tensor) -> Tensor:
+    return call("mul", x, x)
+
+
+def abs(x: Tensor) -> Tensor:  # noqa: A001
+    return call("maximum", x, call("neg", x))
+
+
+def clip(x: Tensor, low: float, high: float) -> Tensor:
+    return minimum(maximum(x, low), high)
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.2) -> Tensor:
+    """max(x, slope * x) for 0 <= slope <= 1 (Keras 3 default slope 0.2)."""
+    if not 0.0 <= negative_slope <= 1.0:
+        raise ValueError(f"leaky_relu: negative_slope must be in [0, 1], got {negative_slope}")
+    return maximum(x, mul(x, negative_slope))
+
+
+def gelu(x: Tensor, approximate: bool = False) -> Tensor:
+    """Gaussian error linear unit; exact (erf) by default as in Keras and PyTorch."""
+    if approximate:
+        inner = mul(add(x, mul(mul(x, square(x)), 0.044715)), math.sqrt(2.0 / math.pi))
+        return mul(mul(x, 0.5), add(tanh(inner), 1.0))
+    return mul(mul(x, 0.5), add(erf(mul(x, 1.0 / math.sqrt(2.0))), 1.0))
+
+
+def cast(x: Tensor, dtype: str) -> Tensor:
+    return x if x.dtype == dtype else call("cast", x, dtype=dtype)
+
+
+def stop_gradient(x: Tensor) -> Tensor:
+    """The same values, invisible to every active tape."""
+    paused = autograd.active_tapes[:]
+    autograd.active_tapes.clear()
+    try:
+        return call("reshape", x, shape=x.shape)
+    finally:
+        autograd.active_tapes.extend(paused)
+
+
+# ---- creation ----------------------------------------------------------------------------------
+
+
+def zeros(shape: Sequence[int], dtype: str = "float32") -> Tensor:
+    return full(shape, 0.0, dtype)
+
+
+def ones(shape: Sequence[int], dtype: str = "float32") -> Tensor:
+    return full(shape, 1.0, dtype)
+
+
+def zeros_like(x: Tensor) -> Tensor:
+    return full(x.shape, 0.0, x.dtype)
+
+
+def ones_like(x: Tensor) -> Tensor:
+    return full(x.shape, 1.0, x.dtype)
+
+
+def one_hot(indices: Tensor, depth: int, dtype: str = "float32") -> Tensor:
+    """Compares indices with a [0, depth) ramp; no gather primitive needed."""
+    ramp = tensor(np.arange(depth), dtype=indices.dtype)
+    column = reshape(indices, (*indices.shape, 1))
+    return cast(equal(column, ramp), dtype)
+
+
+# ---- layout ------------------------------------------------------------------------------------
+
+
+def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
+    shape = tuple(int(d) for d in shape)
+    if shape.count(-1) > 1:
+        raise ValueError(f"reshape: at most one -1 in shape, got {shape}")
+    if -1 in shape:
+        known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
+        if known == 0 or x.size % known:
+            raise ValueError(f"reshape: cannot reshape {x.shape} into {shape}")
+        shape = tuple(x.size // known if d == -1 else d for d in shape)
+    return x if shape == x.shape else call("reshape", x, shape=shape)
+
+
+def flatten(x: Tensor) -> Tensor:
+    """Keeps the batch axis, flattens the rest."""
+    return reshape(x, (x.shape[0], -1))
+
+
+def transpose(x: Tensor, perm: Sequence[int] | None = None) -> Tensor:
+    perm = tuple(reversed(range(x.ndim))) if perm is None else tuple(p % x.ndim for p in perm)
+    return call("transpose", x, perm=perm)
+
+
+def slice(x: Tensor, begin: Sequence[int], size: Sequence[int]) -> Tensor:  # noqa: A001
+    """x[begin : begin + size] per axis; a size of -1 means up to the end."""
+    begin = tuple(int(b) % builtins.max(n, 1) if b < 0 else int(b) for b, n in zip(begin, x.shape))
+    size = tuple(n - b if s == -1 else int(s) for b, s, n in zip(begin, size, x.shape))
+    return call("slice", x, begin=begin, size=size)
+
+
+def getitem(x: Tensor, index: Any) -> Tensor:
+    """Basic indexing with ints and step-1 slices, built on slice + reshape."""
+    items = index if isinstance(index, tuple) else (index,)
+    if len(items) > x.ndim:
+        raise IndexError(f"too many indices for a tensor of rank {x.ndim}")
+    begin, size, keep = [], [], []
+    for axis, n in enumerate(x.shape):
+        item = items[axis] if axis < len(items) else builtins.slice(None)
+        if isinstance(item, int | np.integer):
+            i = int(item) + n if item < 0 else int(item)
+            if not 0 <= i < n:
+                raise IndexError(f"index {item} is out of bounds for axis {axis} with size {n}")
+            begin.append(i)
+            size.append(1)
+        elif hasattr(item, "indices"):
+            start, stop, step = item.indices(n)
+            if step != 1:
+                raise IndexError("only step-1 slices are supported")
+            begin.append(start)
+            size.append(builtins.max(stop - start, 0))
+            keep.append(axis)
+        else:
+            raise IndexError(f"unsupported index {item!r}; use ints and slices")
+    out = call("slice", x, begin=tuple(begin), size=tuple(size))
+    return reshape(out, tuple(size[a] for a in keep))
+
+
+def pad(x: Tensor, paddings: Sequence[Sequence[int]], constant_values: float = 0.0) -> Tensor:
+    pads = tuple((int(p[0]), int(p[1])) for p in paddings)
+    return call("pad", x, paddings=pads, value=float(constant_values))
+
+
+def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    if not tensors:
+        raise ValueError("concat: needs at least one tensor")
+    return call("concat", *tensors, axis=axis % tensors[0].ndim)
+
+
+def expand_dims(x: Tensor, axis: int) -> Tensor:
+    axis = axis % (x.ndim + 1)
+    return reshape(x, (*x.shape[:axis], 1, *x.shape[axis:]))
+
+
+# ---- reductions --------------------------------------------------------------------------------
+
+
+def sum(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    return call("reduce_sum", x, axes=_axes(x, axis), keepdims=keepdims)
+
+
+def max(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    return call("reduce_max", x, axes=_axes(x, axis), keepdims=keepdims)
+
+
+def min(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    return neg(max(neg(x), axis, keepdims))
+
+
+def mean(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    axes = _axes(x, axis)
+    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    return mul(sum(x, axes, keepdims), 1.0 / count)
+
+
+def variance(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Biased (population) variance, as Keras BatchNormalization uses."""
+    centered = sub(x, mean(x, axis, keepdims=True))
+    return mean(square(centered), axis, keepdims)
+
+
+def argmax(x: Tensor, axis: int = -1) -> Tensor:
+    return call("argmax", x, axis=_axes(x, axis)[0])
+
+
+def norm(x: Tensor) -> Tensor:
+    """Euclidean norm of all elements (a scalar)."""
+    return sqrt(sum(square(x)))
+
+
+# ---- softmax family ----------------------------------------------------------------------------
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    shifted = sub(x, stop_gradient(max(x, axis, keepdims=True)))
+    e = exp(shifted)
+    return div(e, sum(e, axis, keepdims=True))
+
+
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """x - logsumexp(x), shifted by the (gradient-free) max so exp never overflows."""
+    shifted = sub(x, stop_gradient(max(x, axis, keepdims=True)))
+    return sub(shifted, log(sum(exp(shifted), axis, keepdims=True)))
+
+
+# ---- linear algebra and convolution ------------------------------------------------------------
+
+
+def matmul(a: Any, b: Any) -> Tensor:
+    """a @ b with NumPy semantics for rank >= 2 (batch dims broadcast); 1-D operands promoted."""
+    a, b = _pair(a, b)
+    if a.dtype not in FLOAT:
+        raise TypeError(f"matmul needs float tensors, got {a.dtype}")
+    squeeze_a, squeeze_b = a.ndim == 1, b.ndim == 1
+    if squeeze_a:
+        a = reshape(a, (1, a.shape[0]))
+    if squeeze_b:
+        b = reshape(b, (b.shape[0], 1))
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = broadcast_to(a, (*batch, *a.shape[-2:]))
+    b = broadcast_to(b, (*batch, *b.shape[-2:]))
+    out = call("matmul", a, b, transpose_a=False, transpose_b=False)
+    if squeeze_a or squeeze_b:
+        shape = out.shape[:-2] + out.shape[-2:][int(squeeze_a) : 2 - int(squeeze_b)]
+        out = reshape(out, shape)
+    return out
+
+
+def _pair_of(value: int | Sequence[int], name: str) -> tuple[int, int]:
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or any(int(v) < 1 for v in pair):
+        raise ValueError(f"{name} must be a positive int or a pair of them, got {value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+def resolve_padding(
+    padding: str | Sequence[Sequence[int]],
+    in_hw: Sequence[int],
+    window: Sequence[int],
+    strides: Sequence[int],
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """'valid', 'same' (TensorFlow rule: extra padding goes after) or explicit pairs."""
+    if isinstance(padding, str):
+        mode = padding.lower()
+        if mode == "valid":
+            return (0, 0), (0, 0)
+        if mode != "same":
+            raise ValueError(f"padding must be 'valid', 'same' or pairs, got {padding!r}")
+        pads = []
+        for size, k, s in zip(in_hw, window, strides, strict=True):
+            total = (-(-size // s) - 1) * s + k - size
+            total = total if total > 0 else 0
+            pads.append((total // 2, total - total // 2))
+        return pads[0], pads[1]
+    (t, b), (left, r) = padding
+    return (int(t), int(b)), (int(left), int(r))
+
+
+def conv2d(
+    x: Tensor,
+    filters: Tensor,
+    strides: int | Sequence[int] = 1,
+    padding: str | Sequence[Sequence[int]] = "valid",
+) -> Tensor:
+    """2-D convolution, NHWC input and HWIO filters (TensorFlow layout)."""
+    if x.ndim != 4 or filters.ndim != 4:
+        raise ValueError(f"conv2d: x must be NHWC and filters HWIO, got {x.shape}, {filters.shape}")
+    st = _pair_of(strides, "strides")
+    pads = resolve_padding(padding, x.shape[1:3], filters.shape[:2], st)
+    return call("conv2d", x, filters, strides=st, pads=pads)
+
+
+def _pool(op: str, x: Tensor, pool_size: Any, strides: Any, padding: Any) -> Tensor:
+    if x.ndim != 4:
+        raise ValueError(f"{op}: input must be NHWC (rank 4), got shape {x.shape}")
+    window = _pair_of(pool_size, "pool_size")
+    st = _pair_of(window if strides is None else strides, "strides")
+    pads = resolve_padding(padding, x.shape[1:3], window, st)
+    return call(op, x, pool_size=window, strides=st, pads=pads)
+
+
+def max_pool2d(
+    x: Tensor, pool_size: Any = 2, strides: Any = None, padding: str = "valid"
+) -> Tensor:
+    return _pool("max_pool2d", x, pool_size, strides, padding)
+
+
+def avg_pool2d(
+    x: Tensor, pool_size: Any = 2, strides: Any = None, padding: str = "valid"
+) -> Tensor:
+    """Average pooling; with 'same' padding, padded cells are not counted (TensorFlow rule)."""
+    return _pool("avg_pool2d", x, pool_size, strides, padding)

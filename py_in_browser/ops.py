@@ -1,0 +1,610 @@
+"""The op table: one entry per primitive with its shape/dtype rule and its gradient (VJP) in ops.
+
+Every backend implements exactly these primitives; everything else (broadcasting binary ops,
+softmax, log_softmax, mean, variance, gelu, losses, ...) is composed from them in functional.py.
+
+Primitives (37):
+  unary float     neg exp log sqrt tanh sigmoid relu erf
+  binary (same shape and dtype)   add sub mul div pow maximum
+  compare -> bool less less_equal equal not_equal
+  select          where(cond, a, b)
+  dtype           cast(dtype)
+  layout          expand(shape) reshape(shape) transpose(perm) slice(begin, size)
+                  pad(paddings, value) concat(axis)
+  reductions      reduce_sum(axes, keepdims) reduce_max(axes, keepdims) argmax(axis)
+  linear algebra  matmul(transpose_a, transpose_b)  (batched, equal batch dims)
+  convolution     conv2d conv2d_backprop_input conv2d_backprop_filter  (NHWC, filters HWIO,
+                  strides, explicit pads ((top, bottom), (left, right)))
+  pooling         max_pool2d max_pool2d_grad avg_pool2d avg_pool2d_grad (pool_size, strides, pads)
+
+A VJP receives (g, inputs, output, attrs) and returns, per input, a thunk computing that input's
+gradient or None where the op is not differentiable in it; the tape calls only the thunks it
+needs, so e.g. the first conv layer never computes a gradient for the images.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+Shape = tuple[int, ...]
+Thunk = Callable[[], "Tensor"]
+Vjp = Callable[["Tensor", Sequence["Tensor"], "Tensor", dict[str, Any]], Sequence[Thunk | None]]
+Infer = Callable[[Sequence[Shape], Sequence[str], dict[str, Any]], tuple[Shape, str]]
+
+FLOAT = ("float32", "float64")
+NUMERIC = (*FLOAT, "int32")
+DTYPES = (*NUMERIC, "bool")
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """A primitive: arity, attribute names, shape/dtype rule and VJP (None: not differentiable)."""
+
+    name: str
+    arity: int
+    attrs: tuple[str, ...]
+    infer: Infer
+    vjp: Vjp | None
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def _define(name: str, arity: int, infer: Infer, vjp: Vjp | None, attrs: tuple[str, ...] = ()):
+    OPS[name] = OpDef(name, arity, attrs, infer, vjp)
+
+
+def call(op: str, *inputs: Tensor, **attrs: Any) -> Tensor:
+    """Runs primitive `op`; the one entry point VJPs and composites use."""
+    from .tensor import apply_op  # late: tensor.py imports this table
+
+    return apply_op(op, inputs, attrs)
+
+
+def _full_like(t: Tensor, value: float) -> Tensor:
+    from .tensor import full
+
+    return full(t.shape, value, t.dtype)
+
+
+def _need_dtype(op: str, dtypes: Sequence[str], allowed: Sequence[str]) -> None:
+    for i, dt in enumerate(dtypes):
+        if dt not in allowed:
+            raise TypeError(f"{op}: input {i} has dtype {dt}; expected one of {list(allowed)}")
+    if len(set(dtypes)) > 1:
+        raise TypeError(f"{op}: inputs must share a dtype, got {list(dtypes)}")
+
+
+def _same_shapes(op: str, shapes: Sequence[Shape]) -> None:
+    if any(s != shapes[0] for s in shapes):
+        raise ValueError(
+            f"{op}: primitive needs equal shapes, got {[tuple(s) for s in shapes]} "
+            f"(pib.{op} broadcasts; this is the primitive)"
+        )
+
+
+# ---- elementwise -------------------------------------------------------------------------------
+
+
+def _unary_rule(allowed: Sequence[str]) -> Infer:
+    def infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+        _need_dtype("unary op", dtypes, allowed)
+        return tuple(shapes[0]), dtypes[0]
+
+    return infer
+
+
+def _binary_rule(name: str, allowed: Sequence[str], out_dtype: str | None = None) -> Infer:
+    def infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+        _need_dtype(name, dtypes, allowed)
+        _same_shapes(name, shapes)
+        return tuple(shapes[0]), out_dtype or dtypes[0]
+
+    return infer
+
+
+_define("neg", 1, _unary_rule(NUMERIC), lambda g, xs, y, a: [lambda: call("neg", g)])
+_define("exp", 1, _unary_rule(FLOAT), lambda g, xs, y, a: [lambda: call("mul", g, y)])
+_define("log", 1, _unary_rule(FLOAT), lambda g, xs, y, a: [lambda: call("div", g, xs[0])])
+_define(
+    "sqrt", 1, _unary_rule(FLOAT), lambda g, xs, y, a: [lambda: call("div", g, call("add", y, y))]
+)
+# d tanh = 1 - y^2 and d sigmoid = y - y^2, written without constants.
+_define(
+    "tanh",
+    1,
+    _unary_rule(FLOAT),
+    lambda g, xs, y, a: [lambda: call("sub", g, call("mul", g, call("mul", y, y)))],
+)
+_define(
+    "sigmoid",
+    1,
+    _unary_rule(FLOAT),
+    lambda g, xs, y, a: [lambda: call("mul", g, call("sub", y, call("mul", y, y)))],
+)
+
+
+def _relu_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    def dx() -> Tensor:
+        zeros = _full_like(g, 0.0)
+        return call("where", call("less", zeros, xs[0]), g, zeros)
+
+    return [dx]
+
+
+_define("relu", 1, _unary_rule(NUMERIC), _relu_vjp)
+
+
+def _erf_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    def dx() -> Tensor:
+        x = xs[0]
+        bell = call("exp", call("neg", call("mul", x, x)))
+        return call("mul", g, call("mul", bell, _full_like(x, 1.1283791670955126)))  # 2/sqrt(pi)
+
+    return [dx]
+
+
+_define("erf", 1, _unary_rule(FLOAT), _erf_vjp)
+
+_define(
+    "add", 2, _binary_rule("add", NUMERIC), lambda g, xs, y, a: [lambda: g, lambda: g]
+)
+_define(
+    "sub",
+    2,
+    _binary_rule("sub", NUMERIC),
+    lambda g, xs, y, a: [lambda: g, lambda: call("neg", g)],
+)
+_define(
+    "mul",
+    2,
+    _binary_rule("mul", NUMERIC),
+    lambda g, xs, y, a: [lambda: call("mul", g, xs[1]), lambda: call("mul", g, xs[0])],
+)
+_define(
+    "div",
+    2,
+    _binary_rule("div", FLOAT),
+    lambda g, xs, y, a: [
+        lambda: call("div", g, xs[1]),
+        lambda: call("neg", call("div", call("mul", g, y), xs[1])),
+    ],
+)
+
+
+def _pow_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    base, exponent = xs
+
+    def d_base() -> Tensor:
+        lowered = call("pow", base, call("sub", exponent, _full_like(exponent, 1.0)))
+        return call("mul", g, call("mul", exponent, lowered))
+
+    return [d_base, lambda: call("mul", g, call("mul", y, call("log", base)))]
+
+
+_define("pow", 2, _binary_rule("pow", FLOAT), _pow_vjp)
+
+
+def _maximum_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    # Ties send the gradient to the second input, so relu-as-maximum(x, 0) has 0 slope at 0.
+    def pick(first: bool) -> Tensor:
+        zeros = _full_like(g, 0.0)
+        a_wins = call("less", xs[1], xs[0])
+        return call("where", a_wins, g, zeros) if first else call("where", a_wins, zeros, g)
+
+    return [lambda: pick(True), lambda: pick(False)]
+
+
+_define("maximum", 2, _binary_rule("maximum", NUMERIC), _maximum_vjp)
+
+for _cmp in ("less", "less_equal", "equal", "not_equal"):
+    _define(_cmp, 2, _binary_rule(_cmp, DTYPES, out_dtype="bool"), None)
+
+
+def _where_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    if dtypes[0] != "bool":
+        raise TypeError(f"where: condition must be bool, got {dtypes[0]}")
+    _need_dtype("where", dtypes[1:], DTYPES)
+    _same_shapes("where", shapes)
+    return tuple(shapes[0]), dtypes[1]
+
+
+def _where_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    cond = xs[0]
+    return [
+        None,
+        lambda: call("where", cond, g, _full_like(g, 0.0)),
+        lambda: call("where", cond, _full_like(g, 0.0), g),
+    ]
+
+
+_define("where", 3, _where_infer, _where_vjp)
+
+
+def _cast_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    if attrs["dtype"] not in DTYPES:
+        raise TypeError(f"cast: dtype must be one of {list(DTYPES)}, got {attrs['dtype']!r}")
+    return tuple(shapes[0]), attrs["dtype"]
+
+
+def _cast_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    if xs[0].dtype in FLOAT and y.dtype in FLOAT:
+        return [lambda: call("cast", g, dtype=xs[0].dtype)]
+    return [None]
+
+
+_define("cast", 1, _cast_infer, _cast_vjp, ("dtype",))
+
+# ---- layout ------------------------------------------------------------------------------------
+
+
+def _expand_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    src, dst = tuple(shapes[0]), tuple(attrs["shape"])
+    ok = len(src) == len(dst) and all(s in (1, d) for s, d in zip(src, dst, strict=True))
+    if not ok:
+        raise ValueError(f"expand: cannot broadcast shape {src} to {dst} (ranks must match)")
+    return dst, dtypes[0]
+
+
+def _expand_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    # Un-broadcasting, written once: sum over every axis that expand stretched.
+    axes = tuple(
+        i for i, (s, d) in enumerate(zip(xs[0].shape, y.shape, strict=True)) if s == 1 and d != 1
+    )
+    return [lambda: call("reduce_sum", g, axes=axes, keepdims=True) if axes else g]
+
+
+_define("expand", 1, _expand_infer, _expand_vjp, ("shape",))
+
+
+def _reshape_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    src, dst = tuple(shapes[0]), tuple(attrs["shape"])
+    if _numel(src) != _numel(dst) or any(d < 0 for d in dst):
+        raise ValueError(f"reshape: cannot reshape {src} ({_numel(src)} elements) to {dst}")
+    return dst, dtypes[0]
+
+
+_define(
+    "reshape",
+    1,
+    _reshape_infer,
+    lambda g, xs, y, a: [lambda: call("reshape", g, shape=xs[0].shape)],
+    ("shape",),
+)
+
+
+def _transpose_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    perm = tuple(attrs["perm"])
+    if sorted(perm) != list(range(len(shapes[0]))):
+        raise ValueError(f"transpose: perm {perm} is not a permutation of {len(shapes[0])} axes")
+    return tuple(shapes[0][p] for p in perm), dtypes[0]
+
+
+def _transpose_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    inverse = tuple(sorted(range(len(a["perm"])), key=lambda i: a["perm"][i]))
+    return [lambda: call("transpose", g, perm=inverse)]
+
+
+_define("transpose", 1, _transpose_infer, _transpose_vjp, ("perm",))
+
+
+def _slice_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    shape, begin, size = tuple(shapes[0]), tuple(attrs["begin"]), tuple(attrs["size"])
+    ok = len(begin) == len(size) == len(shape) and all(
+        0 <= b and 0 <= s and b + s <= n for b, s, n in zip(begin, size, shape, strict=True)
+    )
+    if not ok:
+        raise ValueError(f"slice: begin {begin} size {size} do not fit in shape {shape}")
+    return size, dtypes[0]
+
+
+def _slice_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    pads = tuple(
+        (b, n - b - s) for b, s, n in zip(a["begin"], a["size"], xs[0].shape, strict=True)
+    )
+    return [lambda: call("pad", g, paddings=pads, value=0.0)]
+
+
+_define("slice", 1, _slice_infer, _slice_vjp, ("begin", "size"))
+
+
+def _pad_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    shape, pads = tuple(shapes[0]), tuple(tuple(p) for p in attrs["paddings"])
+    if len(pads) != len(shape) or any(len(p) != 2 or min(p) < 0 for p in pads):
+        raise ValueError(f"pad: paddings {pads} must be one (before, after) >= 0 pair per axis")
+    return tuple(n + p[0] + p[1] for n, p in zip(shape, pads, strict=True)), dtypes[0]
+
+
+def _pad_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    begin = tuple(p[0] for p in a["paddings"])
+    return [lambda: call("slice", g, begin=begin, size=xs[0].shape)]
+
+
+_define("pad", 1, _pad_infer, _pad_vjp, ("paddings", "value"))
+
+
+def _concat_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    axis = attrs["axis"]
+    first = tuple(shapes[0])
+    for s in shapes:
+        if len(s) != len(first) or any(
+            d != e for i, (d, e) in enumerate(zip(s, first, strict=True)) if i != axis
+        ):
+            raise ValueError(f"concat: shapes {[tuple(x) for x in shapes]} differ off axis {axis}")
+    _need_dtype("concat", dtypes, DTYPES)
+    out = list(first)
+    out[axis] = sum(s[axis] for s in shapes)
+    return tuple(out), dtypes[0]
+
+
+def _concat_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    axis, offset, thunks = a["axis"], 0, []
+    for x in xs:
+        begin = tuple(offset if i == axis else 0 for i in range(len(x.shape)))
+        thunks.append(lambda b=begin, s=x.shape: call("slice", g, begin=b, size=s))
+        offset += x.shape[axis]
+    return thunks
+
+
+OPS["concat"] = OpDef("concat", -1, ("axis",), _concat_infer, _concat_vjp)
+
+# ---- reductions --------------------------------------------------------------------------------
+
+
+def _kept_shape(shape: Shape, axes: Sequence[int]) -> Shape:
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def _reduce_infer(name: str, allowed: Sequence[str]) -> Infer:
+    def infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+        _need_dtype(name, dtypes, allowed)
+        shape, axes = tuple(shapes[0]), tuple(attrs["axes"])
+        if any(not 0 <= ax < len(shape) for ax in axes) or len(set(axes)) != len(axes):
+            raise ValueError(f"{name}: axes {axes} invalid for shape {shape}")
+        if attrs["keepdims"]:
+            return _kept_shape(shape, axes), dtypes[0]
+        return tuple(n for i, n in enumerate(shape) if i not in axes), dtypes[0]
+
+    return infer
+
+
+def _reduce_sum_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    kept = _kept_shape(xs[0].shape, a["axes"])
+    return [lambda: call("expand", call("reshape", g, shape=kept), shape=xs[0].shape)]
+
+
+def _reduce_max_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    # Ties share the gradient equally (as torch.amax does).
+    def dx() -> Tensor:
+        x = xs[0]
+        kept = _kept_shape(x.shape, a["axes"])
+        peak = call("expand", call("reshape", y, shape=kept), shape=x.shape)
+        mask = call("cast", call("equal", x, peak), dtype=x.dtype)
+        count = call("reduce_sum", mask, axes=a["axes"], keepdims=True)
+        share = call("div", call("reshape", g, shape=kept), count)
+        return call("mul", mask, call("expand", share, shape=x.shape))
+
+    return [dx]
+
+
+_define("reduce_sum", 1, _reduce_infer("reduce_sum", NUMERIC), _reduce_sum_vjp, ("axes", "keepdims"))
+_define("reduce_max", 1, _reduce_infer("reduce_max", NUMERIC), _reduce_max_vjp, ("axes", "keepdims"))
+
+
+def _argmax_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    shape, axis = tuple(shapes[0]), attrs["axis"]
+    if not 0 <= axis < len(shape) or shape[axis] == 0:
+        raise ValueError(f"argmax: axis {axis} invalid for shape {shape}")
+    return tuple(n for i, n in enumerate(shape) if i != axis), "int32"
+
+
+_define("argmax", 1, _argmax_infer, None, ("axis",))
+
+# ---- matmul ------------------------------------------------------------------------------------
+
+
+def _matmul_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    _need_dtype("matmul", dtypes, FLOAT)
+    a, b = tuple(shapes[0]), tuple(shapes[1])
+    if len(a) < 2 or len(a) != len(b) or a[:-2] != b[:-2]:
+        raise ValueError(f"matmul: primitive needs rank >= 2 and equal batch dims, got {a} @ {b}")
+    m, k = (a[-1], a[-2]) if attrs["transpose_a"] else (a[-2], a[-1])
+    k2, n = (b[-1], b[-2]) if attrs["transpose_b"] else (b[-2], b[-1])
+    if k != k2:
+        raise ValueError(f"matmul: inner dimensions differ: {a} @ {b} ({k} vs {k2})")
+    return (*a[:-2], m, n), dtypes[0]
+
+
+def _matmul_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, at: dict[str, Any]):
+    a, b = xs
+    ta, tb = at["transpose_a"], at["transpose_b"]
+
+    def da() -> Tensor:
+        if ta:
+            return call("matmul", b, g, transpose_a=tb, transpose_b=True)
+        return call("matmul", g, b, transpose_a=False, transpose_b=not tb)
+
+    def db() -> Tensor:
+        if tb:
+            return call("matmul", g, a, transpose_a=True, transpose_b=ta)
+        return call("matmul", a, g, transpose_a=not ta, transpose_b=False)
+
+    return [da, db]
+
+
+_define("matmul", 2, _matmul_infer, _matmul_vjp, ("transpose_a", "transpose_b"))
+
+# ---- convolution and pooling (NHWC) ------------------------------------------------------------
+
+
+def window_out(size: int, window: int, stride: int, pad: tuple[int, int]) -> int:
+    """Output length of a strided window over `size` with explicit padding."""
+    return (size + pad[0] + pad[1] - window) // stride + 1
+
+
+def _spatial_out(x: Shape, window: Sequence[int], attrs: dict[str, Any], op: str) -> Shape:
+    if len(x) != 4:
+        raise ValueError(f"{op}: input must be NHWC (rank 4), got shape {x}")
+    (sh, sw), (ph, pw) = attrs["strides"], attrs["pads"]
+    oh, ow = window_out(x[1], window[0], sh, ph), window_out(x[2], window[1], sw, pw)
+    if oh < 1 or ow < 1:
+        raise ValueError(f"{op}: window {tuple(window)} is larger than padded input {x}")
+    return (x[0], oh, ow)
+
+
+def _conv_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    _need_dtype("conv2d", dtypes, FLOAT)
+    x, w = tuple(shapes[0]), tuple(shapes[1])
+    if len(w) != 4 or len(x) != 4 or w[2] != x[3]:
+        raise ValueError(f"conv2d: filters must be HWIO with I == input channels; got x {x}, w {w}")
+    return (*_spatial_out(x, w[:2], attrs, "conv2d"), w[3]), dtypes[0]
+
+
+def _conv_input_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    _need_dtype("conv2d_backprop_input", dtypes, FLOAT)
+    g, w, x = tuple(shapes[0]), tuple(shapes[1]), tuple(attrs["input_shape"])
+    expected = (*_spatial_out(x, w[:2], attrs, "conv2d_backprop_input"), w[3])
+    if g != expected or x[3] != w[2]:
+        raise ValueError(f"conv2d_backprop_input: gradient {g} does not match {expected}")
+    return x, dtypes[0]
+
+
+def _conv_filter_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    _need_dtype("conv2d_backprop_filter", dtypes, FLOAT)
+    x, g, w = tuple(shapes[0]), tuple(shapes[1]), tuple(attrs["filter_shape"])
+    expected = (*_spatial_out(x, w[:2], attrs, "conv2d_backprop_filter"), w[3])
+    if g != expected or x[3] != w[2]:
+        raise ValueError(f"conv2d_backprop_filter: gradient {g} does not match {expected}")
+    return w, dtypes[0]
+
+
+def _geometry(a: dict[str, Any]) -> dict[str, Any]:
+    return {"strides": a["strides"], "pads": a["pads"]}
+
+
+def _conv_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    x, w = xs
+    geo = _geometry(a)
+    return [
+        lambda: call("conv2d_backprop_input", g, w, input_shape=x.shape, **geo),
+        lambda: call("conv2d_backprop_filter", x, g, filter_shape=w.shape, **geo),
+    ]
+
+
+def _conv_input_vjp(gg: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    g, w = xs
+    geo = _geometry(a)
+    return [
+        lambda: call("conv2d", gg, w, **geo),
+        lambda: call("conv2d_backprop_filter", gg, g, filter_shape=w.shape, **geo),
+    ]
+
+
+def _conv_filter_vjp(gw: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+    x, g = xs
+    geo = _geometry(a)
+    return [
+        lambda: call("conv2d_backprop_input", g, gw, input_shape=x.shape, **geo),
+        lambda: call("conv2d", x, gw, **geo),
+    ]
+
+
+_define("conv2d", 2, _conv_infer, _conv_vjp, ("strides", "pads"))
+_define(
+    "conv2d_backprop_input",
+    2,
+    _conv_input_infer,
+    _conv_input_vjp,
+    ("input_shape", "strides", "pads"),
+)
+_define(
+    "conv2d_backprop_filter",
+    2,
+    _conv_filter_infer,
+    _conv_filter_vjp,
+    ("filter_shape", "strides", "pads"),
+)
+
+
+def _pool_infer(name: str) -> Infer:
+    def infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+        _need_dtype(name, dtypes, FLOAT)
+        x = tuple(shapes[0])
+        return (*_spatial_out(x, attrs["pool_size"], attrs, name), x[3]), dtypes[0]
+
+    return infer
+
+
+def _pool_grad_infer(name: str, input_from_attr: bool) -> Infer:
+    def infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+        _need_dtype(name, dtypes, FLOAT)
+        x = tuple(attrs["input_shape"]) if input_from_attr else tuple(shapes[0])
+        g = tuple(shapes[-1])
+        expected = (*_spatial_out(x, attrs["pool_size"], attrs, name), x[3])
+        if g != expected:
+            raise ValueError(f"{name}: gradient {g} does not match pooled shape {expected}")
+        return x, dtypes[0]
+
+    return infer
+
+
+def _pool_attrs(a: dict[str, Any]) -> dict[str, Any]:
+    return {"pool_size": a["pool_size"], "strides": a["strides"], "pads": a["pads"]}
+
+
+_define(
+    "max_pool2d",
+    1,
+    _pool_infer("max_pool2d"),
+    lambda g, xs, y, a: [lambda: call("max_pool2d_grad", xs[0], g, **_pool_attrs(a))],
+    ("pool_size", "strides", "pads"),
+)
+# Second derivatives through max pooling are not needed by any layer or optimizer here.
+_define(
+    "max_pool2d_grad",
+    2,
+    _pool_grad_infer("max_pool2d_grad", False),
+    None,
+    ("pool_size", "strides", "pads"),
+)
+_define(
+    "avg_pool2d",
+    1,
+    _pool_infer("avg_pool2d"),
+    lambda g, xs, y, a: [
+        lambda: call("avg_pool2d_grad", g, input_shape=xs[0].shape, **_pool_attrs(a))
+    ],
+    ("pool_size", "strides", "pads"),
+)
+# avg_pool2d_grad is the transpose of the linear map avg_pool2d, so its VJP is avg_pool2d.
+_define(
+    "avg_pool2d_grad",
+    1,
+    _pool_grad_infer("avg_pool2d_grad", True),
+    lambda g, xs, y, a: [lambda: call("avg_pool2d", g, **_pool_attrs(a))],
+    ("input_shape", "pool_size", "strides", "pads"),
+)
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def infer(op: str, shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    """Checks arity and attributes, then applies the op's shape/dtype rule."""
+    spec = OPS.get(op)
+    if spec is None:
+        raise ValueError(f"unknown primitive {op!r}; primitives are {sorted(OPS)}")
+    if spec.arity >= 0 and len(shapes) != spec.arity:
+        raise TypeError(f"{op}: expected {spec.arity} inputs, got {len(shapes)}")
+    if set(attrs) != set(spec.attrs):
+        raise TypeError(f"{op}: expected attributes {list(spec.attrs)}, got {sorted(attrs)}")
+    return spec.infer(shapes, dtypes, attrs)

@@ -1,0 +1,196 @@
+"""Runtime state: the active backend, live-tensor accounting, tidy scopes, profiling and events."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from . import backends
+from .backends import Backend, cpu  # noqa: F401  (importing cpu registers its kernels)
+
+if TYPE_CHECKING:
+    from .tensor import Tensor
+
+_state: dict[str, Any] = {"backend": None, "events": []}
+
+
+def current_backend() -> Backend:
+    """The active backend; CPython code that never called init gets the cpu backend."""
+    if _state["backend"] is None:
+        _state["backend"] = backends.BACKENDS["cpu"].factory(None)
+    backend: Backend = _state["backend"]
+    return backend
+
+
+def available_backends() -> list[str]:
+    """Backends usable in this interpreter, most preferred first."""
+    return [n for n in backends.registered_backends() if backends.BACKENDS[n].available()]
+
+
+async def init(backend: str | None = None, limits: dict[str, Any] | None = None) -> str:
+    """Selects a backend (None: the most preferred one that passes its self-test); returns its name."""
+    usable = available_backends()
+    if backend is not None:
+        if backend not in usable:
+            raise ValueError(f"backend {backend!r} is not available here; available: {usable}")
+        candidates = [backend]
+    else:
+        candidates = usable
+    for name in candidates:
+        chosen = backends.BACKENDS[name].factory(limits)
+        if await chosen.self_test():
+            _state["backend"] = chosen
+            return name
+        if backend is not None:
+            raise RuntimeError(f"backend {name!r} failed its numeric self-test")
+    raise RuntimeError(f"no backend passed its self-test; tried {candidates}")
+
+
+def get_backend() -> str:
+    return current_backend().name
+
+
+def capabilities() -> dict[str, Any]:
+    return current_backend().capabilities()
+
+
+def runtime_events() -> list[dict[str, Any]]:
+    """What happened to the runtime, oldest first (checkpoints here; GPU backends add losses)."""
+    return list(_state["events"])
+
+
+def record_event(kind: str, step: int, **extra: Any) -> None:
+    _state["events"].append({"type": kind, "step": step, "time": time.time(), **extra})
+
+
+# ---- memory ------------------------------------------------------------------------------------
+
+
+class _Tracker:
+    """Counts live tensors and bytes; `collected` counts tensors freed by GC, not by dispose/tidy."""
+
+    def __init__(self) -> None:
+        self.num_tensors = 0
+        self.num_bytes = 0
+        self.num_buffers = 0
+        self.collected = 0
+        self.scopes: list[list[Tensor]] = []
+
+
+tracker = _Tracker()
+
+
+def memory() -> dict[str, Any]:
+    return {
+        "num_tensors": tracker.num_tensors,
+        "num_bytes": tracker.num_bytes,
+        "num_data_buffers": tracker.num_buffers,
+        "num_collected_by_gc": tracker.collected,
+        "backend": current_backend().name,
+    }
+
+
+def keep(t: Tensor) -> Tensor:
+    """Exempts `t` from disposal by every enclosing tidy scope."""
+    t._kept = True
+    return t
+
+
+class _TidyScope:
+    def __enter__(self) -> _TidyScope:
+        tracker.scopes.append([])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _close_scope(keep_alive=())
+
+
+def _collect_tensors(value: Any, out: list[Tensor]) -> None:
+    from .tensor import Tensor
+
+    if isinstance(value, Tensor):
+        out.append(value)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _collect_tensors(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _collect_tensors(v, out)
+
+
+def _close_scope(keep_alive: Any) -> None:
+    created = tracker.scopes.pop()
+    survivors: list[Tensor] = []
+    _collect_tensors(keep_alive, survivors)
+    survivor_ids = {id(t) for t in survivors}
+    for t in created:
+        if id(t) in survivor_ids:
+            if tracker.scopes:  # returned tensors belong to the enclosing scope now
+                tracker.scopes[-1].append(t)
+        elif not t._kept:
+            t.dispose()
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def tidy(fn: F | None = None) -> Any:
+    """`with tidy():` or `tidy(fn)`: frees tensors created inside that are not returned or kept.
+
+    Variables (weights, optimizer slots) are never owned by a scope. As a wrapper, returned
+    tensors (also inside lists, tuples and dicts) survive; coroutine functions are supported.
+    """
+    if fn is None:
+        return _TidyScope()
+    if inspect.iscoroutinefunction(fn):
+
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            tracker.scopes.append([])
+            result: Any = None
+            try:
+                result = await fn(*args, **kwargs)
+                return result
+            finally:
+                _close_scope(result)
+
+        return run_async
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        tracker.scopes.append([])
+        result: Any = None
+        try:
+            result = fn(*args, **kwargs)
+            return result
+        finally:
+            _close_scope(result)
+
+    return run
+
+
+# ---- profiling ---------------------------------------------------------------------------------
+
+
+async def profile(fn: Callable[[], Any]) -> dict[str, Any]:
+    """Runs fn (sync or async) and reports per-kernel time; on cpu, wall time of each kernel call."""
+    backend = current_backend()
+    backend.profile_log = {}
+    start = time.perf_counter()
+    try:
+        result = fn()
+        if inspect.isawaitable(result):
+            await result
+    finally:
+        log, backend.profile_log = backend.profile_log, None
+    wall_ms = (time.perf_counter() - start) * 1000.0
+    kernels = sorted(
+        ({"name": op, "ms": sum(ts), "calls": len(ts)} for op, ts in log.items()),
+        key=lambda k: -k["ms"],
+    )
+    return {
+        "backend": backend.name,
+        "kernels": kernels,
+        "kernel_ms": sum(k["ms"] for k in kernels),
+        "wall_ms": wall_ms,
+    }

@@ -1,0 +1,279 @@
+"""Tensor and Variable: shaped, typed handles to backend memory, plus the op dispatcher."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import autograd, ops
+from .backends import Backend
+from .runtime import current_backend, tracker
+
+_ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "bool": 1}
+
+
+class _Storage:
+    """One backend buffer, shared by the tensors that reference it (e.g. a Variable after assign)."""
+
+    __slots__ = ("backend", "handle", "nbytes", "refs")
+
+    def __init__(self, backend: Backend, handle: Any, nbytes: int) -> None:
+        self.backend, self.handle, self.nbytes, self.refs = backend, handle, nbytes, 0
+        tracker.num_bytes += nbytes
+        tracker.num_buffers += 1
+
+    def release(self) -> None:
+        self.refs -= 1
+        if self.refs == 0:
+            self.backend.free(self.handle)
+            self.handle = None
+            tracker.num_bytes -= self.nbytes
+            tracker.num_buffers -= 1
+
+
+class Tensor:
+    """An immutable n-d array living on a backend; read it back with `await t.numpy()`.
+
+    `==` and `!=` keep Python identity semantics (tensors are used as dict keys); use
+    pib.equal / pib.not_equal for elementwise comparison.
+    """
+
+    _scoped = True  # plain tensors belong to the innermost tidy scope
+
+    def __init__(self, storage: _Storage, shape: tuple[int, ...], dtype: str) -> None:
+        storage.refs += 1
+        self._storage: _Storage | None = storage
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = dtype
+        self._kept = False
+        tracker.num_tensors += 1
+        if self._scoped and tracker.scopes:
+            tracker.scopes[-1].append(self)
+
+    # ---- identity and life cycle ----
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def backend(self) -> Backend:
+        return self._live_storage().backend
+
+    @property
+    def is_disposed(self) -> bool:
+        return self._storage is None
+
+    def _live_storage(self) -> _Storage:
+        if self._storage is None:
+            raise RuntimeError(
+                f"tensor of shape {self.shape} was disposed (by dispose() or a tidy scope)"
+            )
+        return self._storage
+
+    def _handle(self) -> Any:
+        return self._live_storage().handle
+
+    def dispose(self) -> None:
+        """Frees the tensor's memory now; further use raises. Idempotent."""
+        if self._storage is not None:
+            storage, self._storage = self._storage, None
+            tracker.num_tensors -= 1
+            storage.release()
+
+    def __del__(self) -> None:
+        # Safety net for tensors dropped without dispose(); counted so leak tests can see them.
+        try:
+            if self._storage is not None:
+                tracker.collected += 1
+                self.dispose()
+        except Exception:  # interpreter shutdown: module globals may already be gone
+            pass
+
+    async def numpy(self) -> np.ndarray:
+        """Copies the data back to the host: the one way to read a tensor on every backend."""
+        storage = self._live_storage()
+        return await storage.backend.download(storage.handle)
+
+    async def item(self) -> float | int | bool:
+        """The value of a one-element tensor as a Python scalar."""
+        if self.size != 1:
+            raise ValueError(f"item() needs a one-element tensor, got shape {self.shape}")
+        value: float | int | bool = (await self.numpy()).reshape(()).item()
+        return value
+
+    def __repr__(self) -> str:
+        state = "disposed" if self._storage is None else self.backend.name
+        return f"{type(self).__name__}(shape={self.shape}, dtype={self.dtype}, {state})"
+
+    def __bool__(self) -> bool:
+        raise TypeError("a Tensor has no synchronous truth value; read it with `await t.numpy()`")
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    __hash__ = object.__hash__
+
+    # ---- operators (broadcasting composites in functional.py) ----
+
+    def __add__(self, other: Any) -> Tensor:
+        return _f().add(self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return _f().add(other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return _f().sub(self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return _f().sub(other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return _f().mul(self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return _f().mul(other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return _f().div(self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return _f().div(other, self)
+
+    def __pow__(self, other: Any) -> Tensor:
+        return _f().pow(self, other)
+
+    def __rpow__(self, other: Any) -> Tensor:
+        return _f().pow(other, self)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        return _f().matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return _f().matmul(other, self)
+
+    def __neg__(self) -> Tensor:
+        return apply_op("neg", (self,), {})
+
+    def __lt__(self, other: Any) -> Tensor:
+        return _f().less(self, other)
+
+    def __le__(self, other: Any) -> Tensor:
+        return _f().less_equal(self, other)
+
+    def __gt__(self, other: Any) -> Tensor:
+        return _f().greater(self, other)
+
+    def __ge__(self, other: Any) -> Tensor:
+        return _f().greater_equal(self, other)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return _f().getitem(self, index)
+
+    @property
+    def T(self) -> Tensor:
+        return _f().transpose(self)
+
+    def reshape(self, *shape: Any) -> Tensor:
+        target = shape[0] if len(shape) == 1 and isinstance(shape[0], list | tuple) else shape
+        return _f().reshape(self, target)
+
+    def astype(self, dtype: str) -> Tensor:
+        return _f().cast(self, dtype)
+
+
+class Variable(Tensor):
+    """A mutable tensor for weights and optimizer slots: persists across tidy scopes."""
+
+    _scoped = False
+
+    def __init__(self, value: Any, trainable: bool = True, name: str = "", dtype: str | None = None):
+        source = tensor(value, dtype=dtype or _infer_dtype(value))
+        storage = source._live_storage()
+        super().__init__(storage, source.shape, source.dtype)
+        if source is not value:
+            source.dispose()
+        self.trainable = trainable
+        self.name = name
+
+    def assign(self, value: Tensor) -> Variable:
+        """Points the variable at `value`'s data (no copy); shape and dtype must match."""
+        if not isinstance(value, Tensor):
+            value = tensor(value, dtype=self.dtype)
+        if value.shape != self.shape or value.dtype != self.dtype:
+            raise ValueError(
+                f"assign to variable {self.name!r}: expected shape {self.shape} dtype "
+                f"{self.dtype}, got shape {value.shape} dtype {value.dtype}"
+            )
+        new = value._live_storage()
+        new.refs += 1
+        self._live_storage().release()
+        self._storage = new
+        return self
+
+
+def _f() -> Any:
+    from . import functional  # late: functional imports this module
+
+    return functional
+
+
+def _infer_dtype(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return value.dtype
+    kind = np.asarray(value).dtype.kind
+    return {"b": "bool", "i": "int32", "u": "int32"}.get(kind, "float32")
+
+
+def _wrap(backend: Backend, handle: Any, shape: tuple[int, ...], dtype: str) -> Tensor:
+    nbytes = int(np.prod(shape, dtype=np.int64)) * _ITEMSIZE[dtype]
+    return Tensor(_Storage(backend, handle, nbytes), shape, dtype)
+
+
+def tensor(data: Any, dtype: str | None = "float32") -> Tensor:
+    """Creates a tensor from nested lists, a scalar, a numpy array or a Tensor (cast if needed)."""
+    if dtype is None:
+        dtype = _infer_dtype(data)
+    if dtype not in _ITEMSIZE:
+        raise TypeError(f"dtype must be one of {list(_ITEMSIZE)}, got {dtype!r}")
+    if isinstance(data, Tensor):
+        return data if data.dtype == dtype else apply_op("cast", (data,), {"dtype": dtype})
+    try:
+        array = np.asarray(data, dtype=dtype)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"tensor(data): cannot convert {type(data).__name__} to {dtype}") from err
+    backend = current_backend()
+    return _wrap(backend, backend.upload(array), array.shape, dtype)
+
+
+def full(shape: Sequence[int], value: float, dtype: str = "float32") -> Tensor:
+    """A constant tensor: one scalar upload broadcast by expand (no full-size host buffer)."""
+    shape = tuple(shape)
+    scalar = tensor(np.full((1,) * len(shape), value), dtype=dtype)
+    if all(d == 1 for d in shape):
+        return scalar
+    return apply_op("expand", (scalar,), {"shape": shape})
+
+
+def apply_op(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any]) -> Tensor:
+    """Checks the op's rule, runs the backend kernel, wraps the result and tells active tapes."""
+    for i, t in enumerate(inputs):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: input {i} must be a Tensor, got {type(t).__name__}")
+    shape, dtype = ops.infer(op, [t.shape for t in inputs], [t.dtype for t in inputs], attrs)
+    backend = inputs[0].backend if inputs else current_backend()
+    if any(t.backend is not backend for t in inputs):
+        raise ValueError(f"{op}: inputs live on different backends")
+    handle = backend.run(op, [t._handle() for t in inputs], attrs)
+    out = _wrap(backend, handle, shape, dtype)
+    if autograd.active_tapes:
+        autograd.record(op, inputs, attrs, out)
+    return out

@@ -1,0 +1,313 @@
+"""The one table of op test cases, with plain-numpy references and async checkers.
+
+Used by pytest in CPython and by Playwright inside Pyodide on every backend, so it imports only
+numpy and py_in_browser. Inputs are deterministic: np.random.Generator(PCG64(case.seed)).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import py_in_browser as pib
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """One call of a public op: pib.<op>(*inputs, **attrs) and the numpy reference of it."""
+
+    name: str
+    op: str
+    shapes: tuple[tuple[int, ...], ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    # Per input: "normal", "positive" (log, sqrt, pow base), "distinct" (no ties for max-like
+    # ops), "bool" or "int<n>" (integers in [0, n)).
+    kinds: tuple[str, ...] = ()
+    seed: int = 0
+    grad: bool = True
+    # Relative gradient tolerance vs float64 finite differences; erf is a 1.5e-7 approximation
+    # (the closed form a shader can also evaluate), so its slope differs slightly more.
+    grad_tol: float = 1e-6
+
+
+def _kinds(case: OpCase) -> tuple[str, ...]:
+    return case.kinds or ("normal",) * len(case.shapes)
+
+
+def make_inputs(case: OpCase, dtype: str = "float32") -> list[np.ndarray]:
+    rng = np.random.Generator(np.random.PCG64(case.seed))
+    arrays = []
+    for index, (shape, kind) in enumerate(zip(case.shapes, _kinds(case), strict=True)):
+        n = int(np.prod(shape, dtype=np.int64))
+        if kind == "normal":
+            arrays.append(rng.standard_normal(shape).astype(dtype))
+        elif kind == "positive":
+            arrays.append(rng.uniform(0.5, 2.0, shape).astype(dtype))
+        elif kind == "distinct":
+            # A shuffled ramp spaced 0.1 apart, offset per input: no ties within or across inputs,
+            # so finite differences never cross a kink.
+            ramp = rng.permutation(n).reshape(shape) * 0.1 - n * 0.05 + 0.037 * (index + 1)
+            arrays.append(ramp.astype(dtype))
+        elif kind == "bool":
+            arrays.append(rng.uniform(size=shape) < 0.5)
+        elif kind.startswith("int"):
+            arrays.append(rng.integers(0, int(kind[3:]), shape).astype(np.int32))
+        else:
+            raise ValueError(f"unknown input kind {kind!r}")
+    return arrays
+
+
+def _same_pads(size: int, k: int, s: int) -> tuple[int, int]:
+    out = math.ceil(size / s)
+    total = max((out - 1) * s + k - size, 0)
+    return total // 2, total - total // 2
+
+
+def _pads(padding: str, hw: tuple[int, int], window: tuple[int, int], strides: tuple[int, int]):
+    if padding == "valid":
+        return (0, 0), (0, 0)
+    return _same_pads(hw[0], window[0], strides[0]), _same_pads(hw[1], window[1], strides[1])
+
+
+def _as_pair(v: Any) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def _ref_conv2d(x: np.ndarray, w: np.ndarray, strides: Any = 1, padding: str = "valid"):
+    """Direct loops over output pixels: slow, but independent of the im2col kernel."""
+    sh, sw = _as_pair(strides)
+    kh, kw, _, cout = w.shape
+    (pt, pb), (pl, pr) = _pads(padding, x.shape[1:3], (kh, kw), (sh, sw))
+    xp = np.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    oh, ow = (xp.shape[1] - kh) // sh + 1, (xp.shape[2] - kw) // sw + 1
+    out = np.zeros((x.shape[0], oh, ow, cout))
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, i * sh : i * sh + kh, j * sw : j * sw + kw, :]
+            out[:, i, j, :] = np.tensordot(patch, w, axes=([1, 2, 3], [0, 1, 2]))
+    return out
+
+
+def _ref_pool(kind: str) -> Callable[..., np.ndarray]:
+    def pool(x: np.ndarray, pool_size: Any = 2, strides: Any = None, padding: str = "valid"):
+        kh, kw = _as_pair(pool_size)
+        sh, sw = _as_pair(strides if strides is not None else pool_size)
+        (pt, pb), (pl, pr) = _pads(padding, x.shape[1:3], (kh, kw), (sh, sw))
+        xp = np.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=np.nan)
+        oh, ow = (xp.shape[1] - kh) // sh + 1, (xp.shape[2] - kw) // sw + 1
+        out = np.zeros((x.shape[0], oh, ow, x.shape[3]))
+        reduce = np.nanmax if kind == "max" else np.nanmean
+        for i in range(oh):
+            for j in range(ow):
+                window = xp[:, i * sh : i * sh + kh, j * sw : j * sw + kw, :]
+                out[:, i, j, :] = reduce(window, axis=(1, 2))
+        return out
+
+    return pool
+
+
+def _ref_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _ref_slice(x: np.ndarray, begin: Any, size: Any) -> np.ndarray:
+    return x[tuple(slice(b, b + s) for b, s in zip(begin, size, strict=True))]
+
+
+_erf = np.vectorize(math.erf)
+
+REFERENCES: dict[str, Callable[..., Any]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "pow": np.power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "less": np.less,
+    "less_equal": np.less_equal,
+    "greater": np.greater,
+    "greater_equal": np.greater_equal,
+    "equal": np.equal,
+    "not_equal": np.not_equal,
+    "where": np.where,
+    "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "tanh": np.tanh,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "relu": lambda x: np.maximum(x, 0),
+    "erf": _erf,
+    "abs": np.abs,
+    "square": np.square,
+    "leaky_relu": lambda x, negative_slope=0.2: np.where(x > 0, x, x * negative_slope),
+    "gelu": lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
+    "sum": lambda x, axis=None, keepdims=False: np.sum(x, axis=axis, keepdims=keepdims),
+    "mean": lambda x, axis=None, keepdims=False: np.mean(x, axis=axis, keepdims=keepdims),
+    "max": lambda x, axis=None, keepdims=False: np.max(x, axis=axis, keepdims=keepdims),
+    "min": lambda x, axis=None, keepdims=False: np.min(x, axis=axis, keepdims=keepdims),
+    "variance": lambda x, axis=None, keepdims=False: np.var(x, axis=axis, keepdims=keepdims),
+    "argmax": lambda x, axis=-1: np.argmax(x, axis=axis),
+    "matmul": np.matmul,
+    "reshape": lambda x, shape: np.reshape(x, shape),
+    "transpose": lambda x, perm=None: np.transpose(x, perm),
+    "slice": _ref_slice,
+    "pad": lambda x, paddings, constant_values=0.0: np.pad(
+        x, paddings, constant_values=constant_values
+    ),
+    "concat": lambda *xs, axis=0: np.concatenate(xs, axis=axis),
+    "softmax": _ref_softmax,
+    "log_softmax": lambda x, axis=-1: np.log(_ref_softmax(x, axis)),
+    "cast": lambda x, dtype: x.astype(dtype),
+    "conv2d": _ref_conv2d,
+    "max_pool2d": _ref_pool("max"),
+    "avg_pool2d": _ref_pool("avg"),
+}
+
+_C = OpCase
+CASES: list[OpCase] = [
+    _C("add_broadcast", "add", ((2, 3, 4), (3, 1))),
+    _C("sub_broadcast", "sub", ((4,), (2, 4))),
+    _C("mul_broadcast", "mul", ((2, 1, 4), (1, 3, 1))),
+    _C("div", "div", ((3, 4), (3, 4)), kinds=("normal", "positive")),
+    _C("pow", "pow", ((3, 4), (3, 4)), kinds=("positive", "normal")),
+    _C("maximum", "maximum", ((3, 4), (4,)), kinds=("distinct", "distinct"), seed=1),
+    _C("minimum", "minimum", ((3, 4), (3, 4)), kinds=("distinct", "distinct"), seed=2),
+    _C("less", "less", ((3, 4), (3, 4)), grad=False),
+    _C("less_equal", "less_equal", ((3, 4), (4,)), grad=False),
+    _C("greater", "greater", ((3, 4), (3, 4)), grad=False),
+    _C("greater_equal", "greater_equal", ((3, 4), (3, 4)), grad=False),
+    _C("equal", "equal", ((3, 4), (3, 4)), kinds=("int3", "int3"), grad=False),
+    _C("not_equal", "not_equal", ((3, 4), (3, 4)), kinds=("int3", "int3"), grad=False),
+    _C("where", "where", ((3, 4), (3, 4), (4,)), kinds=("bool", "normal", "normal")),
+    _C("neg", "neg", ((3, 4),)),
+    _C("exp", "exp", ((3, 4),)),
+    _C("log", "log", ((3, 4),), kinds=("positive",)),
+    _C("sqrt", "sqrt", ((3, 4),), kinds=("positive",)),
+    _C("tanh", "tanh", ((3, 4),)),
+    _C("sigmoid", "sigmoid", ((3, 4),)),
+    _C("relu", "relu", ((3, 4),), kinds=("distinct",)),
+    _C("erf", "erf", ((3, 4),), grad_tol=1e-5),
+    _C("abs", "abs", ((3, 4),), kinds=("distinct",), seed=3),
+    _C("square", "square", ((3, 4),)),
+    _C("leaky_relu", "leaky_relu", ((3, 4),), kinds=("distinct",), seed=4),
+    _C("gelu", "gelu", ((3, 4),)),
+    _C("sum_all", "sum", ((2, 3, 4),)),
+    _C("sum_axes_keepdims", "sum", ((2, 3, 4),), {"axis": (0, 2), "keepdims": True}),
+    _C("mean_axis", "mean", ((2, 3, 4),), {"axis": 1}),
+    _C("max_axis", "max", ((2, 3, 4),), {"axis": -1}, kinds=("distinct",)),
+    _C("max_all_keepdims", "max", ((2, 3, 4),), {"keepdims": True}, kinds=("distinct",)),
+    _C("min_axis", "min", ((2, 3, 4),), {"axis": 0}, kinds=("distinct",)),
+    _C("variance_axis", "variance", ((4, 5),), {"axis": 0}),
+    _C("argmax_last", "argmax", ((3, 5),), {"axis": -1}, kinds=("distinct",), grad=False),
+    _C("argmax_first", "argmax", ((3, 5, 2),), {"axis": 0}, kinds=("distinct",), grad=False),
+    _C("matmul_2d", "matmul", ((3, 4), (4, 5))),
+    _C("matmul_batched", "matmul", ((2, 3, 4), (2, 4, 5))),
+    _C("matmul_broadcast_batch", "matmul", ((2, 3, 4), (4, 2))),
+    _C("reshape", "reshape", ((2, 6),), {"shape": (3, -1)}),
+    _C("transpose", "transpose", ((2, 3, 4),), {"perm": (2, 0, 1)}),
+    _C("slice", "slice", ((4, 5),), {"begin": (1, 2), "size": (2, 3)}),
+    _C("pad", "pad", ((2, 3),), {"paddings": ((1, 0), (2, 1))}),
+    _C("concat", "concat_list", ((2, 3), (2, 2)), {"axis": 1}),
+    _C("softmax", "softmax", ((3, 5),)),
+    _C("log_softmax", "log_softmax", ((3, 5),), {"axis": 0}),
+    _C("cast_to_int", "cast", ((3, 4),), {"dtype": "int32"}, grad=False),
+    _C("conv2d_valid", "conv2d", ((2, 5, 6, 2), (3, 3, 2, 3))),
+    _C("conv2d_same", "conv2d", ((1, 5, 5, 2), (3, 3, 2, 2)), {"padding": "same"}),
+    _C(
+        "conv2d_same_stride2",
+        "conv2d",
+        ((1, 6, 7, 2), (3, 2, 2, 3)),
+        {"padding": "same", "strides": 2},
+    ),
+    _C("conv2d_valid_stride2", "conv2d", ((1, 7, 7, 1), (3, 3, 1, 2)), {"strides": (2, 1)}),
+    _C("max_pool2d", "max_pool2d", ((2, 4, 6, 2),), kinds=("distinct",)),
+    _C(
+        "max_pool2d_same",
+        "max_pool2d",
+        ((1, 5, 5, 2),),
+        {"pool_size": 3, "strides": 2, "padding": "same"},
+        kinds=("distinct",),
+    ),
+    _C("avg_pool2d", "avg_pool2d", ((2, 4, 6, 2),)),
+    _C(
+        "avg_pool2d_same",
+        "avg_pool2d",
+        ((1, 5, 5, 2),),
+        {"pool_size": 3, "strides": 2, "padding": "same"},
+    ),
+]
+
+
+def _call_pib(case: OpCase, tensors: list[pib.Tensor]) -> pib.Tensor:
+    if case.op == "concat_list":
+        return pib.concat(tensors, **case.attrs)
+    out: pib.Tensor = getattr(pib, case.op)(*tensors, **case.attrs)
+    return out
+
+
+def reference(case: OpCase, arrays: list[np.ndarray]) -> np.ndarray:
+    """The numpy answer, computed in float64 where inputs are float."""
+    wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays]
+    if case.op == "concat_list":
+        return np.asarray(REFERENCES["concat"](*wide, **case.attrs))
+    return np.asarray(REFERENCES[case.op](*wide, **case.attrs))
+
+
+def _to_tensors(case: OpCase, arrays: list[np.ndarray], dtype: str) -> list[pib.Tensor]:
+    return [pib.tensor(a, dtype=dtype if a.dtype.kind == "f" else None) for a in arrays]
+
+
+async def check_forward(case: OpCase, dtype: str = "float32") -> dict[str, Any]:
+    """Runs the op on the active backend and compares it with the numpy reference."""
+    arrays = make_inputs(case, dtype)
+    with pib.tidy():
+        got = await _call_pib(case, _to_tensors(case, arrays, dtype)).numpy()
+    want = reference(case, arrays)
+    same_shape = got.shape == want.shape
+    diff = got.astype(np.float64) - want.astype(np.float64) if same_shape else np.inf
+    err = float(np.max(np.abs(diff), initial=0.0))
+    scale = float(np.max(np.abs(want), initial=1.0))
+    return {"case": case.name, "shape_ok": same_shape, "max_abs_err": err, "scale": scale}
+
+
+async def check_gradient(case: OpCase, dtype: str = "float64", eps: float = 1e-6) -> dict[str, Any]:
+    """Tape gradients of sum(op(x) * r) against central finite differences of the same op."""
+    arrays = make_inputs(case, dtype)
+    float_idx = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
+    probe_rng = np.random.Generator(np.random.PCG64(case.seed + 1000))
+
+    with pib.tidy():
+        tensors = _to_tensors(case, arrays, dtype)
+        with pib.GradientTape() as tape:
+            tape.watch(*tensors)
+            out = _call_pib(case, tensors)
+            probe = pib.tensor(probe_rng.standard_normal(out.shape), dtype=dtype)
+            objective = pib.sum(out * probe)
+        grads = tape.gradient(objective, [tensors[i] for i in float_idx])
+        analytic = [await g.numpy() for g in grads]
+        weights = await probe.numpy()
+
+    async def objective_at(values: list[np.ndarray]) -> float:
+        with pib.tidy():
+            y = await _call_pib(case, _to_tensors(case, values, dtype)).numpy()
+        return float(np.sum(y * weights))
+
+    worst = 0.0
+    for k, i in enumerate(float_idx):
+        numeric = np.zeros_like(arrays[i])
+        for pos in np.ndindex(arrays[i].shape):
+            plus = [a.copy() for a in arrays]
+            minus = [a.copy() for a in arrays]
+            plus[i][pos] += eps
+            minus[i][pos] -= eps
+            numeric[pos] = (await objective_at(plus) - await objective_at(minus)) / (2 * eps)
+        scale = max(1.0, float(np.max(np.abs(numeric))))
+        worst = max(worst, float(np.max(np.abs(analytic[k] - numeric))) / scale)
+    return {"case": case.name, "max_rel_err": worst}
