@@ -1,6 +1,9 @@
 """py_in_browser: a Keras-like tensor and training engine that runs the same in CPython and Pyodide."""
 
+from . import callbacks, optim
+from . import optim as optimizers
 from .autograd import GradientTape, grad
+from .callbacks import Callback, EarlyStopping, History, LambdaCallback, ProgressCallback
 from .functional import (
     abs,
     add,
@@ -58,6 +61,8 @@ from .functional import (
     zeros,
     zeros_like,
 )
+from .model import Sequential
+from .nn import activations, initializers, layers, losses, metrics
 from .runtime import (
     available_backends,
     capabilities,
@@ -70,8 +75,24 @@ from .runtime import (
     tidy,
 )
 from .tensor import Tensor, Variable, full, tensor
+from .training import NonFiniteLossError
 
 __all__ = [
+    "Callback",
+    "EarlyStopping",
+    "History",
+    "LambdaCallback",
+    "NonFiniteLossError",
+    "ProgressCallback",
+    "Sequential",
+    "activations",
+    "callbacks",
+    "initializers",
+    "layers",
+    "losses",
+    "metrics",
+    "optim",
+    "optimizers",
     "GradientTape",
     "Tensor",
     "Variable",

@@ -57,9 +57,7 @@ class GradientTape:
             self._records.append((op, tuple(inputs), attrs, out))
             self._tracked[id(out)] = out
 
-    def gradient(
-        self, target: Tensor, sources: Any, output_gradients: Tensor | None = None
-    ) -> Any:
+    def gradient(self, target: Tensor, sources: Any, output_gradients: Tensor | None = None) -> Any:
         """d(sum of target * output_gradients)/d(source) for one source or a list/tuple of them."""
         from .tensor import full
 
@@ -68,8 +66,10 @@ class GradientTape:
         self._used = True
         if target.dtype not in FLOAT:
             raise TypeError(f"gradient target must be a float tensor, got {target.dtype}")
-        seed = output_gradients if output_gradients is not None else full(
-            target.shape, 1.0, target.dtype
+        seed = (
+            output_gradients
+            if output_gradients is not None
+            else full(target.shape, 1.0, target.dtype)
         )
         was_recording, self._recording = self._recording, False
         try:

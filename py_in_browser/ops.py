@@ -151,9 +151,7 @@ def _erf_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
 
 _define("erf", 1, _unary_rule(FLOAT), _erf_vjp)
 
-_define(
-    "add", 2, _binary_rule("add", NUMERIC), lambda g, xs, y, a: [lambda: g, lambda: g]
-)
+_define("add", 2, _binary_rule("add", NUMERIC), lambda g, xs, y, a: [lambda: g, lambda: g])
 _define(
     "sub",
     2,
@@ -304,9 +302,7 @@ def _slice_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str
 
 
 def _slice_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
-    pads = tuple(
-        (b, n - b - s) for b, s, n in zip(a["begin"], a["size"], xs[0].shape, strict=True)
-    )
+    pads = tuple((b, n - b - s) for b, s, n in zip(a["begin"], a["size"], xs[0].shape, strict=True))
     return [lambda: call("pad", g, paddings=pads, value=0.0)]
 
 
@@ -392,8 +388,12 @@ def _reduce_max_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any
     return [dx]
 
 
-_define("reduce_sum", 1, _reduce_infer("reduce_sum", NUMERIC), _reduce_sum_vjp, ("axes", "keepdims"))
-_define("reduce_max", 1, _reduce_infer("reduce_max", NUMERIC), _reduce_max_vjp, ("axes", "keepdims"))
+_define(
+    "reduce_sum", 1, _reduce_infer("reduce_sum", NUMERIC), _reduce_sum_vjp, ("axes", "keepdims")
+)
+_define(
+    "reduce_max", 1, _reduce_infer("reduce_max", NUMERIC), _reduce_max_vjp, ("axes", "keepdims")
+)
 
 
 def _argmax_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):

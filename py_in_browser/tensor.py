@@ -195,7 +195,9 @@ class Variable(Tensor):
 
     _scoped = False
 
-    def __init__(self, value: Any, trainable: bool = True, name: str = "", dtype: str | None = None):
+    def __init__(
+        self, value: Any, trainable: bool = True, name: str = "", dtype: str | None = None
+    ):
         source = tensor(value, dtype=dtype or _infer_dtype(value))
         storage = source._live_storage()
         super().__init__(storage, source.shape, source.dtype)

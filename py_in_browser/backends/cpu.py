@@ -41,6 +41,11 @@ class CpuBackend(Backend):
     async def self_test(self) -> bool:
         return True
 
+    def run(self, op: str, inputs: list[Any], attrs: dict[str, Any]) -> Any:
+        # NaN/Inf propagate silently, as on GPUs; fit detects non-finite losses itself.
+        with np.errstate(all="ignore"):
+            return super().run(op, inputs, attrs)
+
 
 register_backend(NAME, CpuBackend, priority=0)
 

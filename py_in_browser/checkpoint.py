@@ -1,0 +1,98 @@
+"""Checkpoints as one .npz blob that plain numpy reads: np.load(io.BytesIO(blob)).
+
+Keys (format "py_in_browser.checkpoint.v1"):
+  format                      the format string above
+  weights/NNNN                model weights in Keras order (get_weights order)
+  optimizer/config            JSON of the optimizer class and hyper-parameters ("" if none)
+  optimizer/state/NNNN        iterations, then each trainable variable's slots in order
+  rng/seed                    the model seed (initializers and dropout)
+  rng/dropout_calls           per layer, how many dropout masks it has drawn (0 for others)
+  progress/json               data cursor: epoch, batch (next batch to run), seed, batch_size,
+                              shuffle, samples, seen (samples accumulated this epoch)
+  progress/accumulators       this epoch's loss sum then metric hit counts (float32)
+
+Shuffling is a pure function of (seed, epoch) (training.epoch_order), so the cursor plus these
+counters restore the exact data order and masks; resumed training is bit-identical on cpu.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import optim
+from .runtime import record_event, tidy
+from .tensor import tensor
+
+if TYPE_CHECKING:
+    from .model import Sequential
+
+FORMAT = "py_in_browser.checkpoint.v1"
+
+
+async def save(model: Sequential) -> bytes:
+    model._require_built()
+    arrays: dict[str, Any] = {"format": np.array(FORMAT)}
+    for i, w in enumerate(await model.get_weights()):
+        arrays[f"weights/{i:04d}"] = w
+    opt = model.optimizer
+    arrays["optimizer/config"] = np.array(json.dumps(opt.get_config()) if opt else "")
+    for i, var in enumerate(opt.variables() if opt else []):
+        arrays[f"optimizer/state/{i:04d}"] = await var.numpy()
+    arrays["rng/seed"] = np.array(model.seed)
+    arrays["rng/dropout_calls"] = np.array([getattr(la, "calls", 0) for la in model.layers])
+    progress = dict(model.progress)
+    state = model.fit_state
+    if state is not None:
+        if not await state.ok.item():
+            raise FloatingPointError("refusing to checkpoint: this fit has hit a NaN/Inf loss")
+        progress["seen"] = state.seen
+        accumulators = [await v.numpy() for v in state.variables()]
+        arrays["progress/accumulators"] = np.array(accumulators, dtype=np.float32)
+    arrays["progress/json"] = np.array(json.dumps(progress))
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    step = int(await opt.iterations.item()) if opt and opt.iterations is not None else 0
+    record_event("checkpoint", step, epoch=progress.get("epoch"), batch=progress.get("batch"))
+    return buffer.getvalue()
+
+
+def load(model: Sequential, blob: bytes) -> None:
+    with np.load(io.BytesIO(blob), allow_pickle=False) as data:
+        if "format" not in data or str(data["format"]) != FORMAT:
+            raise ValueError(f"load_checkpoint: not a {FORMAT} blob")
+        n_weights = len([k for k in data.files if k.startswith("weights/")])
+        model.set_weights([data[f"weights/{i:04d}"] for i in range(n_weights)])
+        config = str(data["optimizer/config"])
+        states = [data[k] for k in sorted(k for k in data.files if k.startswith("optimizer/state/"))]
+        if config:
+            _restore_optimizer(model, json.loads(config), states)
+        calls = data["rng/dropout_calls"]
+        if len(calls) != len(model.layers):
+            raise ValueError("load_checkpoint: the checkpoint has a different number of layers")
+        for layer, count in zip(model.layers, calls, strict=True):
+            if hasattr(layer, "calls"):
+                layer.calls = int(count)
+        progress = json.loads(str(data["progress/json"]))
+        if "progress/accumulators" in data:
+            progress["accumulators"] = list(data["progress/accumulators"])
+        model.progress = {k: v for k, v in progress.items() if k != "accumulators"}
+        model.resume_state = progress
+
+
+def _restore_optimizer(model: Sequential, config: dict[str, Any], states: list[np.ndarray]):
+    opt = model.optimizer
+    if opt is None or opt.get_config() != config:
+        model.optimizer = opt = optim.from_config(config)
+    if not states:
+        return
+    opt.build(model.trainable_weights)
+    variables = opt.variables()
+    if len(variables) != len(states):
+        raise ValueError("load_checkpoint: optimizer state does not match this model's weights")
+    with tidy():
+        for var, value in zip(variables, states, strict=True):
+            var.assign(tensor(value, dtype=var.dtype))

@@ -1,0 +1,1 @@
+"""Neural-network building blocks: activations, initializers, layers, losses and metrics."""

@@ -1,0 +1,315 @@
+"""Keras-style layers: Dense, Conv2D, pooling, Flatten, Dropout, BatchNormalization, Activation."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import functional as F
+from ..tensor import Tensor, Variable, tensor
+from . import activations, initializers
+
+Shape = tuple[int, ...]
+
+# Moving-statistic updates go here instead of being assigned while a train step collects them,
+# so the step can apply them only when its loss is finite (see training.train_step).
+state_update_sink: list[tuple[Variable, Tensor]] | None = None
+
+_standalone_layers = itertools.count(1)
+
+
+class Layer:
+    """Base layer: lazily built from the input shape (without batch axis) on first call."""
+
+    _name_counts: dict[str, int] = {}
+
+    def __init__(self, name: str | None = None, input_shape: Sequence[int] | None = None):
+        base = _snake(type(self).__name__)
+        count = Layer._name_counts.get(base, 0)
+        Layer._name_counts[base] = count + 1
+        self.name = name or (base if count == 0 else f"{base}_{count}")
+        self.input_shape: Shape | None = tuple(input_shape) if input_shape is not None else None
+        self.built = False
+        self.trainable_weights: list[Variable] = []
+        self.non_trainable_weights: list[Variable] = []
+        # (model seed, layer index); a Sequential overwrites it before building.
+        self.seed: tuple[int, int] = (0, 1_000_000 + next(_standalone_layers))
+        self.output_shape: Shape | None = None
+
+    @property
+    def weights(self) -> list[Variable]:
+        return self.trainable_weights + self.non_trainable_weights
+
+    def add_weight(self, name: str, shape: Shape, initializer: Any, trainable: bool = True):
+        index = len(self.weights)
+        rng = initializers.rng_for(self.seed[0], self.seed[1], index)
+        value = initializers.get(initializer)(tuple(shape), rng)
+        var = Variable(value, trainable=trainable, name=f"{self.name}/{name}")
+        (self.trainable_weights if trainable else self.non_trainable_weights).append(var)
+        return var
+
+    def build(self, input_shape: Shape) -> None:
+        self.input_shape = tuple(input_shape)
+        self.output_shape = self.compute_output_shape(self.input_shape)
+        self.built = True
+
+    def compute_output_shape(self, input_shape: Shape) -> Shape:
+        return input_shape
+
+    def call(self, x: Tensor, training: bool) -> Tensor:
+        raise NotImplementedError
+
+    def __call__(self, x: Tensor, training: bool = False) -> Tensor:
+        if not isinstance(x, Tensor):
+            x = tensor(x)
+        if not self.built:
+            self.build(x.shape[1:])
+        elif self.input_shape is not None and x.shape[1:] != self.input_shape:
+            raise ValueError(
+                f"layer {self.name!r}: expected input shape (batch, *{self.input_shape}), "
+                f"got {x.shape}"
+            )
+        return self.call(x, training)
+
+    def count_params(self) -> int:
+        return sum(w.size for w in self.weights)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+class Dense(Layer):
+    """Fully connected layer: activation(x @ kernel + bias)."""
+
+    def __init__(
+        self,
+        units: int,
+        activation: Any = None,
+        use_bias: bool = True,
+        kernel_initializer: Any = "glorot_uniform",
+        bias_initializer: Any = "zeros",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.units = _positive_int(units, "Dense units")
+        self.activation = activations.get(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
+
+    def build(self, input_shape: Shape) -> None:
+        self.kernel = self.add_weight(
+            "kernel", (input_shape[-1], self.units), self.kernel_initializer
+        )
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.units,), self.bias_initializer)
+        super().build(input_shape)
+
+    def compute_output_shape(self, input_shape: Shape) -> Shape:
+        return (*input_shape[:-1], self.units)
+
+    def call(self, x: Tensor, training: bool) -> Tensor:
+        y = F.matmul(x, self.kernel)
+        if self.use_bias:
+            y = F.add(y, self.bias)
+        return self.activation(y)
+
+
+class Conv2D(Layer):
+    """NHWC convolution with HWIO kernels; padding 'valid' or 'same'."""
+
+    def __init__(
+        self,
+        filters: int,
+        kernel_size: int | Sequence[int],
+        strides: int | Sequence[int] = 1,
+        padding: str = "valid",
+        activation: Any = None,
+        use_bias: bool = True,
+        kernel_initializer: Any = "glorot_uniform",
+        bias_initializer: Any = "zeros",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.filters = _positive_int(filters, "Conv2D filters")
+        self.kernel_size = F._pair_of(kernel_size, "Conv2D kernel_size")
+        self.strides = F._pair_of(strides, "Conv2D strides")
+        if padding not in ("valid", "same"):
+            raise ValueError(f"Conv2D padding must be 'valid' or 'same', got {padding!r}")
+        self.padding = padding
+        self.activation = activations.get(activation)
+        self.use_bias = use_bias
+        self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
+
+    def build(self, input_shape: Shape) -> None:
+        if len(input_shape) != 3:
+            raise ValueError(f"Conv2D expects (height, width, channels) inputs, got {input_shape}")
+        shape = (*self.kernel_size, input_shape[-1], self.filters)
+        self.kernel = self.add_weight("kernel", shape, self.kernel_initializer)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer)
+        super().build(input_shape)
+
+    def compute_output_shape(self, input_shape: Shape) -> Shape:
+        return (*_spatial(input_shape, self.kernel_size, self.strides, self.padding), self.filters)
+
+    def call(self, x: Tensor, training: bool) -> Tensor:
+        y = F.conv2d(x, self.kernel, self.strides, self.padding)
+        if self.use_bias:
+            y = F.add(y, self.bias)
+        return self.activation(y)
+
+
+def _spatial(shape: Shape, window: Sequence[int], strides: Sequence[int], padding: str):
+    pads = F.resolve_padding(padding, shape[:2], window, strides)
+    return tuple(
+        (shape[i] + pads[i][0] + pads[i][1] - window[i]) // strides[i] + 1 for i in range(2)
+    )
+
+
+class _Pool2D(Layer):
+    op = "max"
+
+    def __init__(
+        self,
+        pool_size: int | Sequence[int] = 2,
+        strides: int | Sequence[int] | None = None,
+        padding: str = "valid",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.pool_size = F._pair_of(pool_size, "pool_size")
+        self.strides = F._pair_of(strides if strides is not None else self.pool_size, "strides")
+        if padding not in ("valid", "same"):
+            raise ValueError(f"pooling padding must be 'valid' or 'same', got {padding!r}")
+        self.padding = padding
+
+    def compute_output_shape(self, input_shape: Shape) -> Shape:
+        if len(input_shape) != 3:
+            raise ValueError(f"{type(self).__name__} expects (h, w, c) inputs, got {input_shape}")
+        return (*_spatial(input_shape, self.pool_size, self.strides, self.padding), input_shape[2])
+
+    def call(self, x: Tensor, training: bool) -> Tensor:
+        pool = F.max_pool2d if self.op == "max" else F.avg_pool2d
+        return pool(x, self.pool_size, self.strides, self.padding)
+
+
+class MaxPool2D(_Pool2D):
+    op = "max"
+
+
+class AveragePooling2D(_Pool2D):
+    op = "avg"
+
+
+MaxPooling2D = MaxPool2D
+AvgPool2D = AveragePooling2D
+
+
+class GlobalAveragePooling2D(Layer):
+    def compute_output_shape(self, input_shape: Shape) -> Shape:
+        return (input_shape[-1],)
+
+    def call(self, x: Tensor, training: bool) -> Tensor:
+        return F.mean(x, axis=(1, 2))
+
+
+class Flatten(Layer):
+    def compute_output_shape(self, input_shape: Shape) -> Shape:
+        return (int(np.prod(input_shape, dtype=np.int64)),)
+
+    def call(self, x: Tensor, training: bool) -> Tensor:
+        return F.flatten(x)
+
+
+class Activation(Layer):
+    def __init__(self, activation: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.activation = activations.get(activation)
+
+    def call(self, x: Tensor, training: bool) -> Tensor:
+        return self.activation(x)
+
+
+class Dropout(Layer):
+    """Inverted dropout. Mask k of a layer is drawn from PCG64([seed, layer index, k]) on the host,
+    so it is reproducible and resumable from the call counter alone."""
+
+    def __init__(self, rate: float, seed: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"Dropout rate must be in [0, 1), got {rate!r}")
+        self.rate = float(rate)
+        self.explicit_seed = seed
+        self.calls = 0
+
+    def call(self, x: Tensor, training: bool) -> Tensor:
+        if not training or self.rate == 0.0:
+            return x
+        seed = self.seed[0] if self.explicit_seed is None else self.explicit_seed
+        rng = np.random.Generator(np.random.PCG64([seed, self.seed[1], self.calls]))
+        self.calls += 1
+        keep = rng.uniform(size=x.shape) >= self.rate
+        mask = tensor(keep / (1.0 - self.rate), dtype=x.dtype)
+        return F.mul(x, mask)
+
+
+class BatchNormalization(Layer):
+    """Normalizes over every axis but the last; batch statistics in training, moving ones after."""
+
+    def __init__(
+        self,
+        momentum: float = 0.99,
+        epsilon: float = 1e-3,
+        center: bool = True,
+        scale: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.momentum, self.epsilon = float(momentum), float(epsilon)
+        self.center, self.scale = center, scale
+
+    def build(self, input_shape: Shape) -> None:
+        channels = (input_shape[-1],)
+        self.gamma = self.add_weight("gamma", channels, "ones") if self.scale else None
+        self.beta = self.add_weight("beta", channels, "zeros") if self.center else None
+        self.moving_mean = self.add_weight("moving_mean", channels, "zeros", trainable=False)
+        self.moving_variance = self.add_weight("moving_variance", channels, "ones", trainable=False)
+        super().build(input_shape)
+
+    def call(self, x: Tensor, training: bool) -> Tensor:
+        if training:
+            axes = tuple(range(x.ndim - 1))
+            mean = F.mean(x, axis=axes)
+            var = F.variance(x, axis=axes)
+            m = self.momentum
+            self._update(self.moving_mean, F.stop_gradient(mean), m)
+            self._update(self.moving_variance, F.stop_gradient(var), m)
+        else:
+            mean, var = self.moving_mean, self.moving_variance
+        y = F.div(F.sub(x, mean), F.sqrt(F.add(var, self.epsilon)))
+        if self.gamma is not None:
+            y = F.mul(y, self.gamma)
+        if self.beta is not None:
+            y = F.add(y, self.beta)
+        return y
+
+    @staticmethod
+    def _update(var: Variable, batch_value: Tensor, momentum: float) -> None:
+        new = F.add(F.mul(var, momentum), F.mul(batch_value, 1.0 - momentum))
+        if state_update_sink is not None:
+            state_update_sink.append((var, new))
+        else:
+            var.assign(new)

@@ -1,0 +1,368 @@
+"""The fit / evaluate / predict loops: host-side batching, device-side loss and metric sums.
+
+Per batch, fit runs one train step inside a tidy scope, then yields to the event loop
+(`await asyncio.sleep(0)`) so other tasks (other runPython calls in the browser) interleave.
+It never awaits inside a tidy scope, because scopes are shared by every task of the interpreter.
+
+Non-finite losses: each step computes `ok = ok and isfinite(loss)` on the device and gates every
+weight, slot, moving-statistic and step-counter update with it. Once a step's loss is NaN/Inf no
+later update takes effect, so the weights stay exactly those before the first bad step, without a
+readback per step. The flag is read with the epoch's loss (or per batch when a callback asks for
+batch logs) and fit raises NonFiniteLossError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import functional as F
+from .autograd import GradientTape
+from .callbacks import Callback, History, call_hook
+from .nn import layers as layer_lib
+from .runtime import tidy
+from .tensor import Tensor, Variable, tensor
+
+if TYPE_CHECKING:
+    from .model import Sequential
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training hit a NaN or Inf loss; the model keeps the weights from before that step."""
+
+
+class FitState:
+    """Device-side accumulators of one fit: the ok flag, the loss sum and metric hit counts."""
+
+    def __init__(self, num_metrics: int) -> None:
+        self.ok = Variable(True, trainable=False, name="fit/ok", dtype="bool")
+        self.loss_sum = Variable(0.0, trainable=False, name="fit/loss_sum")
+        self.metric_sums = [
+            Variable(0.0, trainable=False, name=f"fit/metric_{i}") for i in range(num_metrics)
+        ]
+        self.seen = 0
+
+    def variables(self) -> list[Variable]:
+        return [self.loss_sum, *self.metric_sums]
+
+    def reset(self) -> None:
+        with tidy():
+            for v in self.variables():
+                v.assign(F.zeros(()))
+        self.seen = 0
+
+    def dispose(self) -> None:
+        for v in (self.ok, *self.variables()):
+            v.dispose()
+
+
+# ---- input validation --------------------------------------------------------------------------
+
+
+async def _host_array(value: Any, name: str) -> np.ndarray:
+    if isinstance(value, Tensor):
+        return await value.numpy()
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name}: expected a numpy array, nested lists or a Tensor") from err
+    if array.dtype.kind not in "biuf" or array.ndim == 0:
+        raise TypeError(
+            f"{name}: expected a numeric array with a samples axis, got dtype {array.dtype} "
+            f"and shape {array.shape}"
+        )
+    return array
+
+
+def _check_finite(array: np.ndarray, name: str) -> None:
+    if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+        first = np.argwhere(~np.isfinite(array))[0]
+        raise ValueError(f"{name} contains NaN or Inf values (first at index {tuple(first)})")
+
+
+def _check_int(value: Any, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return int(value)
+
+
+def _require_compiled(model: Sequential) -> None:
+    if model.optimizer is None or model.loss is None:
+        raise RuntimeError("call model.compile(optimizer=..., loss=...) before fit/evaluate")
+
+
+async def _prepare(model: Sequential, x: Any, y: Any | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Host arrays checked against the model: shapes, finiteness, sample counts and targets."""
+    xa = (await _host_array(x, "x")).astype(np.float32)
+    _check_finite(xa, "x")
+    expected = model.input_shape if model.layers and model.input_shape else None
+    if model.built and expected is not None and xa.shape[1:] != expected:
+        raise ValueError(f"x: expected shape (samples, *{expected}), got {xa.shape}")
+    if not model.built:
+        model.build(expected or xa.shape[1:])
+        if xa.shape[1:] != model.input_shape:
+            raise ValueError(f"x: expected shape (samples, *{model.input_shape}), got {xa.shape}")
+    if y is None:
+        return xa, None
+    ya = await _host_array(y, "y")
+    if len(ya) != len(xa):
+        raise ValueError(
+            f"x and y must have the same number of samples: x has {len(xa)}, y has {len(ya)}"
+        )
+    _check_finite(ya, "y")
+    assert model.loss is not None
+    out = model.output_shape
+    if ya.ndim == 1 and out == (1,) and model.loss.target_dtype != "int32":
+        ya = ya.reshape(-1, 1)
+    model.loss.check_targets(ya, out)
+    return xa, ya.astype(model.loss.target_dtype)
+
+
+# ---- steps -------------------------------------------------------------------------------------
+
+
+def train_step(model: Sequential, xb: Any, yb: Any, state: FitState) -> Tensor:
+    """One gated optimizer step on a batch (arrays or tensors); returns the batch loss tensor.
+
+    Run it inside a tidy scope: it creates the batch tensors itself so the scope frees them.
+    """
+    assert model.loss is not None and model.optimizer is not None
+    xb, yb = _batch_tensors(model, xb, yb)
+    sink: list[tuple[Variable, Tensor]] = []
+    layer_lib.state_update_sink = sink
+    try:
+        with GradientTape() as tape:
+            pred = model(xb, training=True)
+            loss = model.loss(yb, pred)
+    finally:
+        layer_lib.state_update_sink = None
+    variables = model.trainable_weights
+    grads = tape.gradient(loss, variables)
+    finite = F.equal(F.sub(loss, loss), 0.0)  # NaN - NaN and Inf - Inf are NaN
+    ok = F.where(finite, state.ok, False)
+    state.ok.assign(ok)
+    model.optimizer.apply_gradients(zip(grads, variables, strict=True), gate=ok)
+    for var, new in sink:
+        var.assign(F.where(ok, new, var))
+    _accumulate(model, state, yb, pred, loss)
+    return loss
+
+
+def _accumulate(model: Sequential, state: FitState, yb: Tensor, pred: Tensor, loss: Tensor) -> None:
+    n = yb.shape[0]
+    state.loss_sum.assign(F.add(state.loss_sum, F.mul(loss, float(n))))
+    for metric, total in zip(model.resolved_metrics(), state.metric_sums, strict=True):
+        total.assign(F.add(total, metric.correct(yb, pred)))
+    state.seen += n
+
+
+def _batch_tensors(model: Sequential, xb: Any, yb: Any) -> tuple[Tensor, Tensor]:
+    assert model.loss is not None
+    x = xb if isinstance(xb, Tensor) else tensor(xb)
+    y = yb if isinstance(yb, Tensor) else tensor(yb, dtype=model.loss.target_dtype)
+    return x, y
+
+
+def _eval_step(model: Sequential, xb: Any, yb: Any, state: FitState) -> None:
+    assert model.loss is not None
+    xb, yb = _batch_tensors(model, xb, yb)
+    pred = model(xb, training=False)
+    _accumulate(model, state, yb, pred, model.loss(yb, pred))
+
+
+async def _read_logs(model: Sequential, state: FitState, prefix: str = "") -> dict[str, float]:
+    logs = {prefix + "loss": float(await state.loss_sum.item()) / max(state.seen, 1)}
+    for metric, total in zip(model.resolved_metrics(), state.metric_sums, strict=True):
+        logs[prefix + metric.name] = float(await total.item()) / max(state.seen, 1)
+    return logs
+
+
+async def _raise_if_bad(model: Sequential, state: FitState, epoch: int) -> None:
+    if not await state.ok.item():
+        assert model.optimizer is not None and model.optimizer.iterations is not None
+        good = int(await model.optimizer.iterations.item())
+        raise NonFiniteLossError(
+            f"loss became NaN or Inf in epoch {epoch} (optimizer step {good + 1}); training "
+            f"stopped and the weights are those after step {good}. Lower the learning rate, "
+            "set clipnorm, or check the data."
+        )
+
+
+def epoch_order(seed: int, epoch: int, samples: int, shuffle: bool) -> np.ndarray:
+    """Sample order of an epoch: a pure function of (seed, epoch), so resuming needs no RNG state."""
+    if not shuffle:
+        return np.arange(samples)
+    return np.random.Generator(np.random.PCG64([seed, epoch])).permutation(samples)
+
+
+# ---- fit / evaluate / predict ------------------------------------------------------------------
+
+
+async def fit(
+    model: Sequential,
+    x: Any,
+    y: Any,
+    epochs: int = 1,
+    batch_size: int = 32,
+    shuffle: bool = True,
+    seed: int = 0,
+    validation_split: float = 0.0,
+    validation_data: tuple[Any, Any] | None = None,
+    callbacks: list[Callback] | None = None,
+    verbose: int = 0,
+    initial_epoch: int = 0,
+    resume: bool = False,
+) -> History:
+    """Keras-style fit. resume=True continues from the cursor of model.load_checkpoint(...)."""
+    _require_compiled(model)
+    epochs = _check_int(epochs, "epochs", 0)
+    batch_size = _check_int(batch_size, "batch_size", 1)
+    initial_epoch = _check_int(initial_epoch, "initial_epoch", 0)
+    if not 0.0 <= validation_split < 1.0:
+        raise ValueError(f"validation_split must be in [0, 1), got {validation_split!r}")
+    callbacks = list(callbacks or [])
+    for cb in callbacks:
+        if not isinstance(cb, Callback):
+            raise TypeError(f"callbacks: expected Callback instances, got {type(cb).__name__}")
+    xa, ya = await _prepare(model, x, y)
+    assert ya is not None
+    val: tuple[np.ndarray, np.ndarray] | None = None
+    if validation_data is not None:
+        vx, vy = await _prepare(model, validation_data[0], validation_data[1])
+        assert vy is not None
+        val = (vx, vy)
+    elif validation_split > 0:
+        split = int(len(xa) * (1.0 - validation_split))
+        if split < 1 or split == len(xa):
+            raise ValueError(f"validation_split={validation_split} leaves an empty split")
+        xa, ya, val = xa[:split], ya[:split], (xa[split:], ya[split:])
+    samples = len(xa)
+    if samples == 0:
+        raise ValueError("x: no samples to train on")
+    steps = math.ceil(samples / batch_size)
+
+    start_batch = 0
+    state = FitState(len(model.resolved_metrics()))
+    if resume:
+        initial_epoch, start_batch, seed = _resume_cursor(model, state, batch_size, samples, shuffle)
+
+    history = History()
+    history.params = {"epochs": epochs, "steps": steps, "batch_size": batch_size}
+    model.history = history
+    all_callbacks: list[Callback] = [history, *callbacks]
+    for cb in all_callbacks:
+        cb.set_model(model)
+    want_batch_logs = any(cb.wants_batch_logs for cb in callbacks)
+    model.stop_training = False
+    model.fit_state = state
+    model.progress = {"epoch": initial_epoch, "batch": start_batch, "seed": seed,
+                      "batch_size": batch_size, "shuffle": shuffle, "samples": samples}
+    step = tidy(train_step)
+    try:
+        await call_hook(all_callbacks, "on_train_begin", {})
+        for epoch in range(initial_epoch, epochs):
+            if start_batch == 0:
+                state.reset()
+            await call_hook(all_callbacks, "on_epoch_begin", epoch, {})
+            order = epoch_order(seed, epoch, samples, shuffle)
+            for batch in range(start_batch, steps):
+                idx = order[batch * batch_size : (batch + 1) * batch_size]
+                loss = step(model, xa[idx], ya[idx], state)
+                model.progress.update(epoch=epoch, batch=batch + 1)
+                logs: dict[str, Any] = {"batch": batch, "size": len(idx)}
+                if want_batch_logs:
+                    await _raise_if_bad(model, state, epoch)
+                    logs["loss"] = float(await loss.item())
+                loss.dispose()
+                await call_hook(all_callbacks, "on_batch_end", batch, logs)
+                await asyncio.sleep(0)  # let other tasks of this event loop run
+                if model.stop_training:
+                    break
+            start_batch = 0
+            await _raise_if_bad(model, state, epoch)
+            epoch_logs = await _read_logs(model, state)
+            if val is not None:
+                epoch_logs.update(await _evaluate_arrays(model, *val, batch_size, prefix="val_"))
+            model.progress.update(epoch=epoch + 1, batch=0)
+            if verbose:
+                shown = " - ".join(f"{k}: {v:.4f}" for k, v in epoch_logs.items())
+                print(f"Epoch {epoch + 1}/{epochs} - {shown}")
+            await call_hook(all_callbacks, "on_epoch_end", epoch, epoch_logs)
+            if model.stop_training:
+                break
+        await call_hook(all_callbacks, "on_train_end", {})
+    finally:
+        model.fit_state = None
+        state.dispose()
+    return history
+
+
+def _resume_cursor(
+    model: Sequential, state: FitState, batch_size: int, samples: int, shuffle: bool
+) -> tuple[int, int, int]:
+    saved = model.resume_state
+    if saved is None:
+        raise ValueError("fit(resume=True) needs model.load_checkpoint(blob) first")
+    for key, value in (("batch_size", batch_size), ("samples", samples), ("shuffle", shuffle)):
+        if saved.get(key) != value:
+            raise ValueError(
+                f"fit(resume=True): {key}={value!r} differs from the checkpoint's {saved.get(key)!r}"
+            )
+    if saved["batch"] > 0:
+        with tidy():
+            for var, value in zip(state.variables(), saved["accumulators"], strict=True):
+                var.assign(tensor(value))
+        state.seen = saved["seen"]
+    model.resume_state = None
+    return saved["epoch"], saved["batch"], saved["seed"]
+
+
+async def _evaluate_arrays(
+    model: Sequential, xa: np.ndarray, ya: np.ndarray, batch_size: int, prefix: str = ""
+) -> dict[str, float]:
+    state = FitState(len(model.resolved_metrics()))
+    step = tidy(_eval_step)
+    try:
+        for start in range(0, len(xa), batch_size):
+            end = start + batch_size
+            step(model, xa[start:end], ya[start:end], state)
+            await asyncio.sleep(0)
+        return await _read_logs(model, state, prefix)
+    finally:
+        state.dispose()
+
+
+async def evaluate(
+    model: Sequential, x: Any, y: Any, batch_size: int = 32, verbose: int = 0
+) -> dict[str, float]:
+    """Mean loss and metrics over (x, y) in inference mode: {"loss": ..., "accuracy": ...}."""
+    _require_compiled(model)
+    batch_size = _check_int(batch_size, "batch_size", 1)
+    xa, ya = await _prepare(model, x, y)
+    assert ya is not None
+    logs = await _evaluate_arrays(model, xa, ya, batch_size)
+    if verbose:
+        print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()))
+    return logs
+
+
+async def predict(model: Sequential, x: Any, batch_size: int = 32) -> Tensor:
+    """Model outputs for x, computed batch by batch and concatenated into one tensor."""
+    batch_size = _check_int(batch_size, "batch_size", 1)
+    xa, _ = await _prepare(model, x, None)
+    if len(xa) == 0:
+        raise ValueError("x: no samples to predict")
+    forward = tidy(lambda xb: model(tensor(xb), training=False))
+    parts: list[Tensor] = []
+    for start in range(0, len(xa), batch_size):
+        parts.append(forward(xa[start : start + batch_size]))
+        await asyncio.sleep(0)
+    if len(parts) == 1:
+        return parts[0]
+    out = F.concat(parts, axis=0)
+    for part in parts:
+        part.dispose()
+    return out
