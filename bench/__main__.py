@@ -1,0 +1,5 @@
+"""Entry point: `python -m bench` (see bench/run.py)."""
+
+from bench.run import main
+
+main()

@@ -1,0 +1,74 @@
+"""The results as a plain-text table for the terminal, and as JSON under bench/results/."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def _number(value: float) -> str:
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
+
+
+def side_text(side: dict[str, Any], unit: str) -> str:
+    """'12.3 ms [11.9-13.0] n=20', or the status and why when there is no number."""
+    why = f"{side['status']}: {side['detail']}" if side["detail"] else side["status"]
+    if side["median"] is None:
+        return why
+    spread = f" [{_number(side['min'])}-{_number(side['max'])}]" if side["n"] > 1 else ""
+    text = f"{_number(side['median'])} {unit}{spread} n={side['n']}"
+    return text if side["status"] == "ok" else f"{text} ({why})"
+
+
+def verdict_text(row: dict[str, Any]) -> str:
+    if row["ratio"] is None:
+        return "-"
+    return f"{row['ratio']:.2f} ({row['better']} {row['speedup']:.1f}x faster)"
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_table(results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    lines = [
+        f"py_in_browser vs TensorFlow.js {meta.get('tfjs_version') or '?'}",
+        *meta["header_lines"],
+    ]
+    lines.append(
+        f"{meta['mode']} run: {meta['steps']} measured steps per mode, {meta['warmup']} warm-up "
+        "steps excluded; median [min-max] over samples (a sample per synced step, or per block of "
+        "10 steps when synced every 10); ratio = ours/TF.js of the medians."
+    )
+    header = ["workload", "measure", "pair (ours|tfjs)", "ours", "TF.js", "ours/TF.js"]
+    table = [
+        [
+            row["workload"],
+            row["measure"],
+            f"{row['ours_backend']}|{row['theirs_backend']}",
+            _clip(side_text(row["ours"], row["unit"]), 60),
+            _clip(side_text(row["theirs"], row["unit"]), 60),
+            verdict_text(row),
+        ]
+        for row in results["rows"]
+    ]
+    widths = [max(len(cells[i]) for cells in [header, *table]) for i in range(len(header))]
+    render = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
+    lines += ["", render(header), render(["-" * w for w in widths]), *map(render, table)]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def write_json(results: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{results['meta']['mode']}.json"
+    path.write_text(json.dumps(results, indent=1, allow_nan=False))
+    return path

@@ -1,0 +1,295 @@
+"""`python -m bench`: ours vs TensorFlow.js in one Chromium session; prints the table, writes JSON."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import subprocess
+import time
+from typing import Any
+
+from playwright.async_api import Browser, async_playwright
+
+from bench import workloads as wl
+from bench.measure import Settings, measure_name, measure_workload
+from bench.page import BenchPage, CallFailed, CallTimeout
+from bench.report import format_table, write_json
+from bench.server import REPO_ROOT, dev_server, ensure_ready
+from bench.stats import FAILED, TIMEOUT, UNAVAILABLE, SideResult, row
+from tests_e2e.browsers import CHROMIUM, CHROMIUM_ARGS
+
+SOFTWARE_GPUS = ("swiftshader", "llvmpipe", "lavapipe", "softpipe", "microsoft basic render")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="W1, W3s and W3s inference only")
+    parser.add_argument(
+        "--steps", type=int, help="measured steps per sync mode (default 20; 10 with --quick)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, help="warm-up steps, not measured (default 2; 1 with --quick)"
+    )
+    parser.add_argument("--workloads", help="comma-separated names, e.g. W1,W3s (default: by mode)")
+    parser.add_argument(
+        "--pairs",
+        help="comma-separated ours:tfjs pairs, e.g. cpu:wasm (default: "
+        + ",".join(f"{o}:{t}" for o, t in wl.PAIRS)
+        + ")",
+    )
+    parser.add_argument(
+        "--budget-scale", type=float, default=1.0, help="multiplies every workload's time budget"
+    )
+    parser.add_argument(
+        "--no-startup", action="store_true", help="skip the first-training-step rows"
+    )
+    args = parser.parse_args(argv)
+    args.steps = args.steps or (10 if args.quick else 20)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    return args
+
+
+def chosen_workloads(args: argparse.Namespace) -> list[wl.Workload]:
+    if not args.workloads:
+        return wl.QUICK if args.quick else wl.FULL
+    unknown = [name for name in args.workloads.split(",") if name not in wl.ALL_BY_NAME]
+    if unknown:
+        raise SystemExit(f"error: unknown workloads {unknown}; known: {sorted(wl.ALL_BY_NAME)}")
+    return [wl.ALL_BY_NAME[name] for name in args.workloads.split(",")]
+
+
+def chosen_pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    if not args.pairs:
+        return wl.PAIRS
+    pairs = [tuple(item.split(":", 1)) for item in args.pairs.split(",")]
+    if any(len(pair) != 2 for pair in pairs):
+        raise SystemExit("error: --pairs takes ours:tfjs items, e.g. cpu:wasm,webgpu:webgpu")
+    return [(pair[0], pair[1]) for pair in pairs]
+
+
+def _software(name: str) -> str:
+    return " (software GPU)" if any(s in name.lower() for s in SOFTWARE_GPUS) else ""
+
+
+def header_lines(browser: Browser, info: dict[str, Any]) -> list[str]:
+    """What the numbers were measured on; a software GPU is named as such."""
+    adapter = info.get("webgpu_adapter") or {}
+    adapter_text = (
+        " / ".join(
+            str(adapter.get(k))
+            for k in ("vendor", "architecture", "device", "description")
+            if adapter.get(k)
+        )
+        or "none"
+    )
+    webgl = info.get("webgl") or {}
+    renderer = str(webgl.get("renderer", "none"))
+    return [
+        f"Browser: Chromium {browser.version} (headless, {CHROMIUM}); navigator.hardwareConcurrency "
+        f"{info.get('hardware_concurrency')}; host {os.cpu_count()} cores, {platform.platform()}",
+        f"WebGPU adapter: {adapter_text}{_software(adapter_text)}",
+        f"WebGL2 renderer: {renderer}{_software(renderer)}",
+        f"crossOriginIsolated: {info.get('cross_origin_isolated')}",
+    ]
+
+
+def _git_commit() -> str:
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    return done.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def _start_text(outcome: dict[str, Any]) -> str:
+    return f"ready in {outcome['ms']:.0f} ms" if outcome.get("ok") else str(outcome.get("error"))
+
+
+def side_from_start(outcome: dict[str, Any] | None, what: str) -> SideResult:
+    if not outcome or not outcome.get("ok"):
+        detail = (outcome or {}).get("error") or "did not start"
+        return SideResult(status=UNAVAILABLE, detail=detail)
+    return SideResult(samples_ms=[float(outcome["ms"])])
+
+
+async def first_step(page: BenchPage, side: str, workload: wl.Workload) -> SideResult:
+    try:
+        answer = await page.call(side, "first_step", {"spec": workload.spec()}, 300)
+        return SideResult(samples_ms=[float(answer["ms"])])
+    except CallFailed as exc:
+        return SideResult(status=FAILED, detail=str(exc))
+    except CallTimeout as exc:
+        await page.open()
+        return SideResult(status=TIMEOUT, detail=str(exc))
+
+
+class Run:
+    """Everything one `make bench` measures, accumulated into the results JSON as it goes."""
+
+    def __init__(self, args: argparse.Namespace, browser: Browser, base_url: str) -> None:
+        self.args = args
+        self.browser = browser
+        self.base_url = base_url
+        self.settings = Settings(
+            steps=args.steps, warmup=args.warmup, budget_scale=args.budget_scale
+        )
+        self.workloads = chosen_workloads(args)
+        self.first_step_workload = wl.FIRST_STEP_QUICK if args.quick else wl.FIRST_STEP_FULL
+        self.results: dict[str, Any] = {
+            "meta": {
+                "mode": "quick" if args.quick else "full",
+                "steps": args.steps,
+                "warmup": args.warmup,
+                "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                "git_commit": _git_commit(),
+                "header_lines": [],
+                "how": {},
+                "startup": "ours ready: page script start to pib.ready on a cold HTTP cache (Pyodide + "
+                "numpy + engine + backend); TF.js ready: tf.setBackend + tf.ready (tf.min.js already "
+                "loaded). First step: from ready, build the model and finish one synced training step.",
+            },
+            "rows": [],
+            "profiles": [],
+        }
+
+    def log(self, text: str) -> None:
+        print(text, flush=True)
+
+    async def run(self) -> dict[str, Any]:
+        our_backends = list(dict.fromkeys(ours for ours, _ in chosen_pairs(self.args)))
+        for ours in our_backends:
+            theirs_list = [theirs for o, theirs in chosen_pairs(self.args) if o == ours]
+            await self.run_page(ours, theirs_list)
+        self.results["meta"]["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
+        return self.results
+
+    async def run_page(self, ours: str, theirs_list: list[str]) -> None:
+        page = BenchPage(self.browser, self.base_url, ours)
+        self.log(f"[{ours}] loading /bench/?backend={ours} (our engine boots in its worker)")
+        ours_boot = await page.open()
+        self.log(f"[{ours}] ours: {_start_text(ours_boot)}")
+        if not self.results["meta"]["header_lines"]:
+            info = await page.info()
+            self.results["meta"].update(tfjs_version=info.get("tfjs"), page_info=info)
+            self.results["meta"]["header_lines"] = header_lines(self.browser, info)
+        ours_first = None
+        if ours_boot.get("ok") and not self.args.no_startup:
+            ours_first = await first_step(page, "ours", self.first_step_workload)
+        for theirs in theirs_list:
+            await self.run_pair(page, (ours, theirs), ours_boot, ours_first)
+        await page.show(self.results, "done")
+        await page.close()
+
+    async def start_theirs(self, page: BenchPage, backend: str) -> dict[str, Any]:
+        try:
+            outcome: dict[str, Any] = await page.call("theirs", "start", {"backend": backend}, 120)
+        except (CallFailed, CallTimeout) as exc:
+            outcome = {"ok": False, "error": str(exc)}
+        self.results["meta"].setdefault("tfjs_backends", {})[backend] = outcome
+        return outcome
+
+    async def run_pair(
+        self,
+        page: BenchPage,
+        pair: tuple[str, str],
+        ours_boot: dict[str, Any],
+        ours_first: SideResult | None,
+    ) -> None:
+        ours, theirs = pair
+        theirs_boot = await self.start_theirs(page, theirs)
+        self.log(f"[{ours}|{theirs}] TF.js: {_start_text(theirs_boot)}")
+        rows = self.results["rows"]
+        rows.append(
+            row(
+                workload="start-up",
+                measure="time to a ready engine, ms",
+                pair=pair,
+                ours=side_from_start(ours_boot, "ours"),
+                theirs=side_from_start(theirs_boot, "theirs"),
+            )
+        )
+        if not self.args.no_startup:
+            name = self.first_step_workload.name
+            theirs_first = (
+                await first_step(page, "theirs", self.first_step_workload)
+                if theirs_boot.get("ok")
+                else side_from_start(theirs_boot, "theirs")
+            )
+            rows.append(
+                row(
+                    workload="start-up",
+                    measure=f"first {name} training step, ms",
+                    pair=pair,
+                    ours=ours_first or side_from_start(ours_boot, "ours"),
+                    theirs=theirs_first,
+                )
+            )
+        for workload in self.workloads:
+            if not page.ours_start.get("ok"):
+                ours_boot = page.ours_start
+            generation = page.generation
+            self.log(f"[{ours}|{theirs}] {workload.name}: {workload.title}")
+            unavailable = {
+                "ours": None
+                if page.ours_start.get("ok")
+                else f"{ours}: {page.ours_start.get('error')}",
+                "theirs": None
+                if theirs_boot.get("ok")
+                else f"{theirs}: {theirs_boot.get('error')}",
+            }
+            sides, extras = await measure_workload(page, workload, unavailable, self.settings)
+            self.results["meta"]["how"].setdefault(workload.name, {}).update(extras["how"])
+            for mode, ours_result in sides["ours"].items():
+                new = row(
+                    workload=workload.name,
+                    measure=measure_name(workload, mode),
+                    pair=pair,
+                    ours=ours_result,
+                    theirs=sides["theirs"][mode],
+                    flops=workload.flops_per_step,
+                )
+                rows.append(new)
+                self.log(
+                    f"    {new['measure']}: ours {new['ours']['median']} theirs {new['theirs']['median']} ({new['ours']['status']}/{new['theirs']['status']})"
+                )
+            self.results["profiles"].append(
+                {
+                    "workload": workload.name,
+                    "ours_backend": ours,
+                    "theirs_backend": theirs,
+                    **extras["profiles"],
+                }
+            )
+            if page.generation != generation:  # reloaded after a hang: TF.js is back on its default
+                theirs_boot = await self.start_theirs(page, theirs)
+            await page.show(self.results, f"{ours}|{theirs} {workload.name} done")
+
+
+async def run_in_browser(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
+    async with async_playwright() as driver:
+        browser = await driver.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            return await Run(args, browser, base_url).run()
+        finally:
+            await browser.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    ensure_ready()
+    started = time.monotonic()
+    with dev_server() as base_url:
+        results = asyncio.run(run_in_browser(args, base_url))
+    results["meta"]["wall_s"] = round(time.monotonic() - started, 1)
+    print()
+    print(format_table(results))
+    path = write_json(results)
+    print(
+        f"\nwrote {path.relative_to(REPO_ROOT)} (open /bench/report.html on the dev server to view it) in {results['meta']['wall_s']} s"
+    )

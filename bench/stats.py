@@ -1,0 +1,80 @@
+"""Per-side summaries (median, min, max) and the ours/TF.js comparison of one result row."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# A side's outcome: all steps measured, fewer (budget spent), or no number and why.
+OK, BUDGET, FAILED, TIMEOUT, UNAVAILABLE = "ok", "budget", "failed", "timeout", "unavailable"
+
+
+@dataclass
+class SideResult:
+    """What one side (ours or TF.js) produced for one row; samples in ms (per step)."""
+
+    status: str = OK
+    detail: str | None = None
+    samples_ms: list[float] = field(default_factory=list)
+
+    def fail(self, status: str, detail: str) -> None:
+        if self.status in (OK, BUDGET):
+            self.status, self.detail = status, detail
+
+
+def _values(samples_ms: list[float], flops: float | None) -> list[float]:
+    """The row's unit: ms per step, or GFLOP/s when the work per step is known."""
+    if flops is None:
+        return samples_ms
+    return [flops / (ms / 1000.0) / 1e9 for ms in samples_ms if ms > 0]
+
+
+def summarize(side: SideResult, flops: float | None) -> dict[str, Any]:
+    values = _values(side.samples_ms, flops)
+    summary: dict[str, Any] = {
+        "status": side.status,
+        "detail": side.detail,
+        "n": len(values),
+        "median": statistics.median(values) if values else None,
+        "min": min(values) if values else None,
+        "max": max(values) if values else None,
+    }
+    return {**summary, "samples_ms": side.samples_ms}
+
+
+def compare(ours: dict[str, Any], theirs: dict[str, Any], higher_is_better: bool) -> dict[str, Any]:
+    """ratio = ours/TF.js of the medians; `better` and `speedup` say who wins and by how much."""
+    if not ours["median"] or not theirs["median"]:
+        return {"ratio": None, "better": None, "speedup": None}
+    ratio = ours["median"] / theirs["median"]
+    ours_wins = ratio > 1 if higher_is_better else ratio < 1
+    speedup = ratio if ours_wins == higher_is_better else 1 / ratio
+    return {"ratio": ratio, "better": "ours" if ours_wins else "TF.js", "speedup": speedup}
+
+
+def row(
+    *,
+    workload: str,
+    measure: str,
+    pair: tuple[str, str],
+    ours: SideResult,
+    theirs: SideResult,
+    flops: float | None = None,
+) -> dict[str, Any]:
+    """One line of the table, as it goes into the JSON."""
+    ours_summary, theirs_summary = summarize(ours, flops), summarize(theirs, flops)
+    return {
+        "workload": workload,
+        "measure": measure,
+        "unit": "GFLOP/s" if flops else "ms",
+        "ours_backend": pair[0],
+        "theirs_backend": pair[1],
+        "ours": ours_summary,
+        "theirs": theirs_summary,
+        **compare(ours_summary, theirs_summary, higher_is_better=flops is not None),
+    }
+
+
+def as_dict(side: SideResult) -> dict[str, Any]:
+    return asdict(side)

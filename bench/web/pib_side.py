@@ -1,0 +1,187 @@
+"""Our side of the benchmark, run in the engine's worker: builds a workload and times its steps."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+
+import py_in_browser as pib
+from py_in_browser import layers, optimizers
+
+Step = Callable[[bool], Awaitable[None]]
+
+
+def _layer(spec: dict[str, Any], first: dict[str, Any]) -> Any:
+    kind = spec["type"]
+    if kind == "dense":
+        return layers.Dense(spec["units"], activation=spec["activation"], **first)
+    if kind == "conv2d":
+        return layers.Conv2D(
+            spec["filters"],
+            spec["kernel"],
+            activation=spec["activation"],
+            padding=spec["padding"],
+            **first,
+        )
+    if kind == "maxpool":
+        return layers.MaxPool2D(spec["size"])
+    if kind == "flatten":
+        return layers.Flatten(**first)
+    raise ValueError(f"unknown layer type {kind}")
+
+
+def build_model(spec: dict[str, Any]) -> Any:
+    first = {"input_shape": tuple(spec["input_shape"])}
+    return pib.Sequential(
+        [_layer(layer, first if i == 0 else {}) for i, layer in enumerate(spec["layers"])]
+    )
+
+
+def _optimizer(spec: dict[str, Any]) -> Any:
+    rate = spec["learning_rate"]
+    return optimizers.Adam(rate) if spec["name"] == "adam" else optimizers.SGD(rate)
+
+
+def _loss(name: str) -> Any:
+    """W2/W3 end in a linear Dense and take softmax cross-entropy on logits, as TF.js's side does."""
+    return "mse" if name == "mse" else pib.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+async def _read(value: Any) -> None:
+    """Syncs on `value`: reading a tensor back waits for everything that produced it."""
+    await value.numpy()
+
+
+def _training_data(spec: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    if spec["loss"] == "mse":
+        x = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32)
+        return x, np.array([[0], [1], [1], [0]], dtype=np.float32)
+    rng = np.random.default_rng(spec["seed"])
+    x = rng.uniform(-1, 1, (spec["batch"], *spec["input_shape"])).astype(np.float32)
+    return x, rng.integers(0, spec["classes"], spec["batch"]).astype(np.int32)
+
+
+def _training_step(spec: dict[str, Any]) -> tuple[Step, str]:
+    x, y = _training_data(spec)
+    model = build_model(spec)
+    model.compile(optimizer=_optimizer(spec["optimizer"]), loss=_loss(spec["loss"]))
+    xs, ys = pib.tensor(x), pib.tensor(y, dtype=str(y.dtype))
+    if hasattr(model, "train_on_batch"):  # the Keras name, should the engine grow one
+
+        async def keras_step(sync: bool) -> None:
+            loss = model.train_on_batch(xs, ys)
+            loss = await loss if inspect.isawaitable(loss) else loss
+            if sync and hasattr(loss, "numpy"):
+                await _read(loss)
+
+        return keras_step, "model.train_on_batch; sync = loss.numpy()"
+
+    # No public single-step API yet: the custom loop of public names, like TF.js's minimize.
+    # (fit(epochs=1) on one batch would also re-validate the arrays and read the loss back.)
+    @pib.tidy
+    def train_step() -> Any:
+        with pib.GradientTape() as tape:
+            loss = model.loss(ys, model(xs, training=True))
+        variables = model.trainable_weights
+        model.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+        return loss
+
+    async def step(sync: bool) -> None:
+        loss = train_step()
+        if sync:
+            await _read(loss)
+        loss.dispose()
+
+    return step, "GradientTape + optimizer.apply_gradients in pib.tidy; sync = loss.numpy()"
+
+
+def _inference_step(spec: dict[str, Any]) -> tuple[Step, str]:
+    rng = np.random.default_rng(spec["seed"])
+    x = pib.tensor(rng.uniform(-1, 1, (1, *spec["input_shape"])).astype(np.float32))
+    model = build_model(spec)
+
+    async def step(sync: bool) -> None:
+        scores = await model.predict(x)
+        top_class = pib.argmax(scores, axis=-1)
+        int((await top_class.numpy())[0])
+        scores.dispose()
+        top_class.dispose()
+
+    return step, "await model.predict + pib.argmax(...).numpy()"
+
+
+def _matmul_step(spec: dict[str, Any]) -> tuple[Step, str]:
+    rng = np.random.default_rng(spec["seed"])
+    n = spec["matmul_n"]
+    a = pib.tensor(rng.uniform(-1, 1, (n, n)).astype(np.float32))
+    b = pib.tensor(rng.uniform(-1, 1, (n, n)).astype(np.float32))
+
+    async def step(sync: bool) -> None:
+        product = a @ b
+        if sync:
+            await _read(product)
+        product.dispose()
+
+    return step, "a @ b; sync = product.numpy()"
+
+
+def build_step(spec: dict[str, Any]) -> tuple[Step, str]:
+    builders = {"train": _training_step, "infer": _inference_step, "matmul": _matmul_step}
+    return builders[spec["kind"]](spec)
+
+
+class OurSide:
+    """The workload being measured; mirrors TfjsSide in tfjs-side.js method for method."""
+
+    def __init__(self) -> None:
+        self.step: Step | None = None
+
+    async def setup(self, spec: dict[str, Any]) -> dict[str, Any]:
+        self.step, how = build_step(spec)
+        return {"ok": True, "how": how}
+
+    async def run(self, steps: int, sync_every: int, budget_ms: float) -> dict[str, Any]:
+        """One sample (ms per step) per synced block of `sync_every` steps, until the budget is spent."""
+        assert self.step is not None, "setup first"
+        samples: list[float] = []
+        started = time.perf_counter()
+        done = 0
+        while done < steps and (time.perf_counter() - started) * 1000 <= budget_ms:
+            block = min(sync_every, steps - done)
+            block_start = time.perf_counter()
+            for i in range(block):
+                await self.step(i == block - 1)
+            samples.append((time.perf_counter() - block_start) * 1000 / block)
+            done += block
+        return {"samples": samples}
+
+    async def first_step(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """Build a fresh model and finish one synced step: what a user waits for after ready."""
+        started = time.perf_counter()
+        step, _ = build_step(spec)
+        await step(True)
+        return {"ms": (time.perf_counter() - started) * 1000}
+
+    async def profile(self) -> dict[str, Any]:
+        assert self.step is not None, "setup first"
+        step = self.step
+        result: dict[str, Any] = await pib.profile(lambda: step(True))
+        return result
+
+    async def teardown(self) -> dict[str, Any]:
+        self.step = None
+        return {"ok": True, "memory": pib.memory()}
+
+
+pib_bench_side = OurSide()
+
+
+async def pib_bench_call(method: str, args_json: str) -> Any:
+    """The page's entry point: bench.ours(method, args) lands here as keyword arguments."""
+    result = getattr(pib_bench_side, method)(**json.loads(args_json))
+    return await result if inspect.isawaitable(result) else result
