@@ -30,6 +30,13 @@ def kernels_of(backend: str) -> set[str]:
     return {op for (name, op) in KERNELS if name == backend}
 
 
+def missing_primitives(backend: str) -> set[str]:
+    """Primitives of the op table that `backend` has no kernel for (must be empty)."""
+    from ..ops import OPS
+
+    return set(OPS) - kernels_of(backend)
+
+
 class Backend:
     """What every backend provides; tensors hold an opaque handle that only their backend reads."""
 

@@ -1,0 +1,53 @@
+"""Backend registry: kernel coverage of the op table, backend selection and capabilities."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+import py_in_browser as pib
+from py_in_browser import backends
+from py_in_browser.backends.cpu import CpuBackend
+from py_in_browser.ops import OPS
+
+
+def test_every_registered_backend_implements_every_primitive() -> None:
+    assert backends.BACKENDS, "no backend registered"
+    for name in backends.BACKENDS:
+        assert backends.missing_primitives(name) == set(), name
+
+
+def test_coverage_check_reports_a_missing_kernel() -> None:
+    class Partial(CpuBackend):
+        name = "partial-test"
+
+    for op in sorted(OPS)[1:]:  # every kernel but the first primitive
+        backends.register_kernel(Partial.name, op)(backends.KERNELS[("cpu", op)])
+    try:
+        assert backends.missing_primitives(Partial.name) == {sorted(OPS)[0]}
+    finally:
+        for key in [k for k in backends.KERNELS if k[0] == Partial.name]:
+            del backends.KERNELS[key]
+
+
+def test_init_auto_picks_cpu_and_rejects_unknown_backends() -> None:
+    assert asyncio.run(pib.init()) == "cpu"
+    assert pib.get_backend() == "cpu"
+    assert "cpu" in pib.available_backends()
+    assert pib.capabilities()["backend"] == "cpu"
+    with pytest.raises(ValueError, match=r"webgpu.*available: \['cpu'\]"):
+        asyncio.run(pib.init(backend="webgpu"))
+
+
+def test_profile_reports_kernels() -> None:
+    a = pib.tensor(np.ones((8, 8)))
+
+    def work() -> None:
+        with pib.tidy():
+            pib.relu(a @ a)
+
+    report = asyncio.run(pib.profile(work))
+    names = {k["name"] for k in report["kernels"]}
+    assert {"matmul", "relu"} <= names
+    assert report["wall_ms"] >= report["kernel_ms"] >= 0
+    assert isinstance(pib.runtime_events(), list)
