@@ -163,7 +163,11 @@ class RMSprop(Optimizer):
 
 
 class Adam(Optimizer):
-    """Keras Adam: w -= lr sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)."""
+    """Adam as in the paper's Algorithm 1 (and PyTorch, TF.js): w -= lr m_hat / (sqrt(v_hat) + eps).
+
+    Keras folds the bias correction into the step size, which moves epsilon by sqrt(1 - b2^t);
+    the paper's placement is used so that results match PyTorch step for step.
+    """
 
     name = "adam"
     slot_names = ("m", "v")
@@ -181,13 +185,12 @@ class Adam(Optimizer):
 
     def _update(self, var, grad, slots, step):  # type: ignore[no-untyped-def]
         b1, b2 = self.beta_1, self.beta_2
-        m = F.add(slots[0], F.mul(F.sub(grad, slots[0]), 1.0 - b1))
-        v = F.add(slots[1], F.mul(F.sub(F.square(grad), slots[1]), 1.0 - b2))
-        correction = F.div(
-            F.sqrt(F.sub(1.0, F.pow(full((), b2), step))), F.sub(1.0, F.pow(full((), b1), step))
-        )
-        alpha = F.mul(correction, self.learning_rate)
-        return F.sub(var, F.div(F.mul(m, alpha), F.add(F.sqrt(v), self.epsilon))), [m, v]
+        m = F.add(F.mul(slots[0], b1), F.mul(grad, 1.0 - b1))
+        v = F.add(F.mul(slots[1], b2), F.mul(F.square(grad), 1.0 - b2))
+        m_hat = F.div(m, F.sub(1.0, F.pow(full((), b1), step)))
+        v_hat = F.div(v, F.sub(1.0, F.pow(full((), b2), step)))
+        update = F.div(F.mul(m_hat, self.learning_rate), F.add(F.sqrt(v_hat), self.epsilon))
+        return F.sub(var, update), [m, v]
 
     def get_config(self) -> dict[str, Any]:
         return {

@@ -47,13 +47,17 @@ def blobs(samples: int = 256, classes: int = 3, features: int = 4, seed: int = 0
 
 
 async def run_mlp(epochs: int = 5, seed: int = 0) -> dict[str, Any]:
-    """Dense(16, relu) -> Dense(3, softmax), Adam, sparse categorical crossentropy."""
+    """Dense(16, relu) -> Dense(3, softmax), Adam(0.01), sparse categorical crossentropy."""
     x, y = blobs(seed=seed)
     model = pib.Sequential(
         [layers.Dense(16, activation="relu", input_shape=(4,)), layers.Dense(3, activation="softmax")],
         seed=seed,
     )
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.compile(
+        optimizer=optimizers.Adam(0.01),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
     history = await model.fit(x, y, epochs=epochs, batch_size=32, seed=seed)
     return {"losses": history.history["loss"], "accuracy": history.history["accuracy"]}
 
