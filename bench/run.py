@@ -95,6 +95,33 @@ def header_lines(browser: Browser, info: dict[str, Any]) -> list[str]:
     ]
 
 
+def run_notes(meta: dict[str, Any]) -> list[str]:
+    """How each side was set up and how its steps were written, from what the sides reported."""
+    tfjs = meta.get("tfjs_backends", {})
+    wasm_flags = (tfjs.get("wasm") or {}).get("flags") or {}
+    started = ", ".join(
+        f"{name} {'ok' if o.get('ok') else 'unavailable'}" for name, o in tfjs.items()
+    )
+    notes = [f"TF.js backends: {started}"]
+    if wasm_flags:
+        notes[-1] += (
+            f"; wasm SIMD {wasm_flags.get('WASM_HAS_SIMD_SUPPORT')}, "
+            f"threads {wasm_flags.get('WASM_HAS_MULTITHREAD_SUPPORT')}"
+        )
+    page = meta.get("page_info") or {}
+    if page.get("tfjs_scripts_loaded_ms") is not None:
+        notes.append(
+            f"TF.js scripts (tf.min.js + webgpu + wasm) loaded and ran "
+            f"{page['tfjs_scripts_loaded_ms']:.0f} ms after navigation; not in TF.js's start-up row"
+        )
+    for side, name in (("ours", "ours"), ("theirs", "TF.js")):
+        ways = sorted({how[side] for how in meta["how"].values() if how.get(side)})
+        if ways:
+            notes.append(f"{name} steps: " + " | ".join(ways))
+    notes.append(meta["startup"])
+    return notes
+
+
 def _git_commit() -> str:
     done = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True
@@ -164,7 +191,9 @@ class Run:
         for ours in our_backends:
             theirs_list = [theirs for o, theirs in chosen_pairs(self.args) if o == ours]
             await self.run_page(ours, theirs_list)
-        self.results["meta"]["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
+        meta = self.results["meta"]
+        meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
+        meta["header_lines"] += run_notes(meta)
         return self.results
 
     async def run_page(self, ours: str, theirs_list: list[str]) -> None:

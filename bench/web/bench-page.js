@@ -12,6 +12,13 @@ window.pib = pib;
 
 // A JSON string literal is also a valid Python string literal: how arguments reach the worker.
 const pyString = (text) => JSON.stringify(text);
+// The gist of an error: a Python traceback's last line (the exception), else the first line.
+const gist = (message) => {
+  const lines = message.trim().split("\n").filter((line) => line.trim());
+  return (message.includes("Traceback") ? lines.at(-1) : lines[0]) ?? message;
+};
+// Once the classic TF.js scripts above this module have loaded and run: TF.js's own load time.
+const tfjsScriptsMs = performance.now();
 
 // Ours is ready when the engine booted on the requested backend and our side's code is loaded.
 const ours = pib.ready.then(
@@ -24,11 +31,11 @@ const ours = pib.ready.then(
       const source = await (await fetch("pib_side.py")).text();
       await pib.runPython(source);
     } catch (error) {
-      return { ok: false, error: `bench/web/pib_side.py did not load: ${error.message.trim().split("\n").at(-1)}` };
+      return { ok: false, error: `bench/web/pib_side.py did not load: ${gist(error.message)}` };
     }
     return { ok: true, ms, backend: pib.backend, stages: pib.stages, environment: pib.environment };
   },
-  (error) => ({ ok: false, error: `the engine did not start: ${error.message}` }),
+  (error) => ({ ok: false, error: `the engine did not start: ${gist(error.message)}` }),
 );
 
 async function webgpuAdapter() {
@@ -64,6 +71,7 @@ window.bench = {
       webgpu_adapter: await webgpuAdapter(),
       webgl: webglRenderer(),
       tfjs: theirs.info().version,
+      tfjs_scripts_loaded_ms: tfjsScriptsMs,
     };
   },
   oursStart: () => ours,
