@@ -111,10 +111,18 @@ class LambdaCallback(Callback):
 
     def __init__(self, **hooks: Callable[..., Any]) -> None:
         super().__init__()
-        allowed = {"on_train_begin", "on_train_end", "on_epoch_begin", "on_epoch_end", "on_batch_end"}
+        allowed = {
+            "on_train_begin",
+            "on_train_end",
+            "on_epoch_begin",
+            "on_epoch_end",
+            "on_batch_end",
+        }
         unknown = set(hooks) - allowed
         if unknown:
-            raise ValueError(f"LambdaCallback: unknown hooks {sorted(unknown)}; use {sorted(allowed)}")
+            raise ValueError(
+                f"LambdaCallback: unknown hooks {sorted(unknown)}; use {sorted(allowed)}"
+            )
         for name, fn in hooks.items():
             setattr(self, name, fn)
         self.wants_batch_logs = "on_batch_end" in hooks
@@ -138,7 +146,9 @@ class ProgressCallback(Callback):
 
     def on_batch_end(self, batch: int, logs: Logs) -> Any:
         if self.every_batches and (batch + 1) % self.every_batches == 0:
-            return self.report({"event": "batch", "epoch": self.epoch, "batch": batch, "logs": logs})
+            return self.report(
+                {"event": "batch", "epoch": self.epoch, "batch": batch, "logs": logs}
+            )
         return None
 
     def on_epoch_end(self, epoch: int, logs: Logs) -> Any:

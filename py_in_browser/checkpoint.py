@@ -67,7 +67,9 @@ def load(model: Sequential, blob: bytes) -> None:
         n_weights = len([k for k in data.files if k.startswith("weights/")])
         model.set_weights([data[f"weights/{i:04d}"] for i in range(n_weights)])
         config = str(data["optimizer/config"])
-        states = [data[k] for k in sorted(k for k in data.files if k.startswith("optimizer/state/"))]
+        states = [
+            data[k] for k in sorted(k for k in data.files if k.startswith("optimizer/state/"))
+        ]
         if config:
             _restore_optimizer(model, json.loads(config), states)
         calls = data["rng/dropout_calls"]

@@ -93,7 +93,7 @@ def div(a: Any, b: Any) -> Tensor:
     return _binary("div", a, b)
 
 
-def pow(a: Any, b: Any) -> Tensor:  # noqa: A001  (mirrors numpy/tf naming)
+def pow(a: Any, b: Any) -> Tensor:
     return _binary("pow", a, b)
 
 
@@ -175,7 +175,7 @@ def square(x: Tensor) -> Tensor:
     return call("mul", x, x)
 
 
-def abs(x: Tensor) -> Tensor:  # noqa: A001
+def abs(x: Tensor) -> Tensor:
     return call("maximum", x, call("neg", x))
 
 
@@ -263,10 +263,13 @@ def transpose(x: Tensor, perm: Sequence[int] | None = None) -> Tensor:
     return call("transpose", x, perm=perm)
 
 
-def slice(x: Tensor, begin: Sequence[int], size: Sequence[int]) -> Tensor:  # noqa: A001
+def slice(x: Tensor, begin: Sequence[int], size: Sequence[int]) -> Tensor:
     """x[begin : begin + size] per axis; a size of -1 means up to the end."""
-    begin = tuple(int(b) % builtins.max(n, 1) if b < 0 else int(b) for b, n in zip(begin, x.shape))
-    size = tuple(n - b if s == -1 else int(s) for b, s, n in zip(begin, size, x.shape))
+    begin = tuple(
+        int(b) % builtins.max(n, 1) if b < 0 else int(b)
+        for b, n in zip(begin, x.shape, strict=True)
+    )
+    size = tuple(n - b if s == -1 else int(s) for b, s, n in zip(begin, size, x.shape, strict=True))
     return call("slice", x, begin=begin, size=size)
 
 
@@ -316,15 +319,15 @@ def expand_dims(x: Tensor, axis: int) -> Tensor:
 # ---- reductions --------------------------------------------------------------------------------
 
 
-def sum(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+def sum(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
     return call("reduce_sum", x, axes=_axes(x, axis), keepdims=keepdims)
 
 
-def max(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+def max(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
     return call("reduce_max", x, axes=_axes(x, axis), keepdims=keepdims)
 
 
-def min(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+def min(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
     return neg(max(neg(x), axis, keepdims))
 
 

@@ -78,7 +78,9 @@ class Sequential:
             if not layer.built:
                 layer.build(shape)
             elif layer.input_shape != shape:
-                raise ValueError(f"layer {layer.name!r} was built for {layer.input_shape}, not {shape}")
+                raise ValueError(
+                    f"layer {layer.name!r} was built for {layer.input_shape}, not {shape}"
+                )
             assert layer.output_shape is not None
             shape = layer.output_shape
 
@@ -202,4 +204,3 @@ class Sequential:
     def load_checkpoint(self, blob: bytes) -> None:
         """Restores a save_checkpoint blob; then fit(..., resume=True) continues where it stopped."""
         checkpoint.load(self, blob)
-

@@ -294,7 +294,7 @@ _define("transpose", 1, _transpose_infer, _transpose_vjp, ("perm",))
 def _slice_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
     shape, begin, size = tuple(shapes[0]), tuple(attrs["begin"]), tuple(attrs["size"])
     ok = len(begin) == len(size) == len(shape) and all(
-        0 <= b and 0 <= s and b + s <= n for b, s, n in zip(begin, size, shape, strict=True)
+        b >= 0 and s >= 0 and b + s <= n for b, s, n in zip(begin, size, shape, strict=True)
     )
     if not ok:
         raise ValueError(f"slice: begin {begin} size {size} do not fit in shape {shape}")

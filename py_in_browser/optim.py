@@ -98,7 +98,7 @@ class Optimizer:
         return grads
 
     def _update(
-        self, var: Variable, grad: Tensor, slots: list[Variable], step: Tensor
+        self, var: Tensor, grad: Tensor, slots: list[Variable], step: Tensor
     ) -> tuple[Tensor, list[Tensor]]:
         raise NotImplementedError
 
@@ -129,7 +129,9 @@ class SGD(Optimizer):
         self.momentum, self.nesterov = float(momentum), nesterov
         self.slot_names = ("momentum",) if self.momentum > 0 else ()
 
-    def _update(self, var, grad, slots, step):  # type: ignore[no-untyped-def]
+    def _update(
+        self, var: Tensor, grad: Tensor, slots: list[Variable], step: Tensor
+    ) -> tuple[Tensor, list[Tensor]]:
         lr = self.learning_rate
         if not slots:
             return F.sub(var, F.mul(grad, lr)), []
@@ -153,7 +155,9 @@ class RMSprop(Optimizer):
         super().__init__(learning_rate, **kw)
         self.rho, self.epsilon = float(rho), float(epsilon)
 
-    def _update(self, var, grad, slots, step):  # type: ignore[no-untyped-def]
+    def _update(
+        self, var: Tensor, grad: Tensor, slots: list[Variable], step: Tensor
+    ) -> tuple[Tensor, list[Tensor]]:
         v = F.add(F.mul(slots[0], self.rho), F.mul(F.square(grad), 1.0 - self.rho))
         step_size = F.div(F.mul(grad, self.learning_rate), F.sqrt(F.add(v, self.epsilon)))
         return F.sub(var, step_size), [v]
@@ -183,7 +187,9 @@ class Adam(Optimizer):
         super().__init__(learning_rate, **kw)
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
 
-    def _update(self, var, grad, slots, step):  # type: ignore[no-untyped-def]
+    def _update(
+        self, var: Tensor, grad: Tensor, slots: list[Variable], step: Tensor
+    ) -> tuple[Tensor, list[Tensor]]:
         b1, b2 = self.beta_1, self.beta_2
         m = F.add(F.mul(slots[0], b1), F.mul(grad, 1.0 - b1))
         v = F.add(F.mul(slots[1], b2), F.mul(F.square(grad), 1.0 - b2))
@@ -210,7 +216,9 @@ class AdamW(Adam):
         super().__init__(learning_rate, **kw)
         self.weight_decay = float(weight_decay)
 
-    def _update(self, var, grad, slots, step):  # type: ignore[no-untyped-def]
+    def _update(
+        self, var: Tensor, grad: Tensor, slots: list[Variable], step: Tensor
+    ) -> tuple[Tensor, list[Tensor]]:
         decayed = F.sub(var, F.mul(var, self.learning_rate * self.weight_decay))
         new_var, new_slots = super()._update(decayed, grad, slots, step)
         return new_var, new_slots
@@ -219,7 +227,7 @@ class AdamW(Adam):
         return {**super().get_config(), "weight_decay": self.weight_decay}
 
 
-OPTIMIZERS: dict[str, type[Optimizer]] = {
+OPTIMIZERS: dict[str, Any] = {
     "sgd": SGD,
     "rmsprop": RMSprop,
     "adam": Adam,

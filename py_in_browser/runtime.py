@@ -184,10 +184,10 @@ async def profile(fn: Callable[[], Any]) -> dict[str, Any]:
     finally:
         log, backend.profile_log = backend.profile_log, None
     wall_ms = (time.perf_counter() - start) * 1000.0
-    kernels = sorted(
-        ({"name": op, "ms": sum(ts), "calls": len(ts)} for op, ts in log.items()),
-        key=lambda k: -k["ms"],
-    )
+    kernels: list[dict[str, Any]] = [
+        {"name": op, "ms": sum(ts), "calls": len(ts)} for op, ts in log.items()
+    ]
+    kernels.sort(key=lambda k: -float(k["ms"]))
     return {
         "backend": backend.name,
         "kernels": kernels,

@@ -41,6 +41,8 @@ class Tensor:
     """
 
     _scoped = True  # plain tensors belong to the innermost tidy scope
+    shape: tuple[int, ...]
+    dtype: str
 
     def __init__(self, storage: _Storage, shape: tuple[int, ...], dtype: str) -> None:
         storage.refs += 1

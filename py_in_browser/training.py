@@ -94,7 +94,9 @@ def _require_compiled(model: Sequential) -> None:
         raise RuntimeError("call model.compile(optimizer=..., loss=...) before fit/evaluate")
 
 
-async def _prepare(model: Sequential, x: Any, y: Any | None) -> tuple[np.ndarray, np.ndarray | None]:
+async def _prepare(
+    model: Sequential, x: Any, y: Any | None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Host arrays checked against the model: shapes, finiteness, sample counts and targets."""
     xa = (await _host_array(x, "x")).astype(np.float32)
     _check_finite(xa, "x")
@@ -247,7 +249,9 @@ async def fit(
     start_batch = 0
     state = FitState(len(model.resolved_metrics()))
     if resume:
-        initial_epoch, start_batch, seed = _resume_cursor(model, state, batch_size, samples, shuffle)
+        initial_epoch, start_batch, seed = _resume_cursor(
+            model, state, batch_size, samples, shuffle
+        )
 
     history = History()
     history.params = {"epochs": epochs, "steps": steps, "batch_size": batch_size}
@@ -258,8 +262,14 @@ async def fit(
     want_batch_logs = any(cb.wants_batch_logs for cb in callbacks)
     model.stop_training = False
     model.fit_state = state
-    model.progress = {"epoch": initial_epoch, "batch": start_batch, "seed": seed,
-                      "batch_size": batch_size, "shuffle": shuffle, "samples": samples}
+    model.progress = {
+        "epoch": initial_epoch,
+        "batch": start_batch,
+        "seed": seed,
+        "batch_size": batch_size,
+        "shuffle": shuffle,
+        "samples": samples,
+    }
     step = tidy(train_step)
     try:
         await call_hook(all_callbacks, "on_train_begin", {})

@@ -24,7 +24,9 @@ def test_forward_float64_matches_numpy(case: OpCase) -> None:
     assert result["max_abs_err"] <= 2e-7 * result["scale"], result
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.grad], ids=[c.name for c in CASES if c.grad])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c.grad], ids=[c.name for c in CASES if c.grad]
+)
 def test_gradient_matches_finite_differences(case: OpCase) -> None:
     result = asyncio.run(check_gradient(case))
     assert result["max_rel_err"] <= case.grad_tol, result

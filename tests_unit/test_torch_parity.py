@@ -27,7 +27,9 @@ class StepLosses(pib.Callback):
 def train_ours(model: pib.Sequential, x: np.ndarray, y: np.ndarray) -> list[float]:
     recorder = StepLosses()
     epochs = STEPS * BATCH // len(x)
-    asyncio.run(model.fit(x, y, epochs=epochs, batch_size=BATCH, shuffle=False, callbacks=[recorder]))
+    asyncio.run(
+        model.fit(x, y, epochs=epochs, batch_size=BATCH, shuffle=False, callbacks=[recorder])
+    )
     return recorder.losses
 
 
@@ -37,7 +39,9 @@ def train_torch(net: torch.nn.Module, opt: torch.optim.Optimizer, x: np.ndarray,
     for step in range(STEPS):
         start = (step * BATCH) % len(x)
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(net(xt[start : start + BATCH]), yt[start : start + BATCH])
+        loss = torch.nn.functional.cross_entropy(
+            net(xt[start : start + BATCH]), yt[start : start + BATCH]
+        )
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -48,7 +52,9 @@ def test_mlp_adam_matches_torch() -> None:
     rng = np.random.Generator(np.random.PCG64(7))
     x = rng.standard_normal((64, 10)).astype(np.float32)
     y = rng.integers(0, 3, 64).astype(np.int32)
-    model = pib.Sequential([layers.Dense(32, activation="relu", input_shape=(10,)), layers.Dense(3)])
+    model = pib.Sequential(
+        [layers.Dense(32, activation="relu", input_shape=(10,)), layers.Dense(3)]
+    )
     model.compile(
         optimizer=optimizers.Adam(0.01, epsilon=1e-8),
         loss=pib.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -47,11 +47,11 @@ def test_non_finite_targets_and_wrong_target_shape() -> None:
 
 def test_unknown_names_list_the_valid_ones() -> None:
     model = pib.Sequential([layers.Dense(1, input_shape=(2,))])
-    with pytest.raises(ValueError, match="loss: unknown 'hinge'.*'mse'"):
+    with pytest.raises(ValueError, match=r"loss: unknown 'hinge'.*'mse'"):
         model.compile(optimizer="sgd", loss="hinge")
-    with pytest.raises(ValueError, match="optimizer: unknown 'lbfgs'.*'adam'"):
+    with pytest.raises(ValueError, match=r"optimizer: unknown 'lbfgs'.*'adam'"):
         model.compile(optimizer="lbfgs", loss="mse")
-    with pytest.raises(ValueError, match="activation: unknown 'swishy'.*'relu'"):
+    with pytest.raises(ValueError, match=r"activation: unknown 'swishy'.*'relu'"):
         layers.Dense(2, activation="swishy")
     with pytest.raises(ValueError, match="metrics: unknown 'f1'"):
         model.compile(optimizer="sgd", loss="mse", metrics=["f1"])

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from . import Backend, register_backend, register_kernel
+from . import Backend, Kernel, register_backend, register_kernel
 
 NAME = "cpu"
 
@@ -50,7 +51,7 @@ class CpuBackend(Backend):
 register_backend(NAME, CpuBackend, priority=0)
 
 
-def _kernel(op: str):  # type: ignore[no-untyped-def]
+def _kernel(op: str) -> Callable[[Kernel], Kernel]:
     return register_kernel(NAME, op)
 
 
@@ -186,7 +187,7 @@ def _scatter_windows(
 
     Loops over kernel offsets only (e.g. 9 for 3x3), never over pixels.
     """
-    n, oh, ow, kh, kw, c = cols.shape
+    _, oh, ow, kh, kw, _ = cols.shape
     sh, sw = strides
     out = np.zeros(padded_shape, dtype=cols.dtype)
     for i in range(kh):

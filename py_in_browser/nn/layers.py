@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -24,7 +24,7 @@ _standalone_layers = itertools.count(1)
 class Layer:
     """Base layer: lazily built from the input shape (without batch axis) on first call."""
 
-    _name_counts: dict[str, int] = {}
+    _name_counts: ClassVar[dict[str, int]] = {}
 
     def __init__(self, name: str | None = None, input_shape: Sequence[int] | None = None):
         base = _snake(type(self).__name__)

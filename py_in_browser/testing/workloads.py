@@ -22,7 +22,10 @@ def xor_data() -> tuple[np.ndarray, np.ndarray]:
 
 def xor_model(seed: int = 1) -> pib.Sequential:
     model = pib.Sequential(
-        [layers.Dense(4, activation="relu", input_shape=(2,)), layers.Dense(1, activation="sigmoid")],
+        [
+            layers.Dense(4, activation="relu", input_shape=(2,)),
+            layers.Dense(1, activation="sigmoid"),
+        ],
         seed=seed,
     )
     model.compile(optimizer=optimizers.SGD(0.1), loss="mse", metrics=["accuracy"])
@@ -50,7 +53,10 @@ async def run_mlp(epochs: int = 5, seed: int = 0) -> dict[str, Any]:
     """Dense(16, relu) -> Dense(3, softmax), Adam(0.01), sparse categorical crossentropy."""
     x, y = blobs(seed=seed)
     model = pib.Sequential(
-        [layers.Dense(16, activation="relu", input_shape=(4,)), layers.Dense(3, activation="softmax")],
+        [
+            layers.Dense(16, activation="relu", input_shape=(4,)),
+            layers.Dense(3, activation="softmax"),
+        ],
         seed=seed,
     )
     model.compile(
@@ -94,8 +100,9 @@ def small_cnn(size: int = 64, seed: int = 0) -> pib.Sequential:
     """conv(8, stride 2) -> max pool -> conv(16) -> max pool -> global average -> dense(4)."""
     model = pib.Sequential(
         [
-            layers.Conv2D(8, 3, strides=2, padding="same", activation="relu",
-                          input_shape=(size, size, 3)),
+            layers.Conv2D(
+                8, 3, strides=2, padding="same", activation="relu", input_shape=(size, size, 3)
+            ),
             layers.MaxPool2D(2),
             layers.Conv2D(16, 3, padding="same", activation="relu"),
             layers.MaxPool2D(2),
@@ -105,13 +112,19 @@ def small_cnn(size: int = 64, seed: int = 0) -> pib.Sequential:
         seed=seed,
     )
     model.compile(
-        optimizer=optimizers.Adam(0.01), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+        optimizer=optimizers.Adam(0.01),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
     )
     return model
 
 
 async def run_cnn(
-    train_samples: int = 256, test_samples: int = 128, epochs: int = 8, size: int = 64, seed: int = 0
+    train_samples: int = 256,
+    test_samples: int = 128,
+    epochs: int = 8,
+    size: int = 64,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Trains small_cnn on synthetic_images; reports losses, held-out accuracy and epoch time."""
     x, y = synthetic_images(train_samples, size, seed=seed)
