@@ -44,3 +44,12 @@ e2e: $(VENV)/.installed-test setup browsers
 
 test: $(VENV)/.installed-test setup browsers lint
 	$(VENV)/bin/pytest tests_unit tests_e2e
+
+# TensorFlow.js 4.22.0 for the benchmarks, from npm into the git-ignored bench/node_modules.
+bench/node_modules/.installed: bench/package.json bench/package-lock.json
+	cd bench && npm ci --no-audit --no-fund
+	touch $@
+
+# Ours vs TensorFlow.js in one Chromium session: `make bench`, or `make bench BENCH_ARGS=--quick`.
+bench: $(VENV)/.installed-test setup browsers bench/node_modules/.installed
+	$(PY) -m bench $(BENCH_ARGS)

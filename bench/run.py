@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 from playwright.async_api import Browser, async_playwright
@@ -15,7 +16,7 @@ from playwright.async_api import Browser, async_playwright
 from bench import workloads as wl
 from bench.measure import Settings, measure_name, measure_workload
 from bench.page import BenchPage, CallFailed, CallTimeout
-from bench.report import format_table, write_json
+from bench.report import RESULTS_DIR, format_table, side_text, write_json
 from bench.server import REPO_ROOT, dev_server, ensure_ready
 from bench.stats import FAILED, TIMEOUT, UNAVAILABLE, SideResult, row
 from tests_e2e.browsers import CHROMIUM, CHROMIUM_ARGS
@@ -44,6 +45,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--no-startup", action="store_true", help="skip the first-training-step rows"
+    )
+    parser.add_argument(
+        "--output", type=Path, default=RESULTS_DIR, help="folder for the results JSON"
     )
     args = parser.parse_args(argv)
     args.steps = args.steps or (10 if args.quick else 20)
@@ -136,7 +140,13 @@ def _start_text(outcome: dict[str, Any]) -> str:
     return f"ready in {outcome['ms']:.0f} ms" if outcome.get("ok") else str(outcome.get("error"))
 
 
-def side_from_start(outcome: dict[str, Any] | None, what: str) -> SideResult:
+def _why_not(outcome: dict[str, Any]) -> str | None:
+    """None when a side started, else why it did not."""
+    return None if outcome.get("ok") else str(outcome.get("error") or "did not start")
+
+
+def side_from_start(outcome: dict[str, Any] | None) -> SideResult:
+    """A start-up outcome as a one-sample row side (or unavailable, and why)."""
     if not outcome or not outcome.get("ok"):
         detail = (outcome or {}).get("error") or "did not start"
         return SideResult(status=UNAVAILABLE, detail=detail)
@@ -230,72 +240,61 @@ class Run:
     ) -> None:
         ours, theirs = pair
         theirs_boot = await self.start_theirs(page, theirs)
+        generation = page.generation
         self.log(f"[{ours}|{theirs}] TF.js: {_start_text(theirs_boot)}")
-        rows = self.results["rows"]
-        rows.append(
-            row(
-                workload="start-up",
-                measure="time to a ready engine, ms",
-                pair=pair,
-                ours=side_from_start(ours_boot, "ours"),
-                theirs=side_from_start(theirs_boot, "theirs"),
-            )
+        self.add_row(
+            "start-up",
+            "time to a ready engine, ms",
+            pair,
+            side_from_start(ours_boot),
+            side_from_start(theirs_boot),
         )
         if not self.args.no_startup:
-            name = self.first_step_workload.name
-            theirs_first = (
-                await first_step(page, "theirs", self.first_step_workload)
-                if theirs_boot.get("ok")
-                else side_from_start(theirs_boot, "theirs")
-            )
-            rows.append(
-                row(
-                    workload="start-up",
-                    measure=f"first {name} training step, ms",
-                    pair=pair,
-                    ours=ours_first or side_from_start(ours_boot, "ours"),
-                    theirs=theirs_first,
-                )
+            theirs_first = side_from_start(theirs_boot)
+            if theirs_boot.get("ok"):
+                theirs_first = await first_step(page, "theirs", self.first_step_workload)
+            measure = f"first {self.first_step_workload.name} training step, ms"
+            self.add_row(
+                "start-up", measure, pair, ours_first or side_from_start(ours_boot), theirs_first
             )
         for workload in self.workloads:
-            if not page.ours_start.get("ok"):
-                ours_boot = page.ours_start
-            generation = page.generation
+            if page.generation != generation:  # reloaded after a hang: TF.js is on its default
+                theirs_boot = await self.start_theirs(page, theirs)
+                generation = page.generation
             self.log(f"[{ours}|{theirs}] {workload.name}: {workload.title}")
-            unavailable = {
-                "ours": None
-                if page.ours_start.get("ok")
-                else f"{ours}: {page.ours_start.get('error')}",
-                "theirs": None
-                if theirs_boot.get("ok")
-                else f"{theirs}: {theirs_boot.get('error')}",
-            }
+            unavailable = {"ours": _why_not(page.ours_start), "theirs": _why_not(theirs_boot)}
             sides, extras = await measure_workload(page, workload, unavailable, self.settings)
             self.results["meta"]["how"].setdefault(workload.name, {}).update(extras["how"])
             for mode, ours_result in sides["ours"].items():
-                new = row(
-                    workload=workload.name,
-                    measure=measure_name(workload, mode),
-                    pair=pair,
-                    ours=ours_result,
-                    theirs=sides["theirs"][mode],
-                    flops=workload.flops_per_step,
+                self.add_row(
+                    workload.name,
+                    measure_name(workload, min(mode, self.settings.steps)),  # a short run's block
+                    pair,
+                    ours_result,
+                    sides["theirs"][mode],
+                    workload.flops_per_step,
                 )
-                rows.append(new)
-                self.log(
-                    f"    {new['measure']}: ours {new['ours']['median']} theirs {new['theirs']['median']} ({new['ours']['status']}/{new['theirs']['status']})"
-                )
-            self.results["profiles"].append(
-                {
-                    "workload": workload.name,
-                    "ours_backend": ours,
-                    "theirs_backend": theirs,
-                    **extras["profiles"],
-                }
-            )
-            if page.generation != generation:  # reloaded after a hang: TF.js is back on its default
-                theirs_boot = await self.start_theirs(page, theirs)
+            profiles = {"workload": workload.name, "ours_backend": ours, "theirs_backend": theirs}
+            self.results["profiles"].append({**profiles, **extras["profiles"]})
             await page.show(self.results, f"{ours}|{theirs} {workload.name} done")
+
+    def add_row(
+        self,
+        workload: str,
+        measure: str,
+        pair: tuple[str, str],
+        ours: SideResult,
+        theirs: SideResult,
+        flops: float | None = None,
+    ) -> None:
+        new = row(
+            workload=workload, measure=measure, pair=pair, ours=ours, theirs=theirs, flops=flops
+        )
+        self.results["rows"].append(new)
+        self.log(
+            f"    {measure}: ours {side_text(new['ours'], new['unit'])} | "
+            f"TF.js {side_text(new['theirs'], new['unit'])}"
+        )
 
 
 async def run_in_browser(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
@@ -318,7 +317,8 @@ def main(argv: list[str] | None = None) -> None:
     results["meta"]["wall_s"] = round(time.monotonic() - started, 1)
     print()
     print(format_table(results))
-    path = write_json(results)
+    path = write_json(results, args.output)
     print(
-        f"\nwrote {path.relative_to(REPO_ROOT)} (open /bench/report.html on the dev server to view it) in {results['meta']['wall_s']} s"
+        f"\nwrote {path} in {results['meta']['wall_s']} s; /bench/report.html on the dev server "
+        "renders it"
     )
