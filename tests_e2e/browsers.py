@@ -26,7 +26,10 @@ CHROMIUM_ARGS = [
     "--enable-features=Vulkan",
     "--use-webgpu-adapter=swiftshader",
 ]
-FIREFOX_PREFS: dict[str, str | float | bool] = {"dom.webgpu.enabled": True, "gfx.webgpu.ignore-blocklist": True}
+FIREFOX_PREFS: dict[str, str | float | bool] = {
+    "dom.webgpu.enabled": True,
+    "gfx.webgpu.ignore-blocklist": True,
+}
 
 
 def launch_chromium(playwright: Playwright, extra_args: list[str] | None = None) -> Browser:

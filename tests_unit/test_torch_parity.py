@@ -60,9 +60,10 @@ def test_mlp_adam_matches_torch() -> None:
         loss=pib.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     w1, b1, w2, b2 = asyncio.run(model.get_weights())
-    net = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
+    hidden, head = torch.nn.Linear(10, 32), torch.nn.Linear(32, 3)
+    net = torch.nn.Sequential(hidden, torch.nn.ReLU(), head)
     with torch.no_grad():
-        for layer, (w, b) in zip((net[0], net[2]), ((w1, b1), (w2, b2)), strict=True):
+        for layer, (w, b) in zip((hidden, head), ((w1, b1), (w2, b2)), strict=True):
             layer.weight.copy_(torch.from_numpy(w.T.copy()))
             layer.bias.copy_(torch.from_numpy(b))
     opt = torch.optim.Adam(net.parameters(), lr=0.01, eps=1e-8)
@@ -107,6 +108,7 @@ def test_cnn_sgd_momentum_matches_torch() -> None:
     net = NhwcCnn()
     with torch.no_grad():
         net.conv.weight.copy_(torch.from_numpy(kernel.transpose(3, 2, 0, 1).copy()))
+        assert net.conv.bias is not None
         net.conv.bias.copy_(torch.from_numpy(bias))
         net.dense.weight.copy_(torch.from_numpy(dense_w.T.copy()))
         net.dense.bias.copy_(torch.from_numpy(dense_b))
