@@ -277,12 +277,14 @@ async def check_forward(case: OpCase, dtype: str = "float32") -> dict[str, Any]:
     return {"case": case.name, "shape_ok": same_shape, "max_abs_err": err, "scale": scale}
 
 
-async def check_gradient(case: OpCase, dtype: str = "float64", eps: float = 1e-6) -> dict[str, Any]:
-    """Tape gradients of sum(op(x) * r) against central finite differences of the same op."""
+async def tape_gradients(
+    case: OpCase, dtype: str = "float32"
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """Tape gradients of sum(op(x) * probe) for each float input on the active backend, and the
+    probe weights; the probe is seeded, so every backend differentiates the same objective."""
     arrays = make_inputs(case, dtype)
     float_idx = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
     probe_rng = np.random.Generator(np.random.PCG64(case.seed + 1000))
-
     with pib.tidy():
         tensors = _to_tensors(case, arrays, dtype)
         with pib.GradientTape() as tape:
@@ -293,6 +295,14 @@ async def check_gradient(case: OpCase, dtype: str = "float64", eps: float = 1e-6
         grads = tape.gradient(objective, [tensors[i] for i in float_idx])
         analytic = [await g.numpy() for g in grads]
         weights = await probe.numpy()
+    return analytic, weights
+
+
+async def check_gradient(case: OpCase, dtype: str = "float64", eps: float = 1e-6) -> dict[str, Any]:
+    """Tape gradients of sum(op(x) * r) against central finite differences of the same op."""
+    arrays = make_inputs(case, dtype)
+    float_idx = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"]
+    analytic, weights = await tape_gradients(case, dtype)
 
     async def objective_at(values: list[np.ndarray]) -> float:
         with pib.tidy():

@@ -1,0 +1,18 @@
+"""The op-case table inside Pyodide on the cpu backend: the harness every GPU backend reuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests_e2e.engine_page import EnginePage
+from tests_e2e.op_oracle import assert_op_table_matches
+
+
+@pytest.fixture(scope="module")
+def page_query() -> str:
+    return "?backend=cpu"
+
+
+def test_op_table_on_cpu_in_pyodide(engine_page: EnginePage) -> None:
+    worst = assert_op_table_matches(engine_page, rtol=1e-5)
+    assert len(worst) > 40
