@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from . import autograd, ops
-from .backends import Backend
+from .backends import Backend, OutSpec
 from .runtime import current_backend, tracker
 
 _ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "bool": 1}
@@ -276,7 +276,8 @@ def apply_op(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any]) -> Tensor
     backend = inputs[0].backend if inputs else current_backend()
     if any(t.backend is not backend for t in inputs):
         raise ValueError(f"{op}: inputs live on different backends")
-    handle = backend.run(op, [t._handle() for t in inputs], attrs)
+    spec = OutSpec(shape, dtype, tuple(t.shape for t in inputs), tuple(t.dtype for t in inputs))
+    handle = backend.run(op, [t._handle() for t in inputs], attrs, spec)
     out = _wrap(backend, handle, shape, dtype)
     if autograd.active_tapes:
         autograd.record(op, inputs, attrs, out)

@@ -37,6 +37,16 @@ def missing_primitives(backend: str) -> set[str]:
     return set(OPS) - kernels_of(backend)
 
 
+@dataclass(frozen=True)
+class OutSpec:
+    """Shapes and dtypes around one op call: its result's and its inputs' (handles are opaque)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    in_shapes: tuple[tuple[int, ...], ...]
+    in_dtypes: tuple[str, ...]
+
+
 class Backend:
     """What every backend provides; tensors hold an opaque handle that only their backend reads."""
 
@@ -57,8 +67,9 @@ class Backend:
     def free(self, handle: Any) -> None:
         raise NotImplementedError
 
-    def run(self, op: str, inputs: list[Any], attrs: dict[str, Any]) -> Any:
-        """Runs the kernel of primitive `op`; the op table has already checked shapes and dtypes."""
+    def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Any:
+        """Runs the kernel of primitive `op`; the op table has already checked shapes and dtypes
+        and says in `out` what the result will be (GPU backends size its buffer from it)."""
         kernel = KERNELS.get((self.name, op))
         if kernel is None:
             raise NotImplementedError(f"backend {self.name!r} has no kernel for primitive {op!r}")
@@ -76,7 +87,12 @@ class Backend:
         """A tiny numeric check that the backend really computes (GPU drivers can lie)."""
         a = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
         ha = self.upload(a)
-        hb = self.run("matmul", [ha, ha], {"transpose_a": False, "transpose_b": False})
+        hb = self.run(
+            "matmul",
+            [ha, ha],
+            {"transpose_a": False, "transpose_b": False},
+            OutSpec((2, 2), "float32", ((2, 2), (2, 2)), ("float32", "float32")),
+        )
         got = await self.download(hb)
         self.free(ha)
         self.free(hb)

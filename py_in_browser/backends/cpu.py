@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from . import Backend, Kernel, register_backend, register_kernel
+from . import Backend, Kernel, OutSpec, register_backend, register_kernel
 
 NAME = "cpu"
 
@@ -42,10 +42,10 @@ class CpuBackend(Backend):
     async def self_test(self) -> bool:
         return True
 
-    def run(self, op: str, inputs: list[Any], attrs: dict[str, Any]) -> Any:
+    def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Any:
         # NaN/Inf propagate silently, as on GPUs; fit detects non-finite losses itself.
         with np.errstate(all="ignore"):
-            return super().run(op, inputs, attrs)
+            return super().run(op, inputs, attrs, out)
 
 
 register_backend(NAME, CpuBackend, priority=0)
