@@ -38,14 +38,24 @@ async def init(backend: str | None = None, limits: dict[str, Any] | None = None)
         candidates = [backend]
     else:
         candidates = usable
+    failures: list[str] = []
     for name in candidates:
         chosen = backends.BACKENDS[name].factory(limits)
-        if await chosen.self_test():
+        try:
+            await chosen.start()
+            passed = await chosen.self_test()
+        except Exception as exc:  # a GPU that cannot start is a reason to try the next backend
+            if backend is not None:
+                raise RuntimeError(f"backend {name!r} could not start: {exc}") from exc
+            failures.append(f"{name}: {exc}")
+            continue
+        if passed:
             _state["backend"] = chosen
             return name
         if backend is not None:
             raise RuntimeError(f"backend {name!r} failed its numeric self-test")
-    raise RuntimeError(f"no backend passed its self-test; tried {candidates}")
+        failures.append(f"{name}: failed its numeric self-test")
+    raise RuntimeError(f"no backend passed its self-test: {failures}")
 
 
 def get_backend() -> str:

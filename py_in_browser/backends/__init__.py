@@ -58,6 +58,9 @@ class Backend:
         # Per-kernel wall times while pib.profile runs; None when not profiling.
         self.profile_log: dict[str, list[float]] | None = None
 
+    async def start(self) -> None:
+        """Acquires what the backend needs before its self-test (a GPU device, a GL context)."""
+
     def upload(self, array: np.ndarray) -> Any:
         raise NotImplementedError
 
