@@ -1,0 +1,107 @@
+"""Elementwise primitives: a table of short WGSL expressions filled into elementwise.wgsl."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import OutSpec
+from . import codegen
+from .plan import BufferRef, DeviceLimits, KernelPlan
+
+# An expression over the loaded inputs a, b, c, given the WGSL types of inputs and output.
+Expr = Callable[[tuple[str, ...], str], str]
+
+
+def _call(fn: str) -> Expr:
+    # The op table admits only float dtypes here, and codegen refuses float64: a is f32.
+    return lambda types, out: f"{fn}(a)"
+
+
+def _neg(types: tuple[str, ...], out: str) -> str:
+    return "-a"
+
+
+def _relu(types: tuple[str, ...], out: str) -> str:
+    # a < 0 is false for NaN, so NaN passes through as in numpy.
+    return f"select(a, {out}(0), a < {out}(0))"
+
+
+def _infix(symbol: str) -> Expr:
+    return lambda types, out: f"a {symbol} b"
+
+
+def _maximum(types: tuple[str, ...], out: str) -> str:
+    return "f32_max_nan(a, b)" if out == "f32" else "max(a, b)"
+
+
+def _compare(symbol: str) -> Expr:
+    return lambda types, out: f"select(0u, 1u, a {symbol} b)"
+
+
+def _where(types: tuple[str, ...], out: str) -> str:
+    return "select(c, b, a != 0u)"
+
+
+def _cast(types: tuple[str, ...], out: str) -> str:
+    source = types[0]
+    if source == out:
+        return "a"
+    if out == "u32":  # to bool: nonzero (and NaN) is true, as in numpy
+        return f"select(0u, 1u, a != {source}(0))"
+    # f32 -> i32 truncates toward zero like numpy's astype (and saturates instead of wrapping).
+    return f"{out}(a)"
+
+
+EXPRESSIONS: dict[str, Expr] = {
+    "neg": _neg,
+    "exp": _call("exp_f32"),
+    "log": _call("log_f32"),
+    "sqrt": _call("sqrt_f32"),
+    "tanh": _call("tanh_f32"),
+    "sigmoid": _call("sigmoid_f32"),
+    "relu": _relu,
+    "erf": _call("erf_f32"),
+    "add": _infix("+"),
+    "sub": _infix("-"),
+    "mul": _infix("*"),
+    "div": lambda types, out: "a / b",
+    "pow": lambda types, out: "pow_f32(a, b)",
+    "maximum": _maximum,
+    "less": _compare("<"),
+    "less_equal": _compare("<="),
+    "equal": _compare("=="),
+    "not_equal": _compare("!="),
+    "where": _where,
+    "cast": _cast,
+}
+
+_NAMES = "abc"
+
+
+def plan_elementwise(
+    op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits
+) -> KernelPlan:
+    types = tuple(codegen.wgsl_type(dt, op) for dt in out.in_dtypes)
+    out_type = codegen.wgsl_type(out.dtype, op)
+    expr = EXPRESSIONS[op](types, out_type)
+    count = codegen.numel(out.shape)
+    if count == 0:
+        return KernelPlan(())
+    arity = len(types)
+    wgsl = codegen.render(
+        "elementwise.wgsl",
+        INPUT_BINDINGS="\n".join(
+            f"@group(0) @binding({i}) var<storage, read> in_{_NAMES[i]}: array<{t}>;"
+            for i, t in enumerate(types)
+        ),
+        OUT_BINDING=str(arity),
+        OUT_T=out_type,
+        PARAMS_BINDING=str(arity + 1),
+        LOADS="\n  ".join(f"let {_NAMES[i]} = in_{_NAMES[i]}[i];" for i in range(arity)),
+        EXPR=expr,
+    )
+    key = f"elementwise:{op}:{','.join(types)}->{out_type}"
+    bindings = [BufferRef("input", i) for i in range(arity)] + [codegen.OUTPUT]
+    workgroups = codegen.grid(op, codegen.groups_for(count), limits)
+    return KernelPlan((codegen.dispatch(key, wgsl, bindings, [count], workgroups),))

@@ -1,0 +1,162 @@
+"""matmul and the convolutions as tiled GEMMs on gemm.wgsl (convolutions as implicit GEMMs)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import astuple, dataclass
+from typing import Any
+
+from .. import OutSpec
+from . import codegen
+from .plan import BufferRef, DeviceLimits, KernelPlan
+from .reductions import reduce_dispatch
+
+TILE = 32
+TILE_K = 16
+# Split-K kicks in when the output has fewer tiles than this and K is at least SPLIT_K_MIN long;
+# each split then covers at least SPLIT_K_MIN / 2 of K, and there are at most MAX_SPLITS.
+FEW_TILES = 16
+SPLIT_K_MIN = 2048
+MAX_SPLITS = 64
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """The params of gemm.wgsl, in its Params struct's field order (counts come from m, n, k)."""
+
+    m: int
+    n: int
+    k: int
+    batches: int = 1
+    a_batch: int = 0
+    a_row: int = 0
+    a_col: int = 0
+    b_batch: int = 0
+    b_row: int = 0
+    b_col: int = 0
+    in_h: int = 0
+    in_w: int = 0
+    in_c: int = 0
+    out_h: int = 0
+    out_w: int = 0
+    out_c: int = 0
+    k_h: int = 0
+    k_w: int = 0
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_top: int = 0
+    pad_left: int = 0
+
+
+def _splits(tiles: int, k: int) -> tuple[int, int]:
+    """(splits, k_per_split): a K slice per workgroup only when the output alone is too small."""
+    if tiles >= FEW_TILES or k < SPLIT_K_MIN:
+        return 1, k
+    wanted = min(MAX_SPLITS, k // (SPLIT_K_MIN // 2), max(1, 2 * FEW_TILES // tiles))
+    per_split = math.ceil(k / wanted / TILE_K) * TILE_K
+    return math.ceil(k / per_split), per_split
+
+
+def gemm_plan(op: str, g: Gemm, load_a: str, load_b: str, limits: DeviceLimits) -> KernelPlan:
+    """The dispatch computing C = A @ B of `g`, plus the split-K sum when that pays."""
+    if g.m * g.n * g.batches == 0:
+        return KernelPlan(())
+    tiles_m, tiles_n = math.ceil(g.m / TILE), math.ceil(g.n / TILE)
+    splits, per_split = _splits(tiles_m * tiles_n * g.batches, g.k)
+    fields = astuple(g)
+    words = [g.m, g.n, g.k, tiles_m, tiles_n, g.batches, splits, per_split, *fields[4:]]
+    wgsl = codegen.render("gemm.wgsl", LOAD_A=load_a, LOAD_B=load_b)
+    bindings = [BufferRef("input", 0), BufferRef("input", 1)]
+    workgroups = codegen.grid(op, tiles_m * tiles_n * g.batches * splits, limits)
+    key = f"gemm:{load_a}:{load_b}"
+    if splits == 1:
+        product = codegen.dispatch(key, wgsl, [*bindings, codegen.OUTPUT], words, workgroups)
+        return KernelPlan((product,))
+    size = g.batches * g.m * g.n
+    scratch = BufferRef("scratch", 0)
+    codegen.check_fits(op, "split-K scratch", (splits, size), limits)
+    partials = codegen.dispatch(key, wgsl, [*bindings, scratch], words, workgroups)
+    total = reduce_dispatch(
+        op, "sum", "float32", [(size, 1)], [(splits, size)], scratch, codegen.OUTPUT, limits
+    )
+    return KernelPlan((partials, total), scratch_bytes=(splits * size * 4,))
+
+
+def _check_float32(op: str, out: OutSpec) -> None:
+    codegen.wgsl_type(out.dtype, op)
+
+
+def plan_matmul(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:
+    _check_float32(op, out)
+    a = out.in_shapes[0]
+    m, n = out.shape[-2], out.shape[-1]
+    k = a[-2] if attrs["transpose_a"] else a[-1]
+    a_strides = (1, m) if attrs["transpose_a"] else (k, 1)
+    b_strides = (1, k) if attrs["transpose_b"] else (n, 1)
+    g = Gemm(
+        m,
+        n,
+        k,
+        batches=codegen.numel(out.shape[:-2]),
+        a_batch=m * k,
+        a_row=a_strides[0],
+        a_col=a_strides[1],
+        b_batch=k * n,
+        b_row=b_strides[0],
+        b_col=b_strides[1],
+    )
+    return gemm_plan(op, g, "strided_a", "strided_b", limits)
+
+
+def _geometry(
+    attrs: dict[str, Any], x: tuple[int, ...], w: tuple[int, ...], y: tuple[int, ...]
+) -> dict[str, int]:
+    (pad_top, _), (pad_left, _) = attrs["pads"]
+    return {
+        "in_h": x[1],
+        "in_w": x[2],
+        "in_c": x[3],
+        "out_h": y[1],
+        "out_w": y[2],
+        "out_c": y[3],
+        "k_h": w[0],
+        "k_w": w[1],
+        "stride_h": attrs["strides"][0],
+        "stride_w": attrs["strides"][1],
+        "pad_top": pad_top,
+        "pad_left": pad_left,
+    }
+
+
+def plan_conv2d(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:
+    """Output pixels x taps (im2col, never materialised) @ filters as (taps, out channels)."""
+    _check_float32(op, out)
+    x, w = out.in_shapes
+    y = out.shape
+    geo = _geometry(attrs, x, w, y)
+    g = Gemm(y[0] * y[1] * y[2], y[3], w[0] * w[1] * w[2], b_row=y[3], b_col=1, **geo)
+    return gemm_plan(op, g, "im2col_a", "strided_b", limits)
+
+
+def plan_conv2d_backprop_input(
+    op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits
+) -> KernelPlan:
+    """Input pixels x (taps, out channels) of the output gradient @ the filters transposed."""
+    _check_float32(op, out)
+    gy, w = out.in_shapes
+    x = out.shape
+    geo = _geometry(attrs, x, w, gy)
+    g = Gemm(x[0] * x[1] * x[2], x[3], w[0] * w[1] * w[3], **geo)
+    return gemm_plan(op, g, "output_grad_a", "transposed_filter_b", limits)
+
+
+def plan_conv2d_backprop_filter(
+    op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits
+) -> KernelPlan:
+    """im2col transposed (taps x pixels) @ the output gradient (pixels x out channels)."""
+    _check_float32(op, out)
+    x, gy = out.in_shapes
+    w = out.shape
+    geo = _geometry(attrs, x, w, gy)
+    g = Gemm(w[0] * w[1] * w[2], w[3], gy[0] * gy[1] * gy[2], b_row=w[3], b_col=1, **geo)
+    return gemm_plan(op, g, "im2col_transposed_a", "strided_b", limits)

@@ -1,0 +1,68 @@
+// One elementwise op: out[i] = EXPR over the inputs' i-th elements (EXPR from elementwise.py).
+{{COMMON}}
+
+{{INPUT_BINDINGS}}
+@group(0) @binding({{OUT_BINDING}}) var<storage, read_write> out: array<{{OUT_T}}>;
+
+struct Params { count: u32 }
+@group(0) @binding({{PARAMS_BINDING}}) var<uniform> params: Params;
+
+// exp overflows to +inf past this input, which some drivers turn into garbage; say inf ourselves.
+const EXP_F32_MAX_INPUT: f32 = 88.72283;
+
+fn exp_f32(x: f32) -> f32 {
+  return select(exp(x), f32_inf(), x > EXP_F32_MAX_INPUT);
+}
+
+fn log_f32(x: f32) -> f32 {
+  if (x == 0.0) { return f32_neg_inf(); }
+  if (x < 0.0) { return f32_nan(); }
+  return log(x);
+}
+
+fn sqrt_f32(x: f32) -> f32 {
+  return select(sqrt(x), f32_nan(), x < 0.0);
+}
+
+// tanh is exactly +-1 in f32 beyond |x| = 9; clamping avoids inf/inf inside exp-based tanh.
+fn tanh_f32(x: f32) -> f32 {
+  return select(tanh(clamp(x, -10.0, 10.0)), x, f32_is_nan(x));
+}
+
+// exp of a non-positive argument only, so it never overflows (as the cpu backend does).
+fn sigmoid_f32(x: f32) -> f32 {
+  let e = exp(-abs(x));
+  return select(e / (1.0 + e), 1.0 / (1.0 + e), x >= 0.0);
+}
+
+// Abramowitz & Stegun 7.1.26, the closed form the cpu backend uses, so both agree.
+fn erf_f32(x: f32) -> f32 {
+  let a = abs(x);
+  let t = 1.0 / (1.0 + 0.3275911 * a);
+  let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741
+      + t * (-1.453152027 + t * 1.061405429))));
+  return sign(x) * (1.0 - poly * exp(-a * a));
+}
+
+// numpy's power: WGSL's pow is undefined for negative bases, so odd/even integer exponents of
+// negative bases and zero bases are handled here.
+fn pow_f32(x: f32, y: f32) -> f32 {
+  if (y == 0.0 || x == 1.0) { return 1.0; }
+  if (f32_is_nan(x) || f32_is_nan(y)) { return f32_nan(); }
+  let m = abs(x);
+  if (m == 0.0) { return select(0.0, f32_inf(), y < 0.0); }
+  let r = pow(m, y);
+  if (x > 0.0) { return r; }
+  if (floor(y) != y) { return f32_nan(); }
+  let odd = abs(y - 2.0 * floor(y * 0.5)) == 1.0;
+  return select(r, -r, odd);
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+  let i = workgroup_linear(wid, nwg) * 64u + lid;
+  if (i >= params.count) { return; }
+  {{LOADS}}
+  out[i] = {{EXPR}};
+}
