@@ -40,8 +40,7 @@ def test_browser_losses_match_cpython(engine_page: EnginePage, name: str) -> Non
     function, kwargs = RUNS[name]
     expected = in_cpython(function, kwargs)
     got = engine_page.run(
-        "from py_in_browser.testing import workloads\n"
-        f"await workloads.{function}(**{kwargs!r})"
+        f"from py_in_browser.testing import workloads\nawait workloads.{function}(**{kwargs!r})"
     )
     assert engine_page.run("pib.get_backend()") == "cpu"
     assert len(got["losses"]) == len(expected["losses"])
