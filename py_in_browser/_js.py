@@ -68,3 +68,23 @@ def can_run_sync() -> bool:
     except ImportError:
         return False
     return bool(probe())
+
+
+_webgl2_probe: list[bool] = []
+
+
+def webgl2_available() -> bool:
+    """Whether this worker can make a WebGL2 context on an OffscreenCanvas (probed once; the
+    probe context is released at once because browsers cap live contexts)."""
+    if not _webgl2_probe:
+        import js
+
+        context = None
+        if in_browser() and hasattr(js, "OffscreenCanvas"):
+            context = js.OffscreenCanvas.new(1, 1).getContext("webgl2")
+        if context is not None:
+            lose = context.getExtension("WEBGL_lose_context")
+            if lose is not None:
+                lose.loseContext()
+        _webgl2_probe.append(context is not None)
+    return _webgl2_probe[0]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import backends
-from .backends import Backend, cpu  # noqa: F401  (importing cpu registers its kernels)
+from .backends import Backend, cpu, webgl2  # noqa: F401  (importing registers kernels)
 
 if TYPE_CHECKING:
     from .tensor import Tensor

@@ -1,0 +1,282 @@
+"""The WebGL2 backend: records draws into command lists that bridge.js runs in one call each."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ... import _js, runtime
+from .. import Backend, OutSpec
+from . import kernels, shaders
+from .layout import Layout, choose_layout
+from .textures import Command, Texture, TexturePool
+
+# A step's draws normally go in one flush; very long recordings are cut so JSON stays small.
+FLUSH_AT_COMMANDS = 4096
+# Units 2k and 2k+1 hold input k and its low part; 16 units are guaranteed by WebGL2.
+MAX_INPUTS_PER_DRAW = 8
+FLOAT_DTYPES = ("float32", "float64")
+
+
+@dataclass(eq=False)
+class Handle:
+    """A tensor on the GPU: its texture, the float16 rounding error texture (compensated
+    storage, or None), and the logical shape and dtype needed to read it back."""
+
+    texture: Texture
+    lo: Texture | None
+    shape: tuple[int, ...]
+    dtype: str
+
+
+class WebGLContextLostError(RuntimeError):
+    """The browser dropped the WebGL context; tensors on it are gone."""
+
+
+class WebGL2Backend(Backend):
+    """Fragment-shader kernels on float textures (float32, or float16 with compensated updates)."""
+
+    name = "webgl2"
+
+    def __init__(self, limits: dict[str, Any] | None = None) -> None:
+        super().__init__(limits)
+        self._engine: Any = None
+        self._commands: list[Command] = []
+        self._staging: list[np.ndarray] = []
+        self._staged = 0
+        self._new_programs: dict[str, str] = {}
+        self._known_programs: set[str] = set()
+        self.pool = TexturePool(self._commands)
+        self.probed: dict[str, Any] = {}
+        self.max_side = 0
+        self.half = False
+        self.compensated = False
+        self.js_calls = 0  # Python -> JS calls made (flushes, reads, warm-up)
+        self.flushes = 0
+
+    # ---- life cycle ----
+
+    async def start(self) -> None:
+        bridge = await _js.load_bridge(__package__, "bridge.js")
+        self._engine = bridge.createEngine()
+        self.probed = json.loads(self._engine.capabilities())
+        if not self.probed["highp"]:
+            raise RuntimeError("webgl2: fragment shaders lack highp float/int precision")
+        self.max_side = min(
+            int(self.probed["max_texture_size"]),
+            int(self.limits.get("max_texture_size", self.probed["max_texture_size"])),
+        )
+        float32 = bool(self.probed["float32_render"]) and self.limits.get("float32_render", True)
+        if not float32 and not self.probed["float16_render"]:
+            raise RuntimeError("webgl2: neither float32 nor float16 textures are renderable")
+        self.half = not float32
+        self.compensated = self.half and bool(self.limits.get("compensated_updates", True))
+        await self.warm_up()
+
+    async def warm_up(self) -> None:
+        """Compiles every program a training step needs before the first step runs."""
+        keys = shaders.warmup_keys()
+        if self.compensated:
+            keys += [f"binary:{op}+pair" for op in ("add", "sub")] + ["where+pair"]
+        self.js_calls += 1
+        await self._engine.compile(json.dumps({k: shaders.program_source(k) for k in keys}))
+        self._known_programs.update(keys)
+
+    def capabilities(self) -> dict[str, Any]:
+        caps = super().capabilities()
+        caps.update(
+            max_texture_size=self.max_side,
+            device_max_texture_size=self.probed.get("max_texture_size"),
+            float32_render=not self.half,
+            device_float32_render=self.probed.get("float32_render"),
+            highp=self.probed.get("highp"),
+            texture_formats="RGBA16F/R16F" if self.half else "RGBA32F/R32F",
+            compensated_updates=self.compensated,
+            parallel_compile=self.probed.get("parallel_compile"),
+            timer_query=self.probed.get("timer_query"),
+            renderer=self.probed.get("renderer"),
+        )
+        return caps
+
+    def gpu_memory(self) -> dict[str, int]:
+        return {
+            "textures": self.pool.live_textures,
+            "gpu_bytes": self.pool.gpu_bytes,
+            "pooled_bytes": self.pool.pooled_bytes,
+        }
+
+    # ---- tensors ----
+
+    def _allocate(self, shape: tuple[int, ...], dtype: str, with_lo: bool) -> Handle:
+        layout = choose_layout(shape, self.max_side)  # refuses oversized tensors before drawing
+        lo = self.pool.acquire(layout, self.half) if with_lo else None
+        return Handle(self.pool.acquire(layout, self.half), lo, shape, dtype)
+
+    def _stage(self, texture: Texture, values: np.ndarray) -> None:
+        layout = texture.layout
+        padded = np.zeros(layout.texels * layout.channels, dtype=np.float32)
+        padded[: values.size] = values.reshape(-1)
+        self._commands.append(["upload", texture.id, self._staged])
+        self._staging.append(padded)
+        self._staged += padded.size
+
+    def upload(self, array: np.ndarray) -> Handle:
+        values = np.asarray(array, dtype=np.float32)
+        is_float = array.dtype.kind == "f"
+        handle = self._allocate(
+            tuple(array.shape), _dtype_name(array), self.compensated and is_float
+        )
+        if handle.lo is None:
+            self._stage(handle.texture, values)
+        else:
+            # Compensated float16: the half-rounded value and exactly what rounding lost.
+            hi = values.astype(np.float16).astype(np.float32)
+            self._stage(handle.texture, hi)
+            self._stage(handle.lo, values - hi)
+        self._maybe_flush()
+        return handle
+
+    def free(self, handle: Handle) -> None:
+        self.pool.release(handle.texture)
+        if handle.lo is not None:
+            self.pool.release(handle.lo)
+
+    def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Handle:
+        if op == "concat" and len(inputs) > MAX_INPUTS_PER_DRAW:
+            return self._concat_in_groups(inputs, attrs, out)
+        key, uniforms = kernels.plan(op, attrs, out)
+        carried = inputs[1:] if op == "where" else inputs
+        pair = (
+            self.compensated
+            and op in shaders.PAIR_OPS
+            and out.dtype in FLOAT_DTYPES
+            and any(h.lo is not None for h in carried)
+        )
+        if pair:
+            key += "+pair"
+        handle = self._allocate(out.shape, out.dtype, pair)
+        if key not in self._known_programs:
+            self._new_programs[key] = shaders.program_source(key)
+            self._known_programs.add(key)
+        self._commands.append(
+            [
+                "draw",
+                key,
+                handle.texture.id,
+                handle.lo.id if handle.lo else -1,
+                handle.texture.layout.size,
+                [
+                    [h.texture.id, h.lo.id if h.lo and pair else -1, h.texture.layout.size]
+                    for h in inputs
+                ],
+                [list(u) for u in uniforms],
+            ]
+        )
+        if self.profile_log is not None:
+            times = self.flush(profile=True)
+            self.profile_log.setdefault(op, []).extend(times)
+        else:
+            self._maybe_flush()
+        return handle
+
+    def _concat_in_groups(self, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Handle:
+        """Concat of more inputs than a draw can sample: concatenate groups, then the groups."""
+        axis = attrs["axis"]
+        parts: list[Handle] = []
+        for start in range(0, len(inputs), MAX_INPUTS_PER_DRAW):
+            group = inputs[start : start + MAX_INPUTS_PER_DRAW]
+            shapes = out.in_shapes[start : start + MAX_INPUTS_PER_DRAW]
+            shape = list(shapes[0])
+            shape[axis] = sum(s[axis] for s in shapes)
+            spec = OutSpec(tuple(shape), out.dtype, tuple(shapes), out.in_dtypes[: len(group)])
+            parts.append(self.run("concat", group, attrs, spec))
+        spec = OutSpec(
+            out.shape, out.dtype, tuple(p.shape for p in parts), (out.dtype,) * len(parts)
+        )
+        result = self.run("concat", parts, attrs, spec)
+        for part in parts:
+            self.free(part)
+        return result
+
+    # ---- talking to JS: one call per flush ----
+
+    def _payload(self, profile: bool = False) -> tuple[str, np.ndarray]:
+        payload = json.dumps(
+            {"programs": self._new_programs, "commands": self._commands, "profile": profile}
+        )
+        staging = np.concatenate(self._staging) if self._staging else np.zeros(1, np.float32)
+        self._new_programs = {}
+        self._commands.clear()
+        self._staging.clear()
+        self._staged = 0
+        self.flushes += 1
+        return payload, staging
+
+    def _maybe_flush(self) -> None:
+        if len(self._commands) >= FLUSH_AT_COMMANDS:
+            self.flush()
+
+    def flush(self, profile: bool = False) -> list[float]:
+        """Sends the recorded commands to the GPU; returns per-draw wall ms when profiling."""
+        if not self._commands and not self._new_programs:
+            return []
+        payload, staging = self._payload(profile)
+        self.js_calls += 1
+        result = self._engine.run(payload, staging)
+        if result == "lost":
+            self._context_lost()
+        times: list[float] = json.loads(result)
+        return times
+
+    async def settle(self, max_pending: int = 2) -> None:
+        """Back-pressure: waits (without reading data) until the GPU is at most a few fences behind."""
+        self.flush()
+        self.js_calls += 1
+        await self._engine.settle(max_pending)
+
+    async def download(self, handle: Handle) -> np.ndarray:
+        textures = [handle.texture] if handle.lo is None else [handle.texture, handle.lo]
+        payload, staging = self._payload()
+        self.js_calls += 1
+        try:
+            data = await self._engine.read(payload, staging, json.dumps([t.id for t in textures]))
+        except Exception as exc:
+            if self._engine.lost:
+                self._context_lost()
+            raise RuntimeError(f"webgl2: reading a tensor back failed: {exc}") from exc
+        flat = _js.typed_array_to_numpy(data, "float32", (int(data.length),))
+        values = np.zeros(handle.texture.layout.size, dtype=np.float32)
+        offset = 0
+        for texture in textures:
+            values += _unpack(flat[offset : offset + texture.layout.texels * 4], texture.layout)
+            offset += texture.layout.texels * 4
+        return _to_dtype(values.reshape(handle.shape), handle.dtype)
+
+    def _context_lost(self) -> None:
+        runtime.record_event("context_lost", self.flushes, backend=self.name)
+        raise WebGLContextLostError(
+            "webgl2: the WebGL context was lost; tensors on it are gone (recovery is not "
+            "implemented yet: re-run pib.init and reload weights)"
+        )
+
+
+def _dtype_name(array: np.ndarray) -> str:
+    kind = array.dtype.kind
+    return "bool" if kind == "b" else "int32" if kind in "iu" else str(array.dtype)
+
+
+def _unpack(rgba: np.ndarray, layout: Layout) -> np.ndarray:
+    """Logical elements from RGBA texels read back (R layouts use the first channel only)."""
+    texels = rgba.reshape(layout.texels, 4)[:, : layout.channels]
+    return texels.reshape(-1)[: layout.size]
+
+
+def _to_dtype(values: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bool":
+        return values != 0
+    if dtype == "int32":
+        return np.rint(values).astype(np.int32)
+    return values.astype(dtype)

@@ -1,0 +1,312 @@
+// WebGL2 executor for py_in_browser: Python records command lists; this file runs them on a
+// WebGL2 context on an OffscreenCanvas in the engine's worker. Self-contained (imported via blob:).
+
+const VERTEX_SHADER = `#version 300 es
+in vec2 position;
+void main() { gl_Position = vec4(position, 0.0, 1.0); }`;
+
+const FENCE_EVERY_FLUSHES = 4;
+const POLL_MS = 1;
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+export function createEngine() {
+  return new Engine();
+}
+
+class Engine {
+  constructor() {
+    this.canvas = new OffscreenCanvas(1, 1);
+    const gl = this.canvas.getContext("webgl2", {
+      alpha: true, antialias: false, depth: false, stencil: false,
+      premultipliedAlpha: false, preserveDrawingBuffer: false, powerPreference: "high-performance",
+    });
+    if (!gl) throw new Error("WebGL2 is not available on an OffscreenCanvas in this worker");
+    this.gl = gl;
+    this.lost = false;
+    this.pendingReads = new Set();
+    this.canvas.addEventListener("webglcontextlost", (event) => {
+      event.preventDefault();
+      this.lost = true;
+      for (const reject of this.pendingReads) reject(new Error("WebGL context lost while a read was pending"));
+      this.pendingReads.clear();
+    });
+    this.ext = {
+      colorBufferFloat: gl.getExtension("EXT_color_buffer_float"),
+      colorBufferHalf: gl.getExtension("EXT_color_buffer_half_float"),
+      parallelCompile: gl.getExtension("KHR_parallel_shader_compile"),
+      timer: gl.getExtension("EXT_disjoint_timer_query_webgl2"),
+      loseContext: gl.getExtension("WEBGL_lose_context"),
+    };
+    this.textures = new Map(); // id -> {texture, width, height, channels, half}
+    this.programs = new Map(); // key -> {program, uniforms: Map(name -> {location, type})}
+    this.fences = [];
+    this.flushes = 0;
+    this.framebuffer = gl.createFramebuffer();
+    this.vertexShader = this.compileShader(gl.VERTEX_SHADER, VERTEX_SHADER);
+    // One triangle covering the viewport: every output texel gets exactly one fragment.
+    this.vao = gl.createVertexArray();
+    gl.bindVertexArray(this.vao);
+    gl.bindBuffer(gl.ARRAY_BUFFER, gl.createBuffer());
+    gl.bufferData(gl.ARRAY_BUFFER, new Float32Array([-1, -1, 3, -1, -1, 3]), gl.STATIC_DRAW);
+    gl.enableVertexAttribArray(0);
+    gl.vertexAttribPointer(0, 2, gl.FLOAT, false, 0, 0);
+    gl.disable(gl.DITHER);
+    gl.disable(gl.BLEND);
+  }
+
+  // ---- capabilities ----
+
+  framebufferComplete(internalFormat) {
+    const gl = this.gl;
+    const texture = gl.createTexture();
+    gl.bindTexture(gl.TEXTURE_2D, texture);
+    gl.texStorage2D(gl.TEXTURE_2D, 1, internalFormat, 1, 1);
+    gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebuffer);
+    gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, texture, 0);
+    const complete = gl.checkFramebufferStatus(gl.FRAMEBUFFER) === gl.FRAMEBUFFER_COMPLETE;
+    gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, null, 0);
+    gl.deleteTexture(texture);
+    return complete;
+  }
+
+  capabilities() {
+    const gl = this.gl;
+    const high = gl.getShaderPrecisionFormat(gl.FRAGMENT_SHADER, gl.HIGH_FLOAT);
+    const highInt = gl.getShaderPrecisionFormat(gl.FRAGMENT_SHADER, gl.HIGH_INT);
+    return JSON.stringify({
+      max_texture_size: gl.getParameter(gl.MAX_TEXTURE_SIZE),
+      max_texture_units: gl.getParameter(gl.MAX_TEXTURE_IMAGE_UNITS),
+      float32_render: Boolean(this.ext.colorBufferFloat) && this.framebufferComplete(gl.RGBA32F),
+      float16_render: Boolean(this.ext.colorBufferFloat || this.ext.colorBufferHalf) && this.framebufferComplete(gl.RGBA16F),
+      highp: high.precision >= 23 && highInt.rangeMax >= 30,
+      parallel_compile: Boolean(this.ext.parallelCompile),
+      timer_query: Boolean(this.ext.timer),
+      renderer: gl.getParameter(gl.RENDERER),
+    });
+  }
+
+  // ---- programs ----
+
+  compileShader(type, source) {
+    const gl = this.gl;
+    const shader = gl.createShader(type);
+    gl.shaderSource(shader, source);
+    gl.compileShader(shader);
+    return shader;
+  }
+
+  startProgram(key, source) {
+    const gl = this.gl;
+    const program = gl.createProgram();
+    const fragment = this.compileShader(gl.FRAGMENT_SHADER, source);
+    gl.attachShader(program, this.vertexShader);
+    gl.attachShader(program, fragment);
+    gl.bindAttribLocation(program, 0, "position");
+    gl.linkProgram(program);
+    return { key, program, fragment, source };
+  }
+
+  finishProgram({ key, program, fragment, source }) {
+    const gl = this.gl;
+    if (!gl.getProgramParameter(program, gl.LINK_STATUS)) {
+      const log = gl.getShaderInfoLog(fragment) || gl.getProgramInfoLog(program);
+      throw new Error(`webgl2 program ${key} failed to compile: ${log}\n${source}`);
+    }
+    const uniforms = new Map();
+    gl.useProgram(program);
+    for (let i = 0; i < gl.getProgramParameter(program, gl.ACTIVE_UNIFORMS); i++) {
+      const info = gl.getActiveUniform(program, i);
+      const name = info.name.replace(/\[0\]$/, "");
+      uniforms.set(name, { location: gl.getUniformLocation(program, info.name), type: info.type });
+    }
+    // Samplers never move: input k on unit 2k, its float16 low part (if any) on unit 2k + 1.
+    for (const [name, { location }] of uniforms) {
+      const match = /^u_x(\d+)(_lo)?$/.exec(name);
+      if (match) gl.uniform1i(location, Number(match[1]) * 2 + (match[2] ? 1 : 0));
+    }
+    this.programs.set(key, { program, uniforms });
+  }
+
+  // Compiles programs ahead (warm-up), in parallel where KHR_parallel_shader_compile exists.
+  async compile(programsJson) {
+    const pending = Object.entries(JSON.parse(programsJson))
+      .filter(([key]) => !this.programs.has(key))
+      .map(([key, source]) => this.startProgram(key, source));
+    if (this.ext.parallelCompile) {
+      const done = this.ext.parallelCompile.COMPLETION_STATUS_KHR;
+      while (!pending.every((p) => this.gl.getProgramParameter(p.program, done))) await sleep(POLL_MS);
+    }
+    for (const p of pending) this.finishProgram(p);
+  }
+
+  // ---- command lists ----
+
+  // `staging` is a numpy float32 array (a PyProxy): its buffer is read in place, during the call.
+  run(payloadJson, staging) {
+    if (this.lost) return "lost";
+    const buffer = staging.getBuffer("f32");
+    try {
+      return this.runCommands(JSON.parse(payloadJson), buffer.data);
+    } finally {
+      buffer.release();
+    }
+  }
+
+  runCommands({ programs, commands, profile }, staging) {
+    for (const [key, source] of Object.entries(programs)) this.finishProgram(this.startProgram(key, source));
+    const times = [];
+    for (const command of commands) {
+      if (command[0] === "draw") {
+        const started = profile ? performance.now() : 0;
+        this.draw(command);
+        if (profile) {
+          this.gl.finish(); // profiling only: per-kernel wall time needs the kernel to finish
+          times.push(performance.now() - started);
+        }
+      } else if (command[0] === "texture") this.createTexture(command);
+      else if (command[0] === "upload") this.upload(command, staging);
+      else if (command[0] === "delete") this.deleteTexture(command[1]);
+    }
+    if (++this.flushes % FENCE_EVERY_FLUSHES === 0) {
+      this.fences.push(this.gl.fenceSync(this.gl.SYNC_GPU_COMMANDS_COMPLETE, 0));
+    }
+    this.gl.flush();
+    return JSON.stringify(times);
+  }
+
+  createTexture([, id, width, height, channels, half]) {
+    const gl = this.gl;
+    const texture = gl.createTexture();
+    gl.bindTexture(gl.TEXTURE_2D, texture);
+    const format = channels === 4 ? (half ? gl.RGBA16F : gl.RGBA32F) : half ? gl.R16F : gl.R32F;
+    gl.texStorage2D(gl.TEXTURE_2D, 1, format, width, height);
+    gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_MIN_FILTER, gl.NEAREST);
+    gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_MAG_FILTER, gl.NEAREST);
+    this.textures.set(id, { texture, width, height, channels, half });
+  }
+
+  deleteTexture(id) {
+    this.gl.deleteTexture(this.textures.get(id).texture);
+    this.textures.delete(id);
+  }
+
+  upload([, id, offset], staging) {
+    const gl = this.gl;
+    const { texture, width, height, channels } = this.textures.get(id);
+    gl.bindTexture(gl.TEXTURE_2D, texture);
+    gl.pixelStorei(gl.UNPACK_ALIGNMENT, 1);
+    const format = channels === 4 ? gl.RGBA : gl.RED;
+    gl.texSubImage2D(gl.TEXTURE_2D, 0, 0, 0, width, height, format, gl.FLOAT, staging, offset);
+  }
+
+  // ["draw", key, outId, outLoId, size, [[id, loId, size], ...], [[name, kind, values], ...]]
+  draw([, key, outId, outLoId, size, inputs, uniforms]) {
+    const gl = this.gl;
+    const { program, uniforms: slots } = this.programs.get(key);
+    gl.useProgram(program);
+    inputs.forEach(([id, loId, inputSize], k) => {
+      const input = this.textures.get(id);
+      gl.activeTexture(gl.TEXTURE0 + 2 * k);
+      gl.bindTexture(gl.TEXTURE_2D, input.texture);
+      gl.activeTexture(gl.TEXTURE0 + 2 * k + 1);
+      gl.bindTexture(gl.TEXTURE_2D, (loId >= 0 ? this.textures.get(loId) : input).texture);
+      this.setUniform(slots, `u_l${k}`, [input.width, input.channels, inputSize]);
+      this.setUniform(slots, `u_has_lo${k}`, [loId >= 0 ? 1 : 0]);
+    });
+    const out = this.textures.get(outId);
+    this.setUniform(slots, "u_out", [out.width, out.channels]);
+    this.setUniform(slots, "u_out_size", [size]);
+    for (const [name, , values] of uniforms) this.setUniform(slots, name, values);
+    gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebuffer);
+    gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, out.texture, 0);
+    const lo = outLoId >= 0 ? this.textures.get(outLoId).texture : null;
+    gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT1, gl.TEXTURE_2D, lo, 0);
+    gl.drawBuffers(lo ? [gl.COLOR_ATTACHMENT0, gl.COLOR_ATTACHMENT1] : [gl.COLOR_ATTACHMENT0]);
+    gl.viewport(0, 0, out.width, out.height);
+    gl.drawArrays(gl.TRIANGLES, 0, 3);
+  }
+
+  setUniform(slots, name, values) {
+    const slot = slots.get(name);
+    if (slot === undefined) return; // optimised away by the compiler
+    const gl = this.gl;
+    const { location, type } = slot;
+    if (type === gl.FLOAT) gl.uniform1fv(location, values);
+    else if (type === gl.INT_VEC2) gl.uniform2iv(location, values);
+    else if (type === gl.INT_VEC3) gl.uniform3iv(location, values);
+    else if (type === gl.INT_VEC4) gl.uniform4iv(location, values);
+    else gl.uniform1iv(location, values);
+  }
+
+  // ---- readback: PIXEL_PACK_BUFFER + fence, polled; never a blocking readPixels ----
+
+  async read(payloadJson, staging, idsJson) {
+    if (this.run(payloadJson, staging) === "lost") throw new Error("WebGL context lost");
+    const gl = this.gl;
+    const ids = JSON.parse(idsJson);
+    const bytes = ids.reduce((sum, id) => sum + this.texelCount(id) * 16, 0);
+    const buffer = gl.createBuffer();
+    gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
+    gl.bufferData(gl.PIXEL_PACK_BUFFER, bytes, gl.STREAM_READ);
+    gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebuffer);
+    gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT1, gl.TEXTURE_2D, null, 0);
+    gl.drawBuffers([gl.COLOR_ATTACHMENT0]);
+    gl.readBuffer(gl.COLOR_ATTACHMENT0);
+    let offset = 0;
+    for (const id of ids) {
+      const { texture, width, height } = this.textures.get(id);
+      gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, texture, 0);
+      gl.readPixels(0, 0, width, height, gl.RGBA, gl.FLOAT, offset);
+      offset += width * height * 16;
+    }
+    gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
+    await this.waitFor(gl.fenceSync(gl.SYNC_GPU_COMMANDS_COMPLETE, 0));
+    const out = new Float32Array(bytes / 4);
+    gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
+    gl.getBufferSubData(gl.PIXEL_PACK_BUFFER, 0, out);
+    gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
+    gl.deleteBuffer(buffer);
+    return out;
+  }
+
+  texelCount(id) {
+    const { width, height } = this.textures.get(id);
+    return width * height;
+  }
+
+  // Resolves once the GPU passed `sync`; rejects (never hangs) if the context is lost meanwhile.
+  waitFor(sync) {
+    const gl = this.gl;
+    gl.flush();
+    return new Promise((resolve, reject) => {
+      this.pendingReads.add(reject);
+      const poll = () => {
+        if (this.lost) return;
+        const status = gl.clientWaitSync(sync, 0, 0);
+        if (status === gl.WAIT_FAILED) {
+          this.pendingReads.delete(reject);
+          reject(new Error("WebGL fence wait failed"));
+        } else if (status === gl.TIMEOUT_EXPIRED) {
+          setTimeout(poll, POLL_MS);
+        } else {
+          gl.deleteSync(sync);
+          this.pendingReads.delete(reject);
+          resolve();
+        }
+      };
+      setTimeout(poll, 0);
+    });
+  }
+
+  // Back-pressure without reading data: waits until at most `maxPending` fences are unpassed.
+  async settle(maxPending) {
+    while (this.fences.length > maxPending) await this.waitFor(this.fences.shift());
+  }
+
+  loseContext() {
+    this.ext.loseContext?.loseContext();
+  }
+}

@@ -1,0 +1,213 @@
+"""Per-primitive draw plans: which program runs and the uniforms it gets (shapes, strides, pads).
+
+Programs take shapes as uniforms, so one compiled program serves every shape of its op.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import KERNELS, OutSpec, register_kernel
+from .shaders import BINARY, UNARY
+
+NAME = "webgl2"
+
+MAX_RANK = 6
+Uniform = tuple[str, str, list[float]]  # name, kind ("i" ints / "f" floats), values
+Plan = tuple[str, list[Uniform]]
+Planner = Callable[[str, dict[str, Any], OutSpec], Plan]
+
+
+def _strides(shape: Sequence[int]) -> list[int]:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return out[::-1]
+
+
+def _left_pad(values: Sequence[int], fill: int) -> list[int]:
+    if len(values) > MAX_RANK:
+        raise ValueError(f"webgl2 kernels handle tensors up to rank {MAX_RANK}, got {len(values)}")
+    return [fill] * (MAX_RANK - len(values)) + [int(v) for v in values]
+
+
+def _ints(name: str, values: Sequence[int]) -> Uniform:
+    return (name, "i", [float(v) for v in values])
+
+
+def _strided(
+    shape: Sequence[int],
+    stride: Sequence[int],
+    low: Sequence[int],
+    dim: Sequence[int],
+    fill: float = 0.0,
+) -> Plan:
+    big = 2**30  # an extent no coordinate reaches: no bounds check on this dim
+    return "strided", [
+        _ints("u_shape", _left_pad(shape, 1)),
+        _ints("u_stride", _left_pad(stride, 0)),
+        _ints("u_low", _left_pad(low, 0)),
+        _ints("u_dim", _left_pad(dim, big)),
+        ("u_fill", "f", [float(fill)]),
+    ]
+
+
+def _expand(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    src = out.in_shapes[0]
+    stride = [s if n != 1 else 0 for s, n in zip(_strides(src), src, strict=True)]
+    return _strided(out.shape, stride, [0] * len(src), [2**30] * len(src))
+
+
+def _reshape(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    return _strided([math.prod(out.shape)], [1], [0], [2**30])
+
+
+def _transpose(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    src_strides = _strides(out.in_shapes[0])
+    perm = attrs["perm"]
+    return _strided(out.shape, [src_strides[p] for p in perm], [0] * len(perm), [2**30] * len(perm))
+
+
+def _slice(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    src = out.in_shapes[0]
+    return _strided(out.shape, _strides(src), [-b for b in attrs["begin"]], src)
+
+
+def _pad(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    src = out.in_shapes[0]
+    low = [p[0] for p in attrs["paddings"]]
+    return _strided(out.shape, _strides(src), low, src, float(attrs["value"]))
+
+
+def _concat(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    axis = attrs["axis"]
+    offsets = [0]
+    for shape in out.in_shapes:
+        offsets.append(offsets[-1] + shape[axis])
+    inner = math.prod(out.shape[axis + 1 :])
+    return f"concat:{len(out.in_shapes)}", [
+        _ints("u_inner", [max(inner, 1)]),
+        _ints("u_total", [max(offsets[-1], 1)]),
+        _ints("u_offsets", offsets),
+    ]
+
+
+def _reduce(kind: str, shape: Sequence[int], axes: Sequence[int]) -> Plan:
+    """Kept and reduced index spaces over the input's strides (trailing 1-dims dropped)."""
+    strides = _strides(shape)
+    kept = [(n, s) for i, (n, s) in enumerate(zip(shape, strides, strict=True)) if i not in axes]
+    red = [(n, s) for i, (n, s) in enumerate(zip(shape, strides, strict=True)) if i in axes]
+    return f"reduce:{kind}", [
+        _ints("u_kept_shape", _left_pad([n for n, _ in kept], 1)),
+        _ints("u_kept_stride", _left_pad([s for _, s in kept], 0)),
+        _ints("u_red_shape", _left_pad([n for n, _ in red], 1)),
+        _ints("u_red_stride", _left_pad([s for _, s in red], 0)),
+        _ints("u_red_count", [math.prod(n for n, _ in red)]),
+    ]
+
+
+def _reduce_op(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    kind = "sum" if op == "reduce_sum" else "max"
+    return _reduce(kind, out.in_shapes[0], tuple(attrs["axes"]))
+
+
+def _argmax(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    return _reduce("argmax", out.in_shapes[0], (attrs["axis"],))
+
+
+def _matmul(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    a, b = out.in_shapes
+    m, n = out.shape[-2], out.shape[-1]
+    k = a[-2] if attrs["transpose_a"] else a[-1]
+    # (batch, row, inner) strides of a and (batch, inner, column) strides of b.
+    a_stride = [a[-1] * a[-2], 1 if attrs["transpose_a"] else a[-1]]
+    a_stride.append(a[-1] if attrs["transpose_a"] else 1)
+    b_stride = [b[-1] * b[-2], 1 if attrs["transpose_b"] else b[-1]]
+    b_stride.append(b[-1] if attrs["transpose_b"] else 1)
+    return "matmul", [
+        _ints("u_m", [m]),
+        _ints("u_n", [n]),
+        _ints("u_k", [k]),
+        _ints("u_a_stride", a_stride),
+        _ints("u_b_stride", b_stride),
+    ]
+
+
+def _geometry(attrs: dict[str, Any]) -> list[Uniform]:
+    (top, _), (left, _) = attrs["pads"]
+    return [_ints("u_stride", attrs["strides"]), _ints("u_pad", [top, left])]
+
+
+def _conv(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    if op == "conv2d":
+        x, w, o = out.in_shapes[0], out.in_shapes[1], out.shape
+    elif op == "conv2d_backprop_input":
+        x, w, o = out.shape, out.in_shapes[1], out.in_shapes[0]
+    else:
+        x, w, o = out.in_shapes[0], out.shape, out.in_shapes[1]
+    return op, [_ints("u_x", x), _ints("u_w", w), _ints("u_o", o[1:3]), *_geometry(attrs)]
+
+
+def _pool(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    kind = {"max_pool2d": "max", "avg_pool2d": "avg"}.get(op)
+    if kind is not None:
+        x, o = out.in_shapes[0], out.shape
+    else:
+        kind = "max_grad" if op == "max_pool2d_grad" else "avg_grad"
+        x, o = out.shape, out.in_shapes[-1]
+    return f"pool:{kind}", [
+        _ints("u_x", x),
+        _ints("u_o", o[1:3]),
+        _ints("u_k", attrs["pool_size"]),
+        *_geometry(attrs),
+    ]
+
+
+def _elementwise(kind: str) -> Planner:
+    return lambda op, attrs, out: (f"{kind}:{op}", [])
+
+
+PLANNERS: dict[str, Planner] = {
+    **{op: _elementwise("unary") for op in UNARY},
+    **{op: _elementwise("binary") for op in BINARY},
+    "where": lambda op, attrs, out: ("where", []),
+    "cast": lambda op, attrs, out: (f"cast:{attrs['dtype']}", []),
+    "expand": _expand,
+    "reshape": _reshape,
+    "transpose": _transpose,
+    "slice": _slice,
+    "pad": _pad,
+    "concat": _concat,
+    "reduce_sum": _reduce_op,
+    "reduce_max": _reduce_op,
+    "argmax": _argmax,
+    "matmul": _matmul,
+    "conv2d": _conv,
+    "conv2d_backprop_input": _conv,
+    "conv2d_backprop_filter": _conv,
+    "max_pool2d": _pool,
+    "max_pool2d_grad": _pool,
+    "avg_pool2d": _pool,
+    "avg_pool2d_grad": _pool,
+}
+
+
+def _register(op: str, planner: Planner) -> None:
+    # The registry's kernel for a GPU backend plans the draw: called with [out spec] and attrs.
+    register_kernel(NAME, op)(lambda specs, attrs: planner(op, attrs, specs[0]))
+
+
+for _op, _planner in PLANNERS.items():
+    _register(_op, _planner)
+
+
+def plan(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    """The program key and uniforms of one primitive call."""
+    kernel = KERNELS.get((NAME, op))
+    if kernel is None:
+        raise NotImplementedError(f"backend {NAME!r} has no kernel for primitive {op!r}")
+    result: Plan = kernel([out], attrs)
+    return result

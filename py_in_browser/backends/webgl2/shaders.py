@@ -1,0 +1,125 @@
+"""GLSL ES 3.00 program sources by key: the .frag files and the per-op expression tables."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+# Short elementwise kernels: `a`, `b` (and `c` for where's condition) are the input elements.
+UNARY = {
+    "neg": "-a",
+    "exp": "exp(a)",
+    "log": "log(a)",
+    "sqrt": "sqrt(a)",
+    "tanh": "stable_tanh(a)",
+    "sigmoid": "stable_sigmoid(a)",
+    "relu": "max(a, 0.0)",
+    "erf": "erf_as(a)",
+}
+BINARY = {
+    "add": "a + b",
+    "sub": "a - b",
+    "mul": "a * b",
+    "div": "a / b",
+    "pow": "numpy_pow(a, b)",
+    "maximum": "max(a, b)",
+    "less": "float(a < b)",
+    "less_equal": "float(a <= b)",
+    "equal": "float(a == b)",
+    "not_equal": "float(a != b)",
+}
+# Every dtype is stored as float (integers are exact to 2^24 in float32, 2^11 in float16).
+CAST = {"float32": "a", "float64": "a", "int32": "trunc(a)", "bool": "float(a != 0.0)"}
+# Ops whose float16 results carry a compensation texture (see backend.py: weights stay exact).
+PAIR_OPS = ("add", "sub", "where")
+
+_POOL_DEFINES = {
+    "max": "#define POOL_MAX\n",
+    "avg": "#define POOL_AVG\n",
+    "max_grad": "#define POOL_MAX_GRAD\n#define GRAD x1\n",
+    "avg_grad": "#define POOL_AVG_GRAD\n#define GRAD x0\n",
+}
+
+
+@cache
+def _frag(name: str) -> str:
+    return resources.files(__package__).joinpath("kernels", f"{name}.frag").read_text()
+
+
+def _inputs(count: int, pair: bool) -> str:
+    """Uniforms and a fetch function x<k>(flat index) per input; pair inputs add their low part."""
+    lines = []
+    for k in range(count):
+        lines.append(f"uniform sampler2D u_x{k};\nuniform ivec3 u_l{k};")
+        if pair:
+            lines.append(
+                f"uniform sampler2D u_x{k}_lo;\nuniform int u_has_lo{k};\n"
+                f"float x{k}(int i) {{\n  float v = element(u_x{k}, u_l{k}, i);\n"
+                f"  return u_has_lo{k} == 1 ? v + element(u_x{k}_lo, u_l{k}, i) : v;\n}}"
+            )
+        else:
+            lines.append(f"float x{k}(int i) {{ return element(u_x{k}, u_l{k}, i); }}")
+    return "\n".join(lines) + "\n"
+
+
+def _elementwise(expression: str, count: int) -> str:
+    names = ("a", "b") if count < 3 else ("c", "a", "b")
+    reads = "".join(f"  float {n} = x{k}(i);\n" for k, n in enumerate(names[:count]))
+    return f"{_frag('math')}\nfloat value(int i) {{\n{reads}  return {expression};\n}}\n"
+
+
+def _concat(count: int) -> str:
+    """Input k covers axis positions [u_offsets[k], u_offsets[k + 1]) of the output."""
+    branches = "".join(
+        f"  if (a < u_offsets[{k + 1}]) return x{k}((outer * (u_offsets[{k + 1}] - u_offsets[{k}])"
+        f" + a - u_offsets[{k}]) * u_inner + inner);\n"
+        for k in range(count)
+    )
+    return (
+        f"uniform int u_inner;\nuniform int u_total;\nuniform int u_offsets[{count + 1}];\n"
+        "float value(int i) {\n  int block = u_total * u_inner;\n  int outer = i / block;\n"
+        "  int a = (i % block) / u_inner;\n  int inner = i % u_inner;\n"
+        f"{branches}  return 0.0;\n}}\n"
+    )
+
+
+def _body(kind: str, arg: str) -> tuple[str, int]:
+    """The op-specific part of a program and its number of inputs."""
+    if kind == "unary":
+        return _elementwise(UNARY[arg], 1), 1
+    if kind == "binary":
+        return _elementwise(BINARY[arg], 2), 2
+    if kind == "where":
+        return _elementwise("c != 0.0 ? a : b", 3), 3
+    if kind == "cast":
+        return _elementwise(CAST[arg], 1), 1
+    if kind == "reduce":
+        return f"#define REDUCE_{arg.upper()}\n{_frag('reduce')}", 1
+    if kind == "pool":
+        return _POOL_DEFINES[arg] + _frag("pool"), 2 if arg == "max_grad" else 1
+    if kind == "concat":
+        return _concat(int(arg)), int(arg)
+    if kind == "strided":
+        return _frag("strided"), 1
+    return _frag(kind), 2  # matmul and the three convolutions
+
+
+@cache
+def program_source(key: str) -> str:
+    """Key "kind[:arg][+pair]", e.g. "binary:add+pair", "reduce:sum", "matmul", "concat:3"."""
+    name, _, variant = key.partition("+")
+    kind, _, arg = name.partition(":")
+    body, count = _body(kind, arg)
+    pair = variant == "pair"
+    defines = "#define PAIR_OUTPUT\nlayout(location = 1) out vec4 o_lo;\n" if pair else ""
+    return f"{_frag('header')}{defines}{_inputs(count, pair)}{body}\n{_frag('main')}"
+
+
+def warmup_keys() -> list[str]:
+    """Every program a training step can need, compiled ahead during start()."""
+    keys = [f"unary:{op}" for op in UNARY] + [f"binary:{op}" for op in BINARY]
+    keys += ["where", *(f"cast:{d}" for d in ("float32", "int32", "bool")), "strided"]
+    keys += [f"reduce:{r}" for r in ("sum", "max", "argmax")]
+    keys += ["matmul", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"]
+    keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2"]
+    return keys

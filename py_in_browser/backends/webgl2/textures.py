@@ -1,0 +1,64 @@
+"""Texture bookkeeping on the Python side: ids, a pool keyed by physical shape and format."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .layout import Layout
+
+# Freed textures beyond this many pooled bytes are deleted instead of kept for reuse.
+POOL_BYTES = 64 * 1024 * 1024
+
+Command = list[object]
+
+
+@dataclass(frozen=True)
+class Texture:
+    id: int
+    layout: Layout
+    half: bool
+
+    @property
+    def nbytes(self) -> int:
+        return self.layout.bytes(2 if self.half else 4)
+
+
+class TexturePool:
+    """Hands out texture ids; freed ones wait in a pool for the next tensor of the same physical
+    shape and format, so a training step allocates nothing once the first step has run."""
+
+    def __init__(self, commands: list[Command]) -> None:
+        self._commands = commands  # the recorder's list: creation and deletion are commands too
+        self._free: defaultdict[tuple[int, int, int, bool], list[Texture]] = defaultdict(list)
+        self._next_id = 1
+        self.live_textures = 0  # created and not deleted (in use or pooled)
+        self.gpu_bytes = 0
+        self.pooled_bytes = 0
+
+    def acquire(self, layout: Layout, half: bool) -> Texture:
+        bucket = self._free[(layout.width, layout.height, layout.channels, half)]
+        if bucket:
+            texture = bucket.pop()
+            self.pooled_bytes -= texture.nbytes
+            # The pooled texture may have had another logical size; the layout carries this one's.
+            return Texture(texture.id, layout, half)
+        texture = Texture(self._next_id, layout, half)
+        self._next_id += 1
+        self._commands.append(
+            ["texture", texture.id, layout.width, layout.height, layout.channels, int(half)]
+        )
+        self.live_textures += 1
+        self.gpu_bytes += texture.nbytes
+        return texture
+
+    def release(self, texture: Texture) -> None:
+        if self.pooled_bytes + texture.nbytes > POOL_BYTES:
+            self._commands.append(["delete", texture.id])
+            self.live_textures -= 1
+            self.gpu_bytes -= texture.nbytes
+            return
+        self._free[
+            (texture.layout.width, texture.layout.height, texture.layout.channels, texture.half)
+        ].append(texture)
+        self.pooled_bytes += texture.nbytes
