@@ -118,7 +118,7 @@ async def run_block(
     estimate_s = (state.step_estimate_s or 0.0) * block
     if left_s <= 0 or (mode != SYNC_EVERY_STEP and estimate_s > left_s):
         measured = len(result.samples_ms) * (mode if mode != SYNC_EVERY_STEP else 1)
-        result.fail(BUDGET, f"{measured} steps in the {share_s:.0f} s budget")
+        result.fail(BUDGET, f"{measured} steps fit in {share_s:.0f} s")
         return
     started = time.monotonic()
     args = {"steps": block, "sync_every": mode, "budget_ms": left_s * 1000}
@@ -132,7 +132,7 @@ async def run_block(
         state.step_estimate_s = statistics.median(samples) / 1000
     if len(samples) * (1 if mode == SYNC_EVERY_STEP else mode) < block:
         measured = len(result.samples_ms) * (1 if mode == SYNC_EVERY_STEP else mode)
-        result.fail(BUDGET, f"{measured} steps in the {share_s:.0f} s budget")
+        result.fail(BUDGET, f"{measured} steps fit in {share_s:.0f} s")
 
 
 async def recover_after_timeout(

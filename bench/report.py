@@ -55,8 +55,8 @@ def format_table(results: dict[str, Any]) -> str:
             row["workload"],
             row["measure"],
             f"{row['ours_backend']}|{row['theirs_backend']}",
-            _clip(side_text(row["ours"], row["unit"]), 60),
-            _clip(side_text(row["theirs"], row["unit"]), 60),
+            _clip(side_text(row["ours"], row["unit"]), 52),
+            _clip(side_text(row["theirs"], row["unit"]), 52),
             verdict_text(row),
         ]
         for row in results["rows"]

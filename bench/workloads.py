@@ -102,7 +102,7 @@ W3 = Workload(
     name="W3",
     title="cnn 64x64x3 (2 conv + 2 dense, Adam, batch 32)",
     kind="train",
-    budget_s=100,
+    budget_s=140,
     input_shape=[64, 64, 3],
     layers=_cnn_layers(),
     loss="softmax_cross_entropy",
@@ -128,7 +128,7 @@ W4 = Workload(
     name="W4",
     title="matmul 1024x1024 @ 1024x1024",
     kind="matmul",
-    budget_s=45,
+    budget_s=80,
     matmul_n=1024,
     seed=4,
 )

@@ -34,12 +34,11 @@ def request_device() -> Any:
     os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
     import wgpu
 
+    reason: Exception | None = None
     try:
         adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
-    except Exception as exc:
+    except Exception as exc:  # wgpu raises when no Vulkan/Metal/D3D driver is installed
         adapter, reason = None, exc
-    else:
-        reason = None
     if adapter is None:
         raise AssertionError(
             f"wgpu-py found no GPU adapter ({reason}); install a Vulkan driver, e.g. "

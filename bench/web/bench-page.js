@@ -35,7 +35,7 @@ const ours = pib.ready.then(
     }
     return { ok: true, ms, backend: pib.backend, stages: pib.stages, environment: pib.environment };
   },
-  (error) => ({ ok: false, error: `the engine did not start: ${gist(error.message)}` }),
+  (error) => ({ ok: false, error: gist(error.message) }), // reported as "unavailable: <why>"
 );
 
 async function webgpuAdapter() {

@@ -25,7 +25,7 @@ function sideText(side, unit) {
 
 function header(meta) {
   const box = element("section");
-  box.append(element("h2", `${meta.browser} · ${meta.cores} · TF.js ${meta.tfjs_version ?? "?"}`));
+  box.append(element("h2", `py_in_browser ${meta.git_commit} vs TensorFlow.js ${meta.tfjs_version ?? "?"} · ${meta.mode} run, ${meta.started}`));
   const list = element("ul");
   for (const line of meta.header_lines ?? []) list.append(element("li", line));
   box.append(list);

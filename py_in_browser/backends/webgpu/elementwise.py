@@ -39,6 +39,13 @@ def _compare(symbol: str) -> Expr:
     return lambda types, out: f"select(0u, 1u, a {symbol} b)"
 
 
+def _not_equal(types: tuple[str, ...], out: str) -> str:
+    # Drivers compile != as an ordered comparison (false for NaN); numpy says NaN != x.
+    if types[0] == "f32":
+        return "select(0u, 1u, a != b || f32_is_nan(a) || f32_is_nan(b))"
+    return "select(0u, 1u, a != b)"
+
+
 def _where(types: tuple[str, ...], out: str) -> str:
     return "select(c, b, a != 0u)"
 
@@ -47,8 +54,10 @@ def _cast(types: tuple[str, ...], out: str) -> str:
     source = types[0]
     if source == out:
         return "a"
-    if out == "u32":  # to bool: nonzero (and NaN) is true, as in numpy
-        return f"select(0u, 1u, a != {source}(0))"
+    if out == "u32" and source == "f32":  # to bool: nonzero and NaN are true, as in numpy
+        return "select(0u, 1u, a != 0.0 || f32_is_nan(a))"
+    if out == "u32":
+        return "select(0u, 1u, a != 0i)"
     # f32 -> i32 truncates toward zero like numpy's astype (and saturates instead of wrapping).
     return f"{out}(a)"
 
@@ -71,7 +80,7 @@ EXPRESSIONS: dict[str, Expr] = {
     "less": _compare("<"),
     "less_equal": _compare("<="),
     "equal": _compare("=="),
-    "not_equal": _compare("!="),
+    "not_equal": _not_equal,
     "where": _where,
     "cast": _cast,
 }

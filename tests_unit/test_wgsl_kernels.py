@@ -1,0 +1,382 @@
+"""The webgpu WGSL kernels run natively with wgpu-py (lavapipe) against numpy and the cpu backend."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+import py_in_browser as pib
+from py_in_browser import ops, runtime
+from py_in_browser.backends import BACKENDS, Backend, OutSpec, register_backend
+from py_in_browser.backends.cpu import CpuBackend
+from py_in_browser.backends.webgpu import codegen, kernels
+from py_in_browser.backends.webgpu.plan import DeviceLimits
+from py_in_browser.testing.op_cases import CASES, OpCase, make_inputs, reference, tape_gradients
+from py_in_browser.testing.op_cases import _call_pib as call_case
+from tests_unit.wgpu_native import NAME, WgpuNativeBackend, request_device
+
+RTOL = 1e-4
+CPU = CpuBackend()
+
+
+@pytest.fixture(scope="module")
+def gpu() -> WgpuNativeBackend:
+    return WgpuNativeBackend(request_device())
+
+
+@pytest.fixture
+def active_gpu(gpu: WgpuNativeBackend) -> Iterator[WgpuNativeBackend]:
+    """Makes the native backend the active one for one test, then restores the previous one."""
+    previous = runtime._state["backend"]
+    register_backend(NAME, lambda limits: gpu, priority=-1)
+    try:
+        assert asyncio.run(pib.init(backend=NAME)) == NAME
+        yield gpu
+    finally:
+        runtime._state["backend"] = previous
+        del BACKENDS[NAME]
+
+
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+    """Max absolute error over max(1, max |want|): the e2e op oracle's measure."""
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if want.dtype == np.bool_ or want.dtype.kind in "iu":
+        return 0.0 if np.array_equal(got, want) else float("inf")
+    want64 = want.astype(np.float64)
+    scale = max(1.0, float(np.max(np.abs(want64), initial=0.0)))
+    return float(np.max(np.abs(got.astype(np.float64) - want64), initial=0.0)) / scale
+
+
+def run_primitive(backend: Backend, op: str, arrays: Sequence[np.ndarray], **attrs: Any):
+    """Uploads, runs one primitive exactly as apply_op would, and reads the result back."""
+    dtypes = [a.dtype.name if a.dtype != np.bool_ else "bool" for a in arrays]
+    shape, dtype = ops.infer(op, [a.shape for a in arrays], dtypes, attrs)
+    spec = OutSpec(tuple(shape), dtype, tuple(a.shape for a in arrays), tuple(dtypes))
+    handles = [backend.upload(a) for a in arrays]
+    result = backend.run(op, handles, attrs, spec)
+    got = asyncio.run(backend.download(result))
+    for handle in [*handles, result]:
+        backend.free(handle)
+    return got
+
+
+def assert_matches_cpu(gpu: Backend, op: str, arrays: Sequence[np.ndarray], **attrs: Any) -> None:
+    wide = [a.astype(np.float64) if a.dtype == np.float32 else a for a in arrays]
+    want = run_primitive(CPU, op, wide, **attrs)
+    got = run_primitive(gpu, op, arrays, **attrs)
+    assert relative_error(got, want) <= RTOL, (op, attrs, got, want)
+
+
+def normal(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+# ---- coverage and the shared op-case table ----------------------------------------------------
+
+
+def test_every_primitive_has_a_kernel_plan() -> None:
+    assert kernels.all_primitive_names() == set(ops.OPS)
+
+
+def test_adapter_is_found(gpu: WgpuNativeBackend) -> None:
+    assert gpu.device is not None
+
+
+def run_case(case: OpCase) -> float:
+    """Worst relative error of one op case on the active backend: forward against numpy, tape
+    gradients in float32 against the cpu backend's float64 tape gradients."""
+    arrays = make_inputs(case, "float32")
+    with pib.tidy():
+        tensors = [pib.tensor(a, dtype="float32" if a.dtype.kind == "f" else None) for a in arrays]
+        got = asyncio.run(call_case(case, tensors).numpy())
+    worst = relative_error(got, reference(case, arrays))
+    if case.grad:
+        grads = asyncio.run(tape_gradients(case, "float32"))[0]
+        active = runtime._state["backend"]
+        runtime._state["backend"] = CPU
+        try:
+            oracle = asyncio.run(tape_gradients(case, "float64"))[0]
+        finally:
+            runtime._state["backend"] = active
+        for got_grad, want_grad in zip(grads, oracle, strict=True):
+            worst = max(worst, relative_error(got_grad, want_grad))
+    return worst
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_op_case_forward_and_gradients(case: OpCase, active_gpu: WgpuNativeBackend) -> None:
+    assert run_case(case) <= RTOL, case.name
+
+
+def test_op_table_compiles_few_pipelines(active_gpu: WgpuNativeBackend) -> None:
+    # Shapes live in params, so one pipeline serves every shape of a kernel: the count grows with
+    # (kernel, element types), not with calls. A fresh backend counts the table's own pipelines.
+    fresh = WgpuNativeBackend(active_gpu.device)
+    runtime._state["backend"] = fresh
+    for case in CASES:
+        run_case(case)
+    assert 0 < len(fresh.pipelines) <= 40, sorted(fresh.pipelines)
+
+
+# ---- elementwise numerics ---------------------------------------------------------------------
+
+
+def test_special_values_follow_numpy(gpu: WgpuNativeBackend) -> None:
+    x = np.array([0.0, -1.0, 100.0, -100.0, 50.0, -50.0, np.nan, 1.0], dtype=np.float32)
+    with np.errstate(all="ignore"):
+        for op, want in [
+            ("exp", np.exp(x)),
+            ("log", np.log(x)),
+            ("sqrt", np.sqrt(x)),
+            ("tanh", np.tanh(x)),
+            ("relu", np.maximum(x, 0)),
+            ("neg", -x),
+        ]:
+            got = run_primitive(gpu, op, [x])
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=op)
+        sig = run_primitive(gpu, "sigmoid", [x[x == x]])
+        np.testing.assert_allclose(sig, 1 / (1 + np.exp(-x[x == x])), rtol=1e-6, atol=1e-7)
+
+
+def test_pow_handles_negative_and_zero_bases(gpu: WgpuNativeBackend) -> None:
+    base = np.array([-2.0, -2.0, -2.0, -8.0, 0.0, 0.0, 0.0, 3.0, np.nan, 1.0], dtype=np.float32)
+    expo = np.array([2.0, 3.0, 0.5, -1.0, 2.0, 0.0, -1.0, 0.0, 0.0, np.nan], dtype=np.float32)
+    with np.errstate(all="ignore"):
+        want = np.power(base, expo)
+    np.testing.assert_allclose(run_primitive(gpu, "pow", [base, expo]), want, rtol=1e-6)
+
+
+def test_maximum_and_reduce_max_propagate_nan(gpu: WgpuNativeBackend) -> None:
+    a = np.array([1.0, np.nan, 3.0, -np.inf], dtype=np.float32)
+    b = np.array([np.nan, 2.0, 1.0, -5.0], dtype=np.float32)
+    np.testing.assert_array_equal(run_primitive(gpu, "maximum", [a, b]), np.maximum(a, b))
+    for op in ("less", "less_equal", "equal", "not_equal"):
+        assert_matches_cpu(gpu, op, [a, b])
+    rows = np.array([[1.0, np.nan, 2.0], [3.0, 1.0, -1.0]], dtype=np.float32)
+    got = run_primitive(gpu, "reduce_max", [rows], axes=(1,), keepdims=False)
+    np.testing.assert_array_equal(got, np.max(rows, axis=1))
+    assert run_primitive(gpu, "argmax", [rows], axis=1).tolist() == [1, 0]
+
+
+def test_integer_bool_and_cast_kernels(gpu: WgpuNativeBackend) -> None:
+    i = np.array([[-7, 3, 0], [5, -2, 9]], dtype=np.int32)
+    j = np.array([[2, 3, -1], [5, 4, -9]], dtype=np.int32)
+    for op in ("add", "sub", "mul", "maximum"):
+        assert_matches_cpu(gpu, op, [i, j])
+    for op in ("neg", "relu"):
+        assert_matches_cpu(gpu, op, [i])
+    for op in ("less", "less_equal", "equal", "not_equal"):
+        assert_matches_cpu(gpu, op, [i, j])
+        assert_matches_cpu(gpu, op, [i > 0, j > 0])
+    assert_matches_cpu(gpu, "where", [i > 0, i, j])
+    assert_matches_cpu(gpu, "reduce_sum", [i], axes=(0,), keepdims=True)
+    assert_matches_cpu(gpu, "reduce_max", [i], axes=(0, 1), keepdims=False)
+    f = np.array([-2.7, -0.5, 0.0, 0.5, 2.7, np.nan], dtype=np.float32)
+    for dtype in ("int32", "bool", "float32"):
+        want = f[:5].astype(dtype)
+        assert np.array_equal(run_primitive(gpu, "cast", [f[:5]], dtype=dtype), want), dtype
+    assert run_primitive(gpu, "cast", [f], dtype="bool")[-1]  # NaN is truthy, as in numpy
+    flags = np.array([True, False, True])
+    for dtype in ("int32", "float32"):
+        assert_matches_cpu(gpu, "cast", [flags], dtype=dtype)
+    assert_matches_cpu(gpu, "argmax", [flags], axis=0)
+
+
+# ---- layout -----------------------------------------------------------------------------------
+
+
+def test_layout_kernels_match_cpu(gpu: WgpuNativeBackend) -> None:
+    x = normal(2, 3, 4, 5)
+    assert_matches_cpu(gpu, "transpose", [x], perm=(3, 1, 0, 2))
+    assert_matches_cpu(
+        gpu, "transpose", [normal(2, 1, 2, 3, 1, 2, 2, 3, 2)], perm=tuple(range(9))[::-1]
+    )
+    assert_matches_cpu(gpu, "slice", [x], begin=(1, 0, 2, 1), size=(1, 3, 2, 3))
+    assert_matches_cpu(gpu, "pad", [x], paddings=((0, 1), (2, 0), (1, 1), (0, 0)), value=-1.5)
+    assert_matches_cpu(
+        gpu, "pad", [np.arange(6, dtype=np.int32).reshape(2, 3)], paddings=((1, 1), (0, 2)), value=7
+    )
+    assert_matches_cpu(gpu, "expand", [normal(1, 3, 1)], shape=(4, 3, 5))
+    assert_matches_cpu(gpu, "expand", [np.array([[True], [False]])], shape=(2, 3))
+    assert_matches_cpu(gpu, "reshape", [x], shape=(6, 20))
+    parts = [normal(2, k, 3, seed=k) for k in (1, 4, 2)]
+    assert_matches_cpu(gpu, "concat", parts, axis=1)
+    assert_matches_cpu(gpu, "concat", [normal(0, 3), normal(2, 3)], axis=0)
+
+
+# ---- reductions -------------------------------------------------------------------------------
+
+
+def test_reductions_over_any_axes(gpu: WgpuNativeBackend) -> None:
+    x = normal(3, 4, 5, 6)
+    for axes in [(0,), (1, 3), (0, 2), (0, 1, 2, 3), (2,)]:
+        for keepdims in (False, True):
+            assert_matches_cpu(gpu, "reduce_sum", [x], axes=axes, keepdims=keepdims)
+            assert_matches_cpu(gpu, "reduce_max", [x], axes=axes, keepdims=keepdims)
+    for axis in range(4):
+        assert_matches_cpu(gpu, "argmax", [x], axis=axis)
+    ties = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0]], dtype=np.float32)
+    assert run_primitive(gpu, "argmax", [ties], axis=1).tolist() == [1, 0]
+
+
+def test_long_reductions_take_two_passes(gpu: WgpuNativeBackend) -> None:
+    x = normal(3, 50_000)
+    spec = OutSpec((3,), "float32", (x.shape,), ("float32",))
+    plan = kernels.plan("reduce_sum", {"axes": (1,), "keepdims": False}, spec)
+    assert len(plan.dispatches) == 2 and plan.scratch_bytes
+    assert_matches_cpu(gpu, "reduce_sum", [x], axes=(1,), keepdims=False)
+    assert_matches_cpu(gpu, "reduce_max", [x], axes=(1,), keepdims=True)
+    assert_matches_cpu(gpu, "argmax", [x], axis=1)
+    assert_matches_cpu(gpu, "reduce_sum", [normal(200, 300)], axes=(0, 1), keepdims=False)
+
+
+# ---- matmul and convolution -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape",
+    [
+        ((1, 1), (1, 1)),
+        ((17, 33), (33, 5)),
+        ((3, 17, 33), (3, 33, 5)),
+        ((2, 2, 40, 70), (2, 2, 70, 33)),
+    ],
+)
+def test_matmul_odd_shapes_and_transposes(gpu: WgpuNativeBackend, a_shape, b_shape) -> None:
+    a, b = normal(*a_shape, seed=1), normal(*b_shape, seed=2)
+    for ta in (False, True):
+        for tb in (False, True):
+            left = np.swapaxes(a, -1, -2).copy() if ta else a
+            right = np.swapaxes(b, -1, -2).copy() if tb else b
+            assert_matches_cpu(gpu, "matmul", [left, right], transpose_a=ta, transpose_b=tb)
+
+
+def test_matmul_long_k_uses_split_k(gpu: WgpuNativeBackend) -> None:
+    a, b = normal(5, 6000, seed=3), normal(6000, 3, seed=4)
+    spec = OutSpec((5, 3), "float32", (a.shape, b.shape), ("float32", "float32"))
+    plan = kernels.plan("matmul", {"transpose_a": False, "transpose_b": False}, spec)
+    assert len(plan.dispatches) == 2 and plan.scratch_bytes
+    assert_matches_cpu(gpu, "matmul", [a, b], transpose_a=False, transpose_b=False)
+
+
+CONV_GEOMETRIES = [
+    # (input NHWC, filter HWIO, strides, pads): valid, same, strided same, asymmetric pads.
+    ((2, 5, 6, 2), (3, 3, 2, 3), (1, 1), ((0, 0), (0, 0))),
+    ((1, 5, 5, 2), (3, 3, 2, 2), (1, 1), ((1, 1), (1, 1))),
+    ((1, 6, 7, 2), (3, 2, 2, 3), (2, 2), ((1, 1), (0, 1))),
+    ((1, 7, 7, 1), (3, 3, 1, 2), (2, 1), ((0, 0), (0, 0))),
+    ((2, 9, 8, 3), (5, 3, 3, 4), (3, 2), ((2, 1), (0, 2))),
+]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, strides, pads", CONV_GEOMETRIES)
+def test_conv2d_and_gradients_match_cpu(
+    gpu: WgpuNativeBackend, x_shape, w_shape, strides, pads
+) -> None:
+    x, w = normal(*x_shape, seed=5), normal(*w_shape, seed=6)
+    geo = {"strides": strides, "pads": pads}
+    assert_matches_cpu(gpu, "conv2d", [x, w], **geo)
+    y_shape, _ = ops.infer("conv2d", [x.shape, w.shape], ["float32"] * 2, geo)
+    g = normal(*y_shape, seed=7)
+    assert_matches_cpu(gpu, "conv2d_backprop_input", [g, w], input_shape=x.shape, **geo)
+    assert_matches_cpu(gpu, "conv2d_backprop_filter", [x, g], filter_shape=w.shape, **geo)
+
+
+def test_filter_gradient_of_a_big_batch_uses_split_k(gpu: WgpuNativeBackend) -> None:
+    x, g = normal(8, 32, 32, 3, seed=8), normal(8, 32, 32, 4, seed=9)
+    attrs = {"filter_shape": (3, 3, 3, 4), "strides": (1, 1), "pads": ((1, 1), (1, 1))}
+    spec = OutSpec((3, 3, 3, 4), "float32", (x.shape, g.shape), ("float32", "float32"))
+    assert len(kernels.plan("conv2d_backprop_filter", attrs, spec).dispatches) == 2
+    assert_matches_cpu(gpu, "conv2d_backprop_filter", [x, g], **attrs)
+
+
+# ---- pooling ----------------------------------------------------------------------------------
+
+POOL_GEOMETRIES = [
+    ((2, 4, 6, 2), (2, 2), (2, 2), ((0, 0), (0, 0))),
+    ((1, 5, 5, 2), (3, 3), (2, 2), ((1, 1), (1, 1))),
+    ((1, 6, 5, 3), (3, 2), (1, 2), ((1, 1), (0, 1))),
+]
+
+
+@pytest.mark.parametrize("x_shape, pool_size, strides, pads", POOL_GEOMETRIES)
+def test_pooling_and_gradients_match_cpu(
+    gpu: WgpuNativeBackend, x_shape, pool_size, strides, pads
+) -> None:
+    x = normal(*x_shape, seed=10)
+    x[0, 0, :2, 0] = 5.0  # a tie inside a window: the first maximum takes the gradient
+    geo = {"pool_size": pool_size, "strides": strides, "pads": pads}
+    for op in ("max_pool2d", "avg_pool2d"):
+        assert_matches_cpu(gpu, op, [x], **geo)
+    y_shape, _ = ops.infer("max_pool2d", [x.shape], ["float32"], geo)
+    g = normal(*y_shape, seed=11)
+    assert_matches_cpu(gpu, "max_pool2d_grad", [x, g], **geo)
+    assert_matches_cpu(gpu, "avg_pool2d_grad", [g], input_shape=x.shape, **geo)
+
+
+# ---- device limits ----------------------------------------------------------------------------
+
+
+def test_dispatches_split_over_x_y_z_when_workgroups_exceed_the_limit(
+    gpu: WgpuNativeBackend,
+) -> None:
+    tiny = WgpuNativeBackend(gpu.device, DeviceLimits(max_workgroups_per_dimension=4))
+    tiny.pipelines = gpu.pipelines  # same WGSL, same keys: limits only change workgroup counts
+    x, y = normal(3, 7, 9, 11, seed=12), normal(3, 7, 9, 11, seed=13)  # 2079 elements: 33 groups
+    spec = OutSpec(x.shape, "float32", (x.shape, y.shape), ("float32", "float32"))
+    workgroups = kernels.plan("add", {}, spec, tiny.device_limits).dispatches[0].workgroups
+    assert max(workgroups) <= 4 and workgroups[2] > 1
+    assert_matches_cpu(tiny, "add", [x, y])
+    assert_matches_cpu(tiny, "transpose", [x], perm=(2, 0, 3, 1))
+    assert_matches_cpu(tiny, "reduce_sum", [x], axes=(1, 2), keepdims=False)
+    assert_matches_cpu(tiny, "argmax", [x], axis=3)
+    assert_matches_cpu(
+        tiny, "matmul", [normal(130, 20), normal(20, 70)], transpose_a=False, transpose_b=False
+    )
+    assert_matches_cpu(
+        tiny, "conv2d", [x, normal(3, 3, 11, 5)], strides=(1, 1), pads=((1, 1), (1, 1))
+    )
+    assert_matches_cpu(
+        tiny, "max_pool2d", [x], pool_size=(2, 2), strides=(1, 1), pads=((0, 0), (0, 0))
+    )
+    with pytest.raises(ValueError, match="max_workgroups_per_dimension"):
+        codegen.grid("add", 65, tiny.device_limits)
+
+
+def test_more_than_65535_workgroups_in_one_elementwise_op(gpu: WgpuNativeBackend) -> None:
+    n = 65535 * 64 + 1000
+    x = np.linspace(-3, 3, n, dtype=np.float32)
+    spec = OutSpec((n,), "float32", ((n,),), ("float32",))
+    assert kernels.plan("relu", {}, spec).dispatches[0].workgroups[1] == 2
+    np.testing.assert_array_equal(run_primitive(gpu, "relu", [x]), np.maximum(x, 0))
+
+
+def test_tensor_larger_than_a_storage_binding_is_a_clear_error() -> None:
+    limits = DeviceLimits(max_storage_buffer_binding_size=1024)
+    spec = OutSpec((16, 32), "float32", ((16, 32), (16, 32)), ("float32", "float32"))
+    with pytest.raises(
+        ValueError, match=r"\(16, 32\).*2048 bytes.*max_storage_buffer_binding_size of 1024"
+    ):
+        kernels.plan("add", {}, spec, limits)
+
+
+def test_float64_is_refused_with_a_clear_type_error(gpu: WgpuNativeBackend) -> None:
+    spec = OutSpec((2,), "float64", ((2,),), ("float64",))
+    with pytest.raises(TypeError, match="no f64"):
+        kernels.plan("exp", {}, spec)
+    with pytest.raises(TypeError, match="no f64"):
+        gpu.upload(np.zeros(2))
+
+
+def test_plans_are_memoized_per_call_site() -> None:
+    spec = OutSpec((4, 4), "float32", ((4, 4), (4, 4)), ("float32", "float32"))
+    attrs = {"transpose_a": False, "transpose_b": True}
+    assert kernels.plan("matmul", attrs, spec) is kernels.plan("matmul", dict(attrs), spec)
+    pad = {"paddings": [[1, 0], [0, 1]], "value": 0.0}
+    negative = {"paddings": [[1, 0], [0, 1]], "value": -0.0}
+    pad_spec = OutSpec((5, 5), "float32", ((4, 4),), ("float32",))
+    assert kernels.plan("pad", pad, pad_spec) is not kernels.plan("pad", negative, pad_spec)
