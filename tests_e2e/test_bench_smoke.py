@@ -1,0 +1,37 @@
+"""The benchmark harness runs one tiny workload end to end: both sides measured, table and JSON out."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TFJS = REPO_ROOT / "bench/node_modules/@tensorflow/tfjs/dist/tf.min.js"
+
+
+@pytest.mark.skipif(not TFJS.is_file(), reason="TensorFlow.js not installed: run `make bench` once")
+def test_bench_runs_w1_on_the_cpu_pair(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "bench", "--quick", "--workloads", "W1", "--pairs", "cpu:cpu"]
+    command += ["--steps", "3", "--warmup", "1", "--no-startup", "--output", str(tmp_path)]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "ours/TF.js" in done.stdout  # the printed table
+
+    [path] = tmp_path.glob("bench-*.json")
+    results = json.loads(path.read_text())
+    assert any("Chromium" in line for line in results["meta"]["header_lines"])
+    rows = [row for row in results["rows"] if row["workload"] == "W1"]
+    assert [row["measure"] for row in rows] == [
+        "train step, synced every step",
+        "train step, synced every 3",
+    ]
+    for row in rows:
+        for side in ("ours", "theirs"):
+            assert row[side]["status"] == "ok", row[side]
+            assert row[side]["median"] > 0
+        assert row["ratio"] is not None
+    assert results["profiles"][0]["ours"]["kernels"], "pib.profile of one W1 step is empty"
