@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 
+from tests_e2e import webgl2_trajectories
 from tests_e2e.engine_page import EnginePage
 from tests_e2e.op_oracle import assert_op_table_matches
 
@@ -27,3 +31,102 @@ def test_capabilities_are_probed(engine_page: EnginePage) -> None:
 def test_op_table_matches_numpy_on_float32(engine_page: EnginePage) -> None:
     worst = assert_op_table_matches(engine_page, rtol=F32_RTOL)
     print("webgl2 f32 worst relative error per case:", worst)
+
+
+TRAJECTORY_ATOL = 1e-3
+
+
+@pytest.fixture(scope="module")
+def trajectories(engine_page: EnginePage) -> EnginePage:
+    """The page with tests_e2e/webgl2_trajectories.py's functions defined in its namespace."""
+    engine_page.run(Path(webgl2_trajectories.__file__).read_text())
+    return engine_page
+
+
+@pytest.mark.parametrize("name", ["xor", "mlp", "cnn"])
+def test_twenty_step_losses_match_cpu(trajectories: EnginePage, name: str) -> None:
+    expected = webgl2_trajectories.on_cpu(name)
+    got = trajectories.run(f"await trajectory({name!r})")
+    assert len(got["losses"]) == len(expected["losses"]) == 20
+    np.testing.assert_allclose(got["losses"], expected["losses"], rtol=0, atol=TRAJECTORY_ATOL)
+
+
+def test_two_hundred_steps_do_not_grow_memory(trajectories: EnginePage) -> None:
+    """Tensors, textures and GPU bytes after step 10 are the same after step 200."""
+    counts = trajectories.run(
+        "import gc\n"
+        "gc.collect()  # earlier tests' models must not be collected mid-run\n"
+        "model, x, y, batch = setup('xor')\n"
+        "backend = pib.runtime.current_backend()\n"
+        "seen = {}\n"
+        "def look(epoch, logs):\n"
+        "    if epoch in (9, 199):\n"
+        "        seen[epoch] = {**pib.memory(), **backend.memory_stats()}\n"
+        "calls = backend.js_calls\n"
+        "await model.fit(x, y, epochs=200, batch_size=batch, shuffle=False,\n"
+        "                callbacks=[pib.LambdaCallback(on_epoch_end=look)])\n"
+        "seen['calls_per_step'] = (backend.js_calls - calls) / 200\n"
+        "seen"
+    )
+    early, late = counts["9"], counts["199"]
+    for key in ("num_tensors", "num_bytes", "textures", "gpu_bytes"):
+        assert late[key] == early[key], (key, early, late)
+    # One flush per step, plus the epoch-end reads of loss, metric and NaN flag (1 step/epoch).
+    assert counts["calls_per_step"] <= 5, counts
+
+
+def test_python_to_js_calls_per_step_do_not_depend_on_the_model(trajectories: EnginePage) -> None:
+    calls = trajectories.run(
+        "backend = pib.runtime.current_backend()\n"
+        "per_step = {}\n"
+        "for name in ('xor', 'cnn'):\n"
+        "    model, x, y, batch = setup(name)\n"
+        "    before = backend.js_calls\n"
+        "    await model.fit(x, y, epochs=4, batch_size=batch, shuffle=False)\n"
+        "    per_step[name] = (backend.js_calls - before) / (4 * len(x) // batch)\n"
+        "per_step"
+    )
+    print("webgl2 Python->JS calls per step:", calls)
+    assert calls["cnn"] <= calls["xor"] <= 5
+
+
+LAYOUT_CHECK = """
+from py_in_browser.backends.webgl2.layout import TextureTooLargeError
+rng = np.random.default_rng(0)
+a = rng.standard_normal((3, 300)).astype(np.float32)  # 300 > 64 along one side
+b = rng.standard_normal((300, 5)).astype(np.float32)
+await pib.init(backend="webgl2", limits={"max_texture_size": 64})
+try:
+    caps = pib.capabilities()
+    with pib.tidy():
+        ta, tb = pib.tensor(a), pib.tensor(b)
+        got = {
+            "matmul": await (ta @ tb).numpy(),
+            "sum": await pib.sum(ta, axis=1).numpy(),
+            "transpose": await pib.transpose(ta).numpy(),
+            "relu": await pib.relu(ta).numpy(),
+        }
+    refused = []
+    for make in (lambda: pib.tensor(np.zeros((200, 100), np.float32)),
+                 lambda: pib.broadcast_to(pib.tensor([1.0]), (200, 100))):
+        try:
+            make()
+        except TextureTooLargeError as exc:
+            refused.append(str(exc))
+finally:
+    await pib.init(backend="webgl2")
+{"caps": caps, "got": got, "refused": refused}
+"""
+
+
+def test_tensors_wider_than_max_texture_size_are_relaid_out(engine_page: EnginePage) -> None:
+    result = engine_page.run(LAYOUT_CHECK)
+    assert result["caps"]["max_texture_size"] == 64
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 5)).astype(np.float32)
+    want = {"matmul": a @ b, "sum": a.sum(axis=1), "transpose": a.T, "relu": np.maximum(a, 0)}
+    for key, value in want.items():
+        np.testing.assert_allclose(result["got"][key], value, rtol=F32_RTOL, atol=F32_RTOL)
+    assert len(result["refused"]) == 2
+    assert all("MAX_TEXTURE_SIZE 64" in message for message in result["refused"])

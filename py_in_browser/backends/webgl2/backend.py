@@ -101,7 +101,8 @@ class WebGL2Backend(Backend):
         )
         return caps
 
-    def gpu_memory(self) -> dict[str, int]:
+    def memory_stats(self) -> dict[str, Any]:
+        """Texture pool figures for pib.memory(): live textures (in use or pooled) and bytes."""
         return {
             "textures": self.pool.live_textures,
             "gpu_bytes": self.pool.gpu_bytes,
@@ -231,11 +232,20 @@ class WebGL2Backend(Backend):
         times: list[float] = json.loads(result)
         return times
 
-    async def settle(self, max_pending: int = 2) -> None:
-        """Back-pressure: waits (without reading data) until the GPU is at most a few fences behind."""
-        self.flush()
+    async def end_step(self) -> None:
+        """After each train step: send the step's draws, then apply back-pressure (bridge.js
+        sets a fence every few flushes; this waits, without reading data, while the GPU is more
+        than two fences behind)."""
+        payload, staging = self._payload()
         self.js_calls += 1
-        await self._engine.settle(max_pending)
+        try:
+            status = await self._engine.step(payload, staging, 2)
+        except Exception:
+            if self._engine.lost:
+                self._context_lost()
+            raise
+        if status == "lost":
+            self._context_lost()
 
     async def download(self, handle: Handle) -> np.ndarray:
         textures = [handle.texture] if handle.lo is None else [handle.texture, handle.lo]

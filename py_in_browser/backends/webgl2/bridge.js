@@ -301,9 +301,12 @@ class Engine {
     });
   }
 
-  // Back-pressure without reading data: waits until at most `maxPending` fences are unpassed.
-  async settle(maxPending) {
+  // Runs a step's commands, then applies back-pressure without reading data: waits until at
+  // most `maxPending` fences are unpassed.
+  async step(payloadJson, staging, maxPending) {
+    if (this.run(payloadJson, staging) === "lost") return "lost";
     while (this.fences.length > maxPending) await this.waitFor(this.fences.shift());
+    return "ok";
   }
 
   loseContext() {
