@@ -372,6 +372,26 @@ def test_float64_is_refused_with_a_clear_type_error(gpu: WgpuNativeBackend) -> N
         gpu.upload(np.zeros(2))
 
 
+def test_float_only_kernels_refuse_integers() -> None:
+    spec = OutSpec((2, 2), "float32", ((2, 2), (2, 2)), ("int32", "int32"))
+    with pytest.raises(TypeError, match="float32 only"):
+        kernels.plan("matmul", {"transpose_a": False, "transpose_b": False}, spec)
+
+
+def test_empty_and_zero_rank_tensors(gpu: WgpuNativeBackend) -> None:
+    spec = OutSpec((0, 3), "float32", ((0, 3),), ("float32",))
+    assert kernels.plan("exp", {}, spec).dispatches == ()
+    assert run_primitive(gpu, "exp", [normal(0, 3)]).shape == (0, 3)
+    scalar = np.array(2.5, dtype=np.float32)
+    assert_matches_cpu(gpu, "exp", [scalar])
+    assert_matches_cpu(gpu, "reshape", [scalar], shape=(1, 1))
+    assert_matches_cpu(gpu, "reduce_sum", [normal(2, 3)], axes=(), keepdims=False)
+    assert_matches_cpu(gpu, "reduce_sum", [normal(0, 3)], axes=(0,), keepdims=False)
+    assert_matches_cpu(
+        gpu, "matmul", [normal(2, 0), normal(0, 3)], transpose_a=False, transpose_b=False
+    )
+
+
 def test_plans_are_memoized_per_call_site() -> None:
     spec = OutSpec((4, 4), "float32", ((4, 4), (4, 4)), ("float32", "float32"))
     attrs = {"transpose_a": False, "transpose_b": True}

@@ -36,6 +36,14 @@ def wgsl_type(dtype: str, op: str) -> str:
         ) from None
 
 
+def require_float32(op: str, out: OutSpec) -> None:
+    """Refuses other dtypes for kernels written for f32 only (matmul, convolutions, pooling)."""
+    for dtype in (*out.in_dtypes, out.dtype):
+        if dtype != "float32":
+            wgsl_type(dtype, op)  # float64 gets the no-f64 message
+            raise TypeError(f"{op}: the webgpu kernel takes float32 only, got {dtype}")
+
+
 def numel(shape: Sequence[int]) -> int:
     return math.prod(shape)
 

@@ -57,8 +57,11 @@ def _splits(tiles: int, k: int) -> tuple[int, int]:
     return math.ceil(k / per_split), per_split
 
 
-def gemm_plan(op: str, g: Gemm, load_a: str, load_b: str, limits: DeviceLimits) -> KernelPlan:
+def gemm_plan(
+    op: str, out: OutSpec, g: Gemm, load_a: str, load_b: str, limits: DeviceLimits
+) -> KernelPlan:
     """The dispatch computing C = A @ B of `g`, plus the split-K sum when that pays."""
+    codegen.require_float32(op, out)
     if g.m * g.n * g.batches == 0:
         return KernelPlan(())
     tiles_m, tiles_n = math.ceil(g.m / TILE), math.ceil(g.n / TILE)
@@ -82,12 +85,7 @@ def gemm_plan(op: str, g: Gemm, load_a: str, load_b: str, limits: DeviceLimits) 
     return KernelPlan((partials, total), scratch_bytes=(splits * size * 4,))
 
 
-def _check_float32(op: str, out: OutSpec) -> None:
-    codegen.wgsl_type(out.dtype, op)
-
-
 def plan_matmul(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:
-    _check_float32(op, out)
     a = out.in_shapes[0]
     m, n = out.shape[-2], out.shape[-1]
     k = a[-2] if attrs["transpose_a"] else a[-1]
@@ -105,7 +103,7 @@ def plan_matmul(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimi
         b_row=b_strides[0],
         b_col=b_strides[1],
     )
-    return gemm_plan(op, g, "strided_a", "strided_b", limits)
+    return gemm_plan(op, out, g, "strided_a", "strided_b", limits)
 
 
 def _geometry(
@@ -130,33 +128,30 @@ def _geometry(
 
 def plan_conv2d(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:
     """Output pixels x taps (im2col, never materialised) @ filters as (taps, out channels)."""
-    _check_float32(op, out)
     x, w = out.in_shapes
     y = out.shape
     geo = _geometry(attrs, x, w, y)
     g = Gemm(y[0] * y[1] * y[2], y[3], w[0] * w[1] * w[2], b_row=y[3], b_col=1, **geo)
-    return gemm_plan(op, g, "im2col_a", "strided_b", limits)
+    return gemm_plan(op, out, g, "im2col_a", "strided_b", limits)
 
 
 def plan_conv2d_backprop_input(
     op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits
 ) -> KernelPlan:
     """Input pixels x (taps, out channels) of the output gradient @ the filters transposed."""
-    _check_float32(op, out)
     gy, w = out.in_shapes
     x = out.shape
     geo = _geometry(attrs, x, w, gy)
     g = Gemm(x[0] * x[1] * x[2], x[3], w[0] * w[1] * w[3], **geo)
-    return gemm_plan(op, g, "output_grad_a", "transposed_filter_b", limits)
+    return gemm_plan(op, out, g, "output_grad_a", "transposed_filter_b", limits)
 
 
 def plan_conv2d_backprop_filter(
     op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits
 ) -> KernelPlan:
     """im2col transposed (taps x pixels) @ the output gradient (pixels x out channels)."""
-    _check_float32(op, out)
     x, gy = out.in_shapes
     w = out.shape
     geo = _geometry(attrs, x, w, gy)
     g = Gemm(w[0] * w[1] * w[2], w[3], gy[0] * gy[1] * gy[2], b_row=w[3], b_col=1, **geo)
-    return gemm_plan(op, g, "im2col_transposed_a", "strided_b", limits)
+    return gemm_plan(op, out, g, "im2col_transposed_a", "strided_b", limits)

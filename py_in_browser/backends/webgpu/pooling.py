@@ -19,7 +19,7 @@ def _pool(
     inputs: int,
 ) -> KernelPlan:
     """One invocation per element of the op's result (pooled for forward, image for gradients)."""
-    codegen.wgsl_type(out.dtype, op)
+    codegen.require_float32(op, out)
     count = codegen.numel(out.shape)
     if count == 0:
         return KernelPlan(())

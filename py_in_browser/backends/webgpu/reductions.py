@@ -24,7 +24,6 @@ _IDENTITY = {
     ("sum", "i32"): "0i",
     ("max", "f32"): "f32_neg_inf()",
     ("max", "i32"): "bitcast<i32>(0x80000000u)",
-    ("max", "u32"): "0u",
 }
 _COMBINE = {
     "sum": "return Acc(a.value + b.value, 0u);",
