@@ -88,3 +88,10 @@ def webgl2_available() -> bool:
                 lose.loseContext()
         _webgl2_probe.append(context is not None)
     return _webgl2_probe[0]
+
+
+def run_sync(awaitable: Any) -> Any:
+    """Blocks on `awaitable` (only where can_run_sync() is True: JSPI)."""
+    from pyodide.ffi import run_sync as block
+
+    return block(awaitable)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import backends
-from .backends import Backend, cpu, webgl2  # noqa: F401  (importing registers kernels)
+from .backends import Backend, cpu, webgl2, webgpu  # noqa: F401  (importing registers kernels)
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -99,6 +99,7 @@ def memory() -> dict[str, Any]:
         "num_data_buffers": tracker.num_buffers,
         "num_collected_by_gc": tracker.collected,
         "backend": current_backend().name,
+        **current_backend().memory_stats(),
     }
 
 
@@ -186,11 +187,13 @@ async def profile(fn: Callable[[], Any]) -> dict[str, Any]:
     """Runs fn (sync or async) and reports per-kernel time; on cpu, wall time of each kernel call."""
     backend = current_backend()
     backend.profile_log = {}
+    uploaded, downloaded = backend.bytes_uploaded, backend.bytes_downloaded
     start = time.perf_counter()
     try:
         result = fn()
         if inspect.isawaitable(result):
             await result
+        await backend.collect_profile()
     finally:
         log, backend.profile_log = backend.profile_log, None
     wall_ms = (time.perf_counter() - start) * 1000.0
@@ -203,4 +206,6 @@ async def profile(fn: Callable[[], Any]) -> dict[str, Any]:
         "kernels": kernels,
         "kernel_ms": sum(k["ms"] for k in kernels),
         "wall_ms": wall_ms,
+        "bytes_uploaded": backend.bytes_uploaded - uploaded,
+        "bytes_downloaded": backend.bytes_downloaded - downloaded,
     }

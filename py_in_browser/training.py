@@ -23,7 +23,8 @@ from . import functional as F
 from .autograd import GradientTape
 from .callbacks import Callback, History, call_hook
 from .nn import layers as layer_lib
-from .runtime import tidy
+from .replay import StepReplayer
+from .runtime import current_backend, tidy
 from .tensor import Tensor, Variable, tensor
 
 if TYPE_CHECKING:
@@ -271,6 +272,10 @@ async def fit(
         "samples": samples,
     }
     step = tidy(train_step)
+    backend = current_backend()
+    # Where the backend can, steps after the first ones replay a recording instead of running
+    # Python per op; the results are the same (replay.py says when it falls back to eager).
+    replayer = StepReplayer(model, state, backend, step) if backend.supports_replay else None
     try:
         await call_hook(all_callbacks, "on_train_begin", {})
         for epoch in range(initial_epoch, epochs):
@@ -280,13 +285,17 @@ async def fit(
             order = epoch_order(seed, epoch, samples, shuffle)
             for batch in range(start_batch, steps):
                 idx = order[batch * batch_size : (batch + 1) * batch_size]
-                loss = step(model, xa[idx], ya[idx], state)
+                if replayer is None:
+                    loss = step(model, xa[idx], ya[idx], state)
+                else:
+                    loss = replayer.step(xa[idx], ya[idx])
                 model.progress.update(epoch=epoch, batch=batch + 1)
                 logs: dict[str, Any] = {"batch": batch, "size": len(idx)}
                 if want_batch_logs:
                     await _raise_if_bad(model, state, epoch)
                     logs["loss"] = float(await loss.item())
                 loss.dispose()
+                await backend.end_step()
                 await call_hook(all_callbacks, "on_batch_end", batch, logs)
                 await asyncio.sleep(0)  # let other tasks of this event loop run
                 if model.stop_training:
@@ -305,6 +314,8 @@ async def fit(
                 break
         await call_hook(all_callbacks, "on_train_end", {})
     finally:
+        if replayer is not None:
+            replayer.close()
         model.fit_state = None
         state.dispose()
     return history

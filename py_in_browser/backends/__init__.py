@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +26,11 @@ def register_kernel(backend: str, op: str) -> Callable[[Kernel], Kernel]:
 
 
 def kernels_of(backend: str) -> set[str]:
-    """Names of the primitives that `backend` has kernels for."""
-    return {op for (name, op) in KERNELS if name == backend}
+    """Names of the primitives that `backend` has kernels for: its KERNELS entries, plus what a
+    backend that generates its kernels itself (webgpu) declares at registration."""
+    entry = BACKENDS.get(backend)
+    declared = set(entry.primitives()) if entry is not None and entry.primitives else set()
+    return {op for (name, op) in KERNELS if name == backend} | declared
 
 
 def missing_primitives(backend: str) -> set[str]:
@@ -51,10 +54,15 @@ class Backend:
     """What every backend provides; tensors hold an opaque handle that only their backend reads."""
 
     name = "abstract"
+    # Backends that can record fit's train step once and replay it without Python per op set this
+    # and implement begin_recording ... drop_recording (the protocol replay.py drives).
+    supports_replay = False
 
     def __init__(self, limits: dict[str, Any] | None = None) -> None:
         self.limits = dict(limits or {})
         self.live_bytes = 0
+        self.bytes_uploaded = 0  # host -> device traffic, reported by pib.profile
+        self.bytes_downloaded = 0
         # Per-kernel wall times while pib.profile runs; None when not profiling.
         self.profile_log: dict[str, list[float]] | None = None
 
@@ -86,6 +94,41 @@ class Backend:
     def capabilities(self) -> dict[str, Any]:
         return {"backend": self.name, "limits": dict(self.limits)}
 
+    def memory_stats(self) -> dict[str, Any]:
+        """Backend-specific additions to pib.memory() (GPU pools, live JS objects)."""
+        return {}
+
+    async def end_step(self) -> None:
+        """Called by fit after each train step: GPU backends submit and apply back-pressure here."""
+
+    async def collect_profile(self) -> None:
+        """Called by pib.profile before it reads profile_log: GPU backends add device timings."""
+
+    # ---- step recording (only where supports_replay) ----
+
+    def begin_recording(self) -> None:
+        """Starts capturing every op and upload until finish_recording or abort_recording."""
+        raise NotImplementedError
+
+    def abort_recording(self) -> None:
+        raise NotImplementedError
+
+    def finish_recording(
+        self, inputs: list[Any], state: list[tuple[Any, Any]], outputs: list[Any]
+    ) -> Any:
+        """A replayable recording of the captured ops: `inputs` are rewritten on each replay,
+        `state` pairs each variable's handle before and after the step, `outputs` are copied out.
+        Its `signature` is equal for two recordings that compute the same function."""
+        raise NotImplementedError
+
+    def replay(self, recording: Any, arrays: list[np.ndarray], state_now: list[Any]) -> list[Any]:
+        """Runs the recording on new input arrays from the current state handles; returns new
+        handles holding the outputs. Afterwards the state lives in the recorded `state` outputs."""
+        raise NotImplementedError
+
+    def drop_recording(self, recording: Any) -> None:
+        raise NotImplementedError
+
     async def self_test(self) -> bool:
         """A tiny numeric check that the backend really computes (GPU drivers can lie)."""
         a = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
@@ -110,6 +153,7 @@ class BackendEntry:
     factory: Callable[[dict[str, Any] | None], Backend]
     priority: int
     available: Callable[[], bool]
+    primitives: Callable[[], Iterable[str]] | None = None
 
 
 BACKENDS: dict[str, BackendEntry] = {}
@@ -120,8 +164,9 @@ def register_backend(
     factory: Callable[[dict[str, Any] | None], Backend],
     priority: int,
     available: Callable[[], bool] = lambda: True,
+    primitives: Callable[[], Iterable[str]] | None = None,
 ) -> None:
-    BACKENDS[name] = BackendEntry(name, factory, priority, available)
+    BACKENDS[name] = BackendEntry(name, factory, priority, available, primitives)
 
 
 def registered_backends() -> list[str]:

@@ -1,0 +1,375 @@
+"""The WebGPU backend: tensors in pooled storage buffers, ops as kernel-plan dispatches batched into
+command lists, one submit per flush, training steps recorded once and replayed from JS."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from ... import _js
+from .. import Backend, OutSpec
+from . import kernels
+from .commands import BufferPool, CommandList, dispatch_record
+from .plan import BufferRef, DeviceLimits
+from .recording import GpuHandle, Recording, RecordingBuilder, signature
+
+NAME = "webgpu"
+# A flush is forced when this many dispatches wait (long eager sequences outside fit).
+FLUSH_DISPATCHES = 512
+# fit awaits the GPU every this many steps: back-pressure without reading any data.
+FENCE_EVERY_STEPS = 4
+_GPU_TYPES = {"float32": "float32", "int32": "int32", "bool": "uint32"}
+_LIMIT_NAMES = {  # DeviceLimits field -> (WebGPU limit, pib.init(limits=...) key)
+    "max_workgroups_per_dimension": "maxComputeWorkgroupsPerDimension",
+    "max_storage_buffer_binding_size": "maxStorageBufferBindingSize",
+    "max_workgroup_storage_size": "maxComputeWorkgroupStorageSize",
+    "max_invocations_per_workgroup": "maxComputeInvocationsPerWorkgroup",
+}
+
+
+def webgpu_available() -> bool:
+    """In the browser and the worker has navigator.gpu (start() still checks for an adapter)."""
+    return _js.in_browser() and getattr(_js.js_global("navigator"), "gpu", None) is not None
+
+
+def gpu_nbytes(shape: tuple[int, ...]) -> int:
+    """Bytes on the GPU: every element type is 4 bytes (bool as u32), and a buffer at least 4."""
+    return 4 * max(1, int(np.prod(shape, dtype=np.int64)))
+
+
+class WebGPUBackend(Backend):
+    """Handles are GpuHandle; all GPU work goes through one bridge object (bridge.js Engine)."""
+
+    name = NAME
+    supports_replay = True
+
+    def __init__(self, limits: dict[str, Any] | None = None) -> None:
+        super().__init__(limits)
+        self.engine: Any = None
+        self.device_limits = DeviceLimits()
+        self.max_buffer_size = 1 << 28
+        self.timestamps = False
+        self.adapter: dict[str, Any] = {}
+        self.pool = BufferPool()
+        self.commands = CommandList()
+        self.submitted = 0  # flushes sent; bridge.js numbers its submits the same way
+        self.completed = 0
+        self.js_calls = 0
+        self.words_sent = 0  # command words flushed: what a step costs to describe to JS
+        self.bytes_uploaded = 0
+        self.bytes_downloaded = 0
+        self.steps = 0
+        self.steps_replayed = 0
+        self._pipelines: dict[str, int] = {}
+        self._params: dict[bytes, int] = {}
+        self._compiling = False  # pipelines defined since the last settle()
+        self._recording: RecordingBuilder | None = None
+        self._recordings = 0
+        self._on_lost: Any = None
+
+    # ---- start-up ----
+
+    async def start(self) -> None:
+        if not webgpu_available():
+            raise RuntimeError("WebGPU needs a browser with navigator.gpu")
+        bridge = await _js.load_bridge(__package__ or "py_in_browser.backends.webgpu", "bridge.js")
+        self._on_lost = _js.create_proxy(self._device_lost)
+        self.engine = await bridge.createEngine(self._on_lost)
+        info = json.loads(self.engine.info())
+        device = info["limits"]
+        values = {
+            field: min(int(device[js_name]), int(self.limits.get(field, device[js_name])))
+            for field, js_name in _LIMIT_NAMES.items()
+        }
+        self.device_limits = DeviceLimits(**values)
+        self.max_buffer_size = min(
+            int(device["maxBufferSize"]), int(self.limits.get("max_buffer_size", 1 << 62))
+        )
+        self.timestamps = bool(info["timestamps"])
+        self.adapter = info["adapter"]
+
+    def _device_lost(self, message: str) -> None:
+        from ...runtime import record_event  # late: runtime imports the backends
+
+        record_event("device_lost", self.steps, backend=NAME, message=str(message))
+
+    def capabilities(self) -> dict[str, Any]:
+        caps = super().capabilities()
+        limits = self.device_limits
+        caps.update(
+            dtypes=list(_GPU_TYPES),
+            max_storage_buffer_binding_size=limits.max_storage_buffer_binding_size,
+            max_buffer_size=self.max_buffer_size,
+            max_compute_workgroups_per_dimension=limits.max_workgroups_per_dimension,
+            max_compute_workgroup_storage_size=limits.max_workgroup_storage_size,
+            max_compute_invocations_per_workgroup=limits.max_invocations_per_workgroup,
+            timestamp_query=self.timestamps,
+            adapter=self.adapter,
+            supports_replay=True,
+        )
+        return caps
+
+    def memory_stats(self) -> dict[str, Any]:
+        """Pool bytes and the bridge's live JS objects (buffers, bind groups, pipelines)."""
+        self.js_calls += 1
+        return {
+            **self.pool.stats(),
+            **json.loads(self.engine.stats()),
+            "js_calls": self.js_calls,
+            "words_sent": self.words_sent,
+            "steps_replayed": self.steps_replayed,
+        }
+
+    # ---- memory ----
+
+    def _allocate(self, shape: tuple[int, ...], dtype: str) -> GpuHandle:
+        nbytes = gpu_nbytes(shape)
+        if nbytes > self.device_limits.max_storage_buffer_binding_size:
+            raise ValueError(
+                f"webgpu: a tensor of shape {shape} needs {nbytes} bytes, more than this device's "
+                f"maxStorageBufferBindingSize ({self.device_limits.max_storage_buffer_binding_size}"
+                " bytes); use smaller batches or shapes"
+            )
+        buffer_id, fresh = self.pool.acquire(nbytes)
+        if fresh:
+            self.commands.create(buffer_id, self.pool.capacity[buffer_id])
+        return GpuHandle(buffer_id, nbytes, shape, dtype)
+
+    def _retain_for_recording(self, buffer_id: int) -> None:
+        recording = self._recording
+        if recording is not None and buffer_id not in recording.retained:
+            recording.retained.add(buffer_id)
+            self.pool.retain(buffer_id)
+
+    def upload(self, array: np.ndarray) -> GpuHandle:
+        data = device_bytes(array)
+        handle = self._allocate(tuple(array.shape), str(array.dtype))
+        self.commands.write(handle.id, data)
+        self.bytes_uploaded += len(data)
+        if self._recording is not None:
+            self._retain_for_recording(handle.id)
+            self._recording.uploads[handle.id] = bytes(data)
+        return handle
+
+    def free(self, handle: GpuHandle) -> None:
+        # Whatever used it is in the open command list or an earlier submit: the next one covers it.
+        self.pool.release(handle.id, self.submitted + 1)
+
+    async def download(self, handle: GpuHandle) -> np.ndarray:
+        await self.flush_async()
+        numel = int(np.prod(handle.shape, dtype=np.int64))
+        if numel == 0:
+            return np.zeros(handle.shape, dtype=handle.dtype)
+        self.js_calls += 1
+        data = await self.engine.read(handle.id, handle.nbytes)
+        self.bytes_downloaded += handle.nbytes
+        raw = _js.typed_array_to_numpy(data, "uint8", (handle.nbytes,))
+        values = raw.view(_GPU_TYPES[handle.dtype])[:numel].reshape(handle.shape)
+        return values != 0 if handle.dtype == "bool" else values
+
+    def read_now(self, handle: GpuHandle) -> np.ndarray:
+        """A synchronous read: only where the browser lets Python block on a promise (JSPI)."""
+        if not _js.can_run_sync():
+            raise RuntimeError(
+                "webgpu tensors cannot be read synchronously in this browser: use "
+                "`await t.numpy()` (or `await t.item()`)"
+            )
+        result: np.ndarray = _js.run_sync(self.download(handle))
+        return result
+
+    # ---- ops ----
+
+    def _pipeline_id(self, key: str, wgsl: str, label: str) -> int:
+        pipeline_id = self._pipelines.get(key)
+        if pipeline_id is None:
+            pipeline_id = self._pipelines[key] = len(self._pipelines)
+            self.js_calls += 1
+            self.engine.definePipeline(pipeline_id, label, wgsl)
+            self._compiling = True
+        return pipeline_id
+
+    def _params_id(self, data: bytes) -> int:
+        if not data:
+            return -1
+        params_id = self._params.get(data)
+        if params_id is None:
+            params_id = self._params[data] = len(self._params)
+            self.commands.params(params_id, data)
+        return params_id
+
+    def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> GpuHandle:
+        started = time.perf_counter()
+        plan = kernels.plan(op, attrs, out, self.device_limits)  # memoized there
+        result = self._allocate(out.shape, out.dtype)
+        scratch = [self.pool.acquire(n) for n in plan.scratch_bytes]
+        for buffer_id, fresh in scratch:
+            if fresh:
+                self.commands.create(buffer_id, self.pool.capacity[buffer_id])
+
+        def bind(ref: BufferRef) -> tuple[int, int]:
+            if ref.role == "input":
+                handle: GpuHandle = inputs[ref.index]
+                return handle.id, handle.nbytes
+            if ref.role == "output":
+                return result.id, result.nbytes
+            return scratch[ref.index][0], plan.scratch_bytes[ref.index]
+
+        for dispatch in plan.dispatches:
+            bindings = [bind(ref) for ref in dispatch.bindings]
+            record = dispatch_record(
+                self._pipeline_id(dispatch.key, dispatch.wgsl, op),
+                self._params_id(dispatch.params),
+                dispatch.workgroups,
+                bindings,
+            )
+            self.commands.dispatch(record)
+            if self._recording is not None:
+                self._recording.words += record
+                for buffer_id, _ in bindings:
+                    self._retain_for_recording(buffer_id)
+        for buffer_id, _ in scratch:
+            self.pool.release(buffer_id, self.submitted + 1)
+        if self.profile_log is not None and not self.timestamps:
+            # Without timestamp-query the only honest number is the host time to encode the op.
+            elapsed = (time.perf_counter() - started) * 1000.0
+            self.profile_log.setdefault(op, []).append(elapsed)
+        if self.commands.dispatches >= FLUSH_DISPATCHES and self._recording is None:
+            self.flush()
+        return result
+
+    # ---- submission ----
+
+    def flush(self) -> None:
+        """Sends the open command list: one JS call, one command encoder, one submit."""
+        if not len(self.commands):
+            return
+        words, blob = self.commands.take()
+        self.js_calls += 1
+        self.words_sent += len(words)
+        profiling = self.profile_log is not None
+        self.completed = int(self.engine.flush(words, blob, profiling))
+        self.submitted += 1
+        self.pool.reclaim(self.completed)
+
+    async def flush_async(self) -> None:
+        """flush(), after letting new pipelines finish compiling asynchronously."""
+        if self._compiling:
+            self.js_calls += 1
+            await self.engine.settle()
+            self._compiling = False
+        self.flush()
+
+    async def end_step(self) -> None:
+        """After each fit step: submit it, and every few steps wait for the GPU to catch up."""
+        self.steps += 1
+        await self.flush_async()
+        if self.steps % FENCE_EVERY_STEPS == 0:
+            self.js_calls += 1
+            self.completed = int(await self.engine.fence())
+            self.pool.reclaim(self.completed)
+
+    async def collect_profile(self) -> None:
+        await self.flush_async()
+        if self.timestamps and self.profile_log is not None:
+            self.js_calls += 1
+            rows = json.loads(await self.engine.takeProfile())
+            for label, ms in rows:
+                self.profile_log.setdefault(label, []).append(float(ms))
+
+    # ---- record and replay ----
+
+    def begin_recording(self) -> None:
+        self._recording = RecordingBuilder()
+
+    def abort_recording(self) -> None:
+        builder, self._recording = self._recording, None
+        if builder is not None:
+            for buffer_id in builder.retained:
+                self.pool.release(buffer_id, self.submitted + 1)
+
+    def finish_recording(
+        self,
+        inputs: list[GpuHandle],
+        state: list[tuple[GpuHandle, GpuHandle]],
+        outputs: list[GpuHandle],
+    ) -> Recording:
+        """Ends the recording window; the step's own commands still go out with the next flush."""
+        builder, self._recording = self._recording, None
+        assert builder is not None, "finish_recording without begin_recording"
+        for before, _ in state:
+            if before.id not in builder.retained:
+                builder.retained.add(before.id)
+                self.pool.retain(before.id)
+        self._recordings += 1
+        self.js_calls += 1
+        self.engine.record(self._recordings, np.array(builder.words, dtype=np.int32))
+        return Recording(
+            id=self._recordings,
+            inputs=tuple(inputs),
+            state_in=tuple(before for before, _ in state),
+            outputs=tuple(outputs),
+            retained=frozenset(builder.retained),
+            signature=signature(builder, inputs, state, outputs),
+            dispatches=_count_dispatches(builder.words),
+        )
+
+    def replay(
+        self, recording: Recording, arrays: list[np.ndarray], state_now: list[GpuHandle]
+    ) -> list[GpuHandle]:
+        """Runs a recorded step on new input arrays, reading the state from `state_now`; returns
+        fresh copies of the recorded outputs. One JS call."""
+        for handle, array in zip(recording.inputs, arrays, strict=True):
+            data = device_bytes(array)
+            if len(data) != handle.nbytes:
+                raise ValueError(f"replay: input of {len(data)} bytes, recorded {handle.nbytes}")
+            self.commands.write(handle.id, data)
+            self.bytes_uploaded += len(data)
+        for now, recorded in zip(state_now, recording.state_in, strict=True):
+            if now.id != recorded.id:
+                self.commands.copy(now.id, recorded.id, recorded.nbytes)
+        self.commands.replay(recording.id)
+        self.steps_replayed += 1
+        if self.profile_log is not None and not self.timestamps:
+            self.profile_log.setdefault("replayed_step", []).append(0.0)
+        outputs = []
+        for source in recording.outputs:
+            target = self._allocate(source.shape, source.dtype)
+            self.commands.copy(source.id, target.id, source.nbytes)
+            outputs.append(target)
+        self.flush()
+        return outputs
+
+    def drop_recording(self, recording: Recording) -> None:
+        self.js_calls += 1
+        self.engine.dropRecording(recording.id)
+        for buffer_id in recording.retained:
+            self.pool.release(buffer_id, self.submitted + 1)
+
+    # ---- faults ----
+
+    def destroy_device(self) -> None:
+        """GPUDevice.destroy(): the fault pib.debug.lose_device injects."""
+        self.engine.destroyDevice()
+
+
+def _count_dispatches(words: list[int]) -> int:
+    count, i = 0, 0
+    while i < len(words):
+        count += 1
+        i += 7 + 2 * words[i + 6]
+    return count
+
+
+def device_bytes(array: np.ndarray) -> memoryview:
+    """The bytes a storage buffer holds for `array`: f32, i32, or u32 0/1 for bool."""
+    dtype = str(array.dtype)
+    if dtype == "float64":
+        raise TypeError(
+            "webgpu has no float64: create the tensor as float32 (pib.tensor(x, dtype='float32'))"
+        )
+    if dtype not in _GPU_TYPES:
+        raise TypeError(f"webgpu cannot store dtype {dtype}; use one of {list(_GPU_TYPES)}")
+    return np.ascontiguousarray(array, dtype=_GPU_TYPES[dtype]).reshape(-1).view(np.uint8).data

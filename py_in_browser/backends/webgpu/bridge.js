@@ -1,0 +1,339 @@
+// WebGPU bridge of py_in_browser (self-contained: imported from a blob: URL, no relative imports).
+// Python sends command lists (Int32Array words + a byte blob, see commands.py); each flush becomes
+// one command encoder, one compute pass and one submit. Recorded steps are replayed from here.
+
+const CREATE = 1, WRITE = 2, PARAMS = 3, DISPATCH = 4, COPY = 5, REPLAY = 6;
+const STORAGE = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+const LIMITS = [
+  "maxStorageBufferBindingSize",
+  "maxBufferSize",
+  "maxComputeWorkgroupsPerDimension",
+  "maxComputeWorkgroupStorageSize",
+  "maxComputeInvocationsPerWorkgroup",
+  "maxComputeWorkgroupSizeX",
+  "maxComputeWorkgroupSizeY",
+  "maxComputeWorkgroupSizeZ",
+  "maxStorageBuffersPerShaderStage",
+];
+const QUERY_CHUNK = 1024; // timed passes per query set while profiling
+const BIND_GROUP_CACHE_SIZE = 2048; // eager steps reuse pooled buffers, so combinations repeat
+
+export async function createEngine(onLost) {
+  if (!globalThis.navigator?.gpu) throw new Error("WebGPU is not available here (navigator.gpu is missing)");
+  const adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
+  if (!adapter) throw new Error("navigator.gpu.requestAdapter() found no GPU adapter");
+  const requiredLimits = Object.fromEntries(LIMITS.map((name) => [name, adapter.limits[name]]));
+  const requiredFeatures = adapter.features.has("timestamp-query") ? ["timestamp-query"] : [];
+  const device = await adapter.requestDevice({ requiredLimits, requiredFeatures });
+  return new Engine(adapter, device, onLost);
+}
+
+class Engine {
+  constructor(adapter, device, onLost) {
+    this.adapterInfo = adapter.info ?? {};
+    this.device = device;
+    this.queue = device.queue;
+    this.timestamps = device.features.has("timestamp-query");
+    this.buffers = new Map(); // id -> GPUBuffer
+    this.params = new Map(); // id -> uniform GPUBuffer
+    this.pipelines = new Map(); // id -> {label, module, pipeline, promise, error}
+    this.bindGroups = new Map(); // key -> GPUBindGroup, oldest first
+    this.recordings = new Map(); // id -> {words, dispatches: [{pipeline, bindGroup, x, y, z, label}]}
+    this.staging = new Map(); // byte size -> [MAP_READ buffers]
+    this.submitted = 0;
+    this.completed = 0;
+    this.errors = [];
+    this.profileRows = []; // [label, ms]
+    this.profileReads = [];
+    this.lost = null;
+    this.lostSignal = device.lost.then((info) => {
+      this.lost = `the WebGPU device was lost (${info.reason}): ${info.message || "no message"}`;
+      onLost(this.lost);
+      throw new Error(this.lost);
+    });
+    this.lostSignal.catch(() => {}); // observed through race()
+    device.addEventListener("uncapturederror", (event) => this.errors.push(event.error.message));
+  }
+
+  info() {
+    const limits = Object.fromEntries(LIMITS.map((name) => [name, this.device.limits[name]]));
+    const { vendor, architecture, description } = this.adapterInfo;
+    return JSON.stringify({ limits, timestamps: this.timestamps, adapter: { vendor, architecture, description } });
+  }
+
+  stats() {
+    let staging = 0;
+    for (const list of this.staging.values()) staging += list.length;
+    return JSON.stringify({
+      js_buffers: this.buffers.size,
+      js_param_buffers: this.params.size,
+      js_bind_groups: this.bindGroups.size,
+      js_pipelines: this.pipelines.size,
+      js_recordings: this.recordings.size,
+      js_staging_buffers: staging,
+      submitted: this.submitted,
+      completed: this.completed,
+    });
+  }
+
+  // A promise that rejects with a clear message instead of hanging when the device goes away.
+  race(promise) {
+    return Promise.race([promise, this.lostSignal]);
+  }
+
+  checkUsable() {
+    if (this.lost) throw new Error(this.lost);
+    if (this.errors.length) throw new Error(`WebGPU validation error: ${this.errors.splice(0).join("; ")}`);
+  }
+
+  definePipeline(id, label, wgsl) {
+    const module = this.device.createShaderModule({ code: wgsl, label });
+    const entry = { label, module, pipeline: null, error: null };
+    entry.promise = this.device
+      .createComputePipelineAsync({ label, layout: "auto", compute: { module, entryPoint: "main" } })
+      .then(
+        (pipeline) => (entry.pipeline = pipeline),
+        (error) => (entry.error = `kernel ${label} failed to compile: ${error.message}`),
+      );
+    this.pipelines.set(id, entry);
+  }
+
+  // Waits for pipelines still compiling, so that flushes never compile synchronously.
+  async settle() {
+    await this.race(Promise.all([...this.pipelines.values()].map((entry) => entry.promise)));
+  }
+
+  pipeline(id) {
+    const entry = this.pipelines.get(id);
+    if (entry.error) throw new Error(entry.error);
+    // Only reached when a long command list flushes before settle(): compile now.
+    entry.pipeline ??= this.device.createComputePipeline({
+      label: entry.label,
+      layout: "auto",
+      compute: { module: entry.module, entryPoint: "main" },
+    });
+    return entry.pipeline;
+  }
+
+  bindGroup(pipelineId, paramsId, words, at, count, cache) {
+    let key = `${pipelineId}/${paramsId}`;
+    for (let k = 0; k < count; k++) key += `/${words[at + 2 * k]}:${words[at + 2 * k + 1]}`;
+    let group = cache ? this.bindGroups.get(key) : undefined;
+    if (group) {
+      this.bindGroups.delete(key); // refresh its place in the LRU order
+    } else {
+      const entries = [];
+      for (let k = 0; k < count; k++) {
+        entries.push({ binding: k, resource: { buffer: this.buffers.get(words[at + 2 * k]), size: words[at + 2 * k + 1] } });
+      }
+      if (paramsId >= 0) entries.push({ binding: count, resource: { buffer: this.params.get(paramsId) } });
+      const layout = this.pipeline(pipelineId).getBindGroupLayout(0);
+      group = this.device.createBindGroup({ layout, entries });
+    }
+    if (cache) {
+      this.bindGroups.set(key, group);
+      if (this.bindGroups.size > BIND_GROUP_CACHE_SIZE) this.bindGroups.delete(this.bindGroups.keys().next().value);
+    }
+    return group;
+  }
+
+  // A DISPATCH record at words[at] resolved to what encoding needs; returns [dispatch, next index].
+  resolveDispatch(words, at, cache) {
+    const pipelineId = words[at + 1], paramsId = words[at + 2], count = words[at + 6];
+    const dispatch = {
+      pipeline: this.pipeline(pipelineId),
+      bindGroup: this.bindGroup(pipelineId, paramsId, words, at + 7, count, cache),
+      x: words[at + 3],
+      y: words[at + 4],
+      z: words[at + 5],
+      label: this.pipelines.get(pipelineId).label,
+    };
+    return [dispatch, at + 7 + 2 * count];
+  }
+
+  // Runs one command list: buffer creation and writes now, GPU work in one encoder and one submit.
+  // Returns the serial of the last submit known to have completed (Python reuses buffers by it).
+  flush(wordsProxy, blobProxy, profiling) {
+    this.checkUsable();
+    const wordsView = wordsProxy.getBuffer("i32");
+    const blobView = blobProxy.getBuffer("u8");
+    try {
+      this.encode(wordsView.data, blobView.data, profiling && this.timestamps);
+    } finally {
+      wordsView.release();
+      blobView.release();
+    }
+    return this.completed;
+  }
+
+  encode(words, blob, timed) {
+    const encoder = this.device.createCommandEncoder();
+    const run = new Pass(encoder, timed ? this.device : null);
+    for (let i = 0; i < words.length; ) {
+      switch (words[i]) {
+        case CREATE:
+          this.buffers.set(words[i + 1], this.device.createBuffer({ size: words[i + 2], usage: STORAGE }));
+          i += 3;
+          break;
+        case WRITE:
+          this.queue.writeBuffer(this.buffers.get(words[i + 1]), 0, blob, words[i + 2], words[i + 3]);
+          i += 4;
+          break;
+        case PARAMS: {
+          const usage = GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST;
+          const buffer = this.device.createBuffer({ size: Math.max(16, words[i + 3]), usage });
+          this.queue.writeBuffer(buffer, 0, blob, words[i + 2], words[i + 3]);
+          this.params.set(words[i + 1], buffer);
+          i += 4;
+          break;
+        }
+        case DISPATCH: {
+          const [dispatch, next] = this.resolveDispatch(words, i, true);
+          run.dispatch(dispatch);
+          i = next;
+          break;
+        }
+        case COPY:
+          run.end();
+          encoder.copyBufferToBuffer(this.buffers.get(words[i + 1]), 0, this.buffers.get(words[i + 2]), 0, words[i + 3]);
+          i += 4;
+          break;
+        case REPLAY:
+          for (const dispatch of this.replayed(words[i + 1])) run.dispatch(dispatch);
+          i += 2;
+          break;
+        default:
+          throw new Error(`bad command ${words[i]} at word ${i}`);
+      }
+    }
+    run.end();
+    this.submit(encoder);
+    for (const chunk of run.chunks) this.profileReads.push(this.readTimestamps(chunk));
+  }
+
+  submit(encoder) {
+    this.queue.submit([encoder.finish()]);
+    const serial = ++this.submitted;
+    this.queue.onSubmittedWorkDone().then(() => (this.completed = Math.max(this.completed, serial)));
+  }
+
+  // Keeps the dispatches of a step (DISPATCH records only); their buffers may not exist until the
+  // step's own flush, so pipelines and bind groups are resolved at the first replay.
+  record(id, wordsProxy) {
+    const view = wordsProxy.getBuffer("i32");
+    try {
+      this.recordings.set(id, { words: view.data.slice(), dispatches: null });
+    } finally {
+      view.release();
+    }
+  }
+
+  replayed(id) {
+    const recording = this.recordings.get(id);
+    if (!recording.dispatches) {
+      const { words } = recording;
+      recording.dispatches = [];
+      for (let i = 0; i < words.length; ) {
+        const [dispatch, next] = this.resolveDispatch(words, i, false);
+        recording.dispatches.push(dispatch);
+        i = next;
+      }
+    }
+    return recording.dispatches;
+  }
+
+  dropRecording(id) {
+    this.recordings.delete(id);
+  }
+
+  // Back-pressure without reading data: resolves once everything submitted so far has run.
+  async fence() {
+    this.checkUsable();
+    const serial = this.submitted;
+    await this.race(this.queue.onSubmittedWorkDone());
+    this.completed = Math.max(this.completed, serial);
+    return this.completed;
+  }
+
+  // Copies buffer `id` into a pooled MAP_READ staging buffer and returns its first `nbytes` bytes.
+  async read(id, nbytes) {
+    this.checkUsable();
+    const size = Math.max(16, 2 ** Math.ceil(Math.log2(nbytes)));
+    const free = this.staging.get(size) ?? [];
+    const staging = free.pop() ?? this.device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    const encoder = this.device.createCommandEncoder();
+    encoder.copyBufferToBuffer(this.buffers.get(id), 0, staging, 0, nbytes);
+    this.submit(encoder);
+    await this.race(staging.mapAsync(GPUMapMode.READ, 0, nbytes));
+    const bytes = new Uint8Array(staging.getMappedRange(0, nbytes).slice(0));
+    staging.unmap();
+    this.staging.set(size, free);
+    free.push(staging);
+    this.checkUsable();
+    return bytes;
+  }
+
+  readTimestamps({ querySet, labels }) {
+    const nbytes = labels.length * 16;
+    const usage = GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC;
+    const resolved = this.device.createBuffer({ size: nbytes, usage });
+    const host = this.device.createBuffer({ size: nbytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    const encoder = this.device.createCommandEncoder();
+    encoder.resolveQuerySet(querySet, 0, labels.length * 2, resolved, 0);
+    encoder.copyBufferToBuffer(resolved, 0, host, 0, nbytes);
+    this.submit(encoder);
+    return this.race(host.mapAsync(GPUMapMode.READ)).then(() => {
+      const ns = new BigUint64Array(host.getMappedRange());
+      labels.forEach((label, k) => this.profileRows.push([label, Number(ns[2 * k + 1] - ns[2 * k]) / 1e6]));
+      for (const buffer of [host, resolved, querySet]) buffer.destroy();
+    });
+  }
+
+  // Per-kernel GPU times gathered while profiling, as JSON [[label, ms], ...]; clears them.
+  async takeProfile() {
+    await Promise.all(this.profileReads.splice(0));
+    return JSON.stringify(this.profileRows.splice(0));
+  }
+
+  destroyDevice() {
+    this.device.destroy();
+  }
+}
+
+// One compute pass for a whole command list; while profiling, one timed pass per dispatch instead.
+class Pass {
+  constructor(encoder, timingDevice) {
+    this.encoder = encoder;
+    this.timingDevice = timingDevice;
+    this.pass = null;
+    this.chunks = []; // [{querySet, labels}], each query set holds QUERY_CHUNK passes
+  }
+
+  dispatch({ pipeline, bindGroup, x, y, z, label }) {
+    if (this.timingDevice) {
+      this.end();
+      this.pass = this.beginTimedPass(label);
+    }
+    this.pass ??= this.encoder.beginComputePass();
+    this.pass.setPipeline(pipeline);
+    this.pass.setBindGroup(0, bindGroup);
+    this.pass.dispatchWorkgroups(x, y, z);
+    if (this.timingDevice) this.end();
+  }
+
+  beginTimedPass(label) {
+    let chunk = this.chunks.at(-1);
+    if (!chunk || chunk.labels.length === QUERY_CHUNK) {
+      chunk = { querySet: this.timingDevice.createQuerySet({ type: "timestamp", count: 2 * QUERY_CHUNK }), labels: [] };
+      this.chunks.push(chunk);
+    }
+    const k = chunk.labels.push(label) - 1;
+    const timestampWrites = { querySet: chunk.querySet, beginningOfPassWriteIndex: 2 * k, endOfPassWriteIndex: 2 * k + 1 };
+    return this.encoder.beginComputePass({ timestampWrites });
+  }
+
+  end() {
+    this.pass?.end();
+    this.pass = null;
+  }
+}

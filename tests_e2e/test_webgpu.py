@@ -1,0 +1,192 @@
+"""The WebGPU backend in real Chromium (SwiftShader): ops, training parity with cpu, replay, memory,
+profiling and clear errors. Shapes stay tiny: WebGPU here is a software GPU on two cores."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests_e2e.engine_page import EnginePage, PythonError
+from tests_e2e.op_oracle import assert_op_table_matches
+
+STEPS = 20
+LOSS_TOLERANCE = 1e-3
+
+# Defines `per_step_losses(name)` in either interpreter: the loss of each of the first 20 steps,
+# from the same seeds (hence the same initial weights) on whatever backend is active.
+PER_STEP_LOSSES = """
+async def per_step_losses(name):
+    import py_in_browser as pib
+    from py_in_browser import layers, optimizers
+    from py_in_browser.testing import workloads
+
+    if name == "xor":
+        x, y = workloads.xor_data()
+        model, epochs, batch = workloads.xor_model(seed=1), 20, 4
+    elif name == "mlp":  # 150 samples in batches of 32: four full batches and a partial one
+        x, y = workloads.blobs(samples=150, seed=0)
+        model = pib.Sequential(
+            [layers.Dense(16, activation="relu", input_shape=(4,)), layers.Dense(3, activation="softmax")],
+            seed=0,
+        )
+        model.compile(optimizer=optimizers.Adam(0.01), loss="sparse_categorical_crossentropy")
+        epochs, batch = 4, 32
+    else:
+        x, y = workloads.synthetic_images(40, size=16, seed=0)
+        model, epochs, batch = workloads.small_cnn(size=16, seed=0), 4, 8
+    losses = []
+    record = pib.LambdaCallback(on_batch_end=lambda step, logs: losses.append(logs["loss"]))
+    await model.fit(x, y, epochs=epochs, batch_size=batch, seed=0, callbacks=[record])
+    return losses[:20]
+"""
+
+
+@pytest.fixture(scope="module")
+def page_query() -> str:
+    return "?backend=webgpu"
+
+
+def cpu_losses(name: str) -> list[float]:
+    """The cpu backend in CPython (equal to cpu in Pyodide within 1e-5, see test_engine_parity)."""
+    namespace: dict[str, Any] = {}
+    exec(PER_STEP_LOSSES, namespace)
+    # Playwright's sync API owns this thread's event loop, so CPython runs on its own thread.
+    with ThreadPoolExecutor(1) as pool:
+        losses: list[float] = pool.submit(asyncio.run, namespace["per_step_losses"](name)).result()
+    return losses
+
+
+def test_webgpu_is_active_with_its_limits(engine_page: EnginePage) -> None:
+    caps = engine_page.run("pib.capabilities()")
+    assert engine_page.run("pib.get_backend()") == "webgpu"
+    assert caps["max_storage_buffer_binding_size"] >= 1 << 20
+    assert caps["max_compute_workgroups_per_dimension"] >= 65535
+    assert caps["supports_replay"] is True
+
+
+def test_op_table_matches_numpy(engine_page: EnginePage) -> None:
+    worst = assert_op_table_matches(engine_page, rtol=1e-4)
+    print("worst relative error per case:", {k: f"{v:.1e}" for k, v in worst.items()})
+
+
+def test_bool_and_int32_round_trip(engine_page: EnginePage) -> None:
+    got = engine_page.run(
+        "b = pib.tensor([[True, False], [False, True]], dtype='bool')\n"
+        "i = pib.tensor([-3, 0, 2**31 - 1], dtype='int32')\n"
+        "[(await b.numpy()).tolist(), str((await b.numpy()).dtype), (await i.numpy()).tolist()]"
+    )
+    assert got == [[[True, False], [False, True]], "bool", [-3, 0, 2**31 - 1]]
+
+
+@pytest.mark.parametrize("name", ["xor", "mlp", "cnn"])
+def test_per_step_losses_match_cpu(engine_page: EnginePage, name: str) -> None:
+    expected = cpu_losses(name)
+    engine_page.run(PER_STEP_LOSSES)
+    got = engine_page.run(
+        "before = pib.memory()['steps_replayed']\n"
+        f"losses = await per_step_losses({name!r})\n"
+        "[losses, pib.memory()['steps_replayed'] - before]"
+    )
+    losses, replayed = got
+    assert len(losses) == STEPS
+    np.testing.assert_allclose(losses, expected, rtol=0, atol=LOSS_TOLERANCE)
+    # Each batch shape is recorded twice (the second recording verifies the first), then replayed.
+    assert replayed >= STEPS - 4, replayed
+    print(f"{name}: worst |webgpu - cpu| = {np.max(np.abs(np.subtract(losses, expected))):.1e}")
+
+
+XOR_FIT = """
+from py_in_browser.testing import workloads
+x, y = workloads.xor_data()
+x, y = np.tile(x, (50, 1)), np.tile(y, (50, 1))  # 50 steps of batch 4 per epoch
+model = workloads.xor_model(seed=1)
+async def fit_steps(epochs):
+    await model.fit(x, y, epochs=epochs, batch_size=4, shuffle=False)
+    return pib.memory()
+"""
+
+
+def test_replayed_steps_cost_constant_js_calls_and_leak_nothing(engine_page: EnginePage) -> None:
+    engine_page.run(XOR_FIT)
+    warm = engine_page.run("await fit_steps(1)")
+    short = engine_page.run("await fit_steps(1)")
+    long = engine_page.run("await fit_steps(4)")
+    # Per step one flush carries the whole replayed step; a fence every 4 steps; 3 reads an epoch.
+    calls_per_step = (long["js_calls"] - short["js_calls"]) / 200
+    words_per_step = (long["words_sent"] - short["words_sent"]) / 200
+    assert calls_per_step <= 1.5, calls_per_step
+    assert long["steps_replayed"] - short["steps_replayed"] == 200 - 2
+    for key in ("num_tensors", "num_bytes", "gpu_bytes_in_use"):
+        assert long[key] == short[key] == warm[key], key
+    for key in ("gpu_buffers", "gpu_bytes_allocated", "js_buffers", "js_param_buffers"):
+        assert long[key] == short[key], key
+    assert long["js_bind_groups"] <= 2048
+    assert long["js_pipelines"] == short["js_pipelines"]
+    print(f"per replayed step: {calls_per_step:.2f} js calls, {words_per_step:.0f} words; {long}")
+
+
+def test_profile_reports_gpu_kernel_times_and_traffic(engine_page: EnginePage) -> None:
+    report = engine_page.run(
+        "async def work():\n"
+        "    with pib.tidy():\n"
+        "        a = pib.tensor(np.ones((32, 32), np.float32))\n"
+        "        await pib.relu(a @ a).numpy()\n"
+        "await pib.profile(work)"
+    )
+    names = {k["name"] for k in report["kernels"]}
+    assert {"matmul", "relu"} <= names, names
+    assert all(k["calls"] >= 1 and k["ms"] >= 0 for k in report["kernels"])
+    assert report["bytes_uploaded"] == report["bytes_downloaded"] == 32 * 32 * 4
+    assert report["wall_ms"] > 0
+    print("profile:", report)
+
+
+def test_float64_is_a_clear_type_error(engine_page: EnginePage) -> None:
+    with pytest.raises(PythonError, match="webgpu has no float64"):
+        engine_page.run("pib.tensor(np.zeros(3), dtype='float64')")
+
+
+def test_a_tensor_beyond_the_binding_limit_is_a_clear_error(engine_page: EnginePage) -> None:
+    limit = engine_page.run("pib.capabilities()['max_storage_buffer_binding_size']")
+    with pytest.raises(PythonError, match=r"max_?[sS]torage_?[bB]uffer_?[bB]inding_?[sS]ize"):
+        engine_page.run(f"pib.ones(({limit // 4 + 1},))")
+    assert engine_page.run("(await (pib.ones((2,)) * 3.0).numpy()).tolist()") == [3.0, 3.0]
+
+
+def test_a_synchronous_read_says_to_await(engine_page: EnginePage) -> None:
+    got = engine_page.run(
+        "from py_in_browser import _js\n"
+        "from py_in_browser.runtime import current_backend\n"
+        "t = pib.tensor([1.0, 2.0])\n"
+        "try:\n"
+        "    result = current_backend().read_now(t._handle()).tolist()\n"
+        "except RuntimeError as exc:\n"
+        "    result = str(exc)\n"
+        "[_js.can_run_sync(), result]"
+    )
+    can_block, result = got
+    assert result == [1.0, 2.0] if can_block else "await t.numpy()" in result
+
+
+def test_a_lost_device_rejects_reads_and_is_an_event(engine_page: EnginePage) -> None:
+    """Last in the module: it destroys the page's device."""
+    message = engine_page.run(
+        "from py_in_browser.runtime import current_backend\n"
+        "t = pib.tensor([1.0])\n"
+        "current_backend().destroy_device()\n"
+        "import asyncio\n"
+        "await asyncio.sleep(0.1)\n"
+        "try:\n"
+        "    await (t + t).numpy()\n"
+        "    err = None\n"
+        "except Exception as exc:\n"
+        "    err = str(exc)\n"
+        "err"
+    )
+    assert message is not None and "device was lost" in message
+    events = engine_page.run("pib.runtime_events()")
+    assert any(e["type"] == "device_lost" for e in events), events
