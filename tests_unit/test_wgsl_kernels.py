@@ -244,6 +244,10 @@ def test_long_reductions_take_two_passes(gpu: WgpuNativeBackend) -> None:
         ((17, 33), (33, 5)),
         ((3, 17, 33), (3, 33, 5)),
         ((2, 2, 40, 70), (2, 2, 70, 33)),
+        # One case per specialised tile shape: 64x16, 16x64, 8x128 (128x8 and 32x32 above).
+        ((50, 20), (20, 12)),
+        ((12, 9), (9, 20)),
+        ((5, 40), (40, 130)),
     ],
 )
 def test_matmul_odd_shapes_and_transposes(gpu: WgpuNativeBackend, a_shape, b_shape) -> None:

@@ -11,8 +11,24 @@ from . import codegen
 from .plan import BufferRef, DeviceLimits, KernelPlan
 from .reductions import reduce_dispatch
 
-TILE = 32
 TILE_K = 16
+# (rows, columns) of the output tile one workgroup computes, by the output's shape: tall tiles
+# for outputs with few columns, wide ones for few rows, square otherwise.
+TILE_SHAPES = ((128, 8), (64, 16), (32, 32), (16, 64), (8, 128))
+
+
+def tile_shape(m: int, n: int) -> tuple[int, int]:
+    if n <= 8:
+        return TILE_SHAPES[0]
+    if n <= 16:
+        return TILE_SHAPES[1]
+    if m <= 8:
+        return TILE_SHAPES[4]
+    if m <= 16:
+        return TILE_SHAPES[3]
+    return TILE_SHAPES[2]
+
+
 # Split-K kicks in when the output has fewer tiles than this and K is at least SPLIT_K_MIN long;
 # each split then covers at least SPLIT_K_MIN / 2 of K, and there are at most MAX_SPLITS.
 FEW_TILES = 16
@@ -64,14 +80,17 @@ def gemm_plan(
     codegen.require_float32(op, out)
     if g.m * g.n * g.batches == 0:
         return KernelPlan(())
-    tiles_m, tiles_n = math.ceil(g.m / TILE), math.ceil(g.n / TILE)
+    rows, cols = tile_shape(g.m, g.n)
+    tiles_m, tiles_n = math.ceil(g.m / rows), math.ceil(g.n / cols)
     splits, per_split = _splits(tiles_m * tiles_n * g.batches, g.k)
     fields = astuple(g)
     words = [g.m, g.n, g.k, tiles_m, tiles_n, g.batches, splits, per_split, *fields[4:]]
-    wgsl = codegen.render("gemm.wgsl", LOAD_A=load_a, LOAD_B=load_b)
+    wgsl = codegen.render(
+        "gemm.wgsl", LOAD_A=load_a, LOAD_B=load_b, TILE_M=str(rows), TILE_N=str(cols)
+    )
     bindings = [BufferRef("input", 0), BufferRef("input", 1)]
     workgroups = codegen.grid(op, tiles_m * tiles_n * g.batches * splits, limits)
-    key = f"gemm:{load_a}:{load_b}"
+    key = f"gemm:{load_a}:{load_b}:{rows}x{cols}"
     if splits == 1:
         product = codegen.dispatch(key, wgsl, [*bindings, codegen.OUTPUT], words, workgroups)
         return KernelPlan((product,))

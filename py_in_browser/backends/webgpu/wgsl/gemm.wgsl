@@ -1,7 +1,7 @@
 // Tiled matrix product C[batch] = A[batch] @ B[batch] with workgroup shared memory; matmul and
 // the three convolutions (as implicit GEMMs over im2col) differ only in how A and B are loaded
-// (LOAD_A, LOAD_B: one of the loaders below). 64 invocations compute a 32x32 tile of C, 4x4
-// values each, stepping through K in slabs of 16 staged in shared memory. With splits > 1 each
+// (LOAD_A, LOAD_B: one of the loaders below). 64 invocations compute a tile of C, 4x4 values
+// each, stepping through K in slabs of 16 staged in shared memory. With splits > 1 each
 // workgroup sums one slice of K and writes its partial product to scratch (split-K), which a
 // reduction then sums: that keeps the GPU busy when C is small but K is long (filter gradients).
 {{COMMON}}
@@ -78,8 +78,17 @@ fn transposed_filter_b(batch: u32, tap: u32, ci: u32) -> f32 {
   return b[(khw * p.in_c + ci) * p.out_c + co];
 }
 
-var<workgroup> tile_a: array<f32, 512>;  // 32 rows x 16 columns of A
-var<workgroup> tile_b: array<f32, 512>;  // 16 rows x 32 columns of B
+// The tile shape is specialised (TILE_M x TILE_N with TILE_M * TILE_N = 1024, both multiples of
+// 4): a 128x8 tile wastes far less work than 32x32 when C has 3 or 8 columns (a first conv
+// layer's input gradient), and 8x128 the same for few rows.
+const TILE_M: u32 = {{TILE_M}}u;
+const TILE_N: u32 = {{TILE_N}}u;
+const TILE_K: u32 = 16u;
+const THREADS_N: u32 = TILE_N / 4u;
+const THREADS_M: u32 = TILE_M / 4u;
+
+var<workgroup> tile_a: array<f32, TILE_M * TILE_K>;  // TILE_M rows x 16 columns of A
+var<workgroup> tile_b: array<f32, TILE_K * TILE_N>;  // 16 rows x TILE_N columns of B
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -91,36 +100,37 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let tile_m = (group / p.tiles_n) % p.tiles_m;
   let batch = (group / (p.tiles_n * p.tiles_m)) % p.batches;
   let split = group / (p.tiles_n * p.tiles_m * p.batches);
-  let row0 = tile_m * 32u;
-  let col0 = tile_n * 32u;
+  let row0 = tile_m * TILE_M;
+  let col0 = tile_n * TILE_N;
   let k_begin = split * p.k_per_split;
   let k_end = min(p.k, k_begin + p.k_per_split);
-  // Invocation (tx, ty) owns rows ty + 8i and columns tx + 8j of the tile: interleaved, so
-  // neighbouring invocations read neighbouring shared-memory words.
-  let tx = lid % 8u;
-  let ty = lid / 8u;
+  // Invocation (tx, ty) owns rows ty + THREADS_M * i and columns tx + THREADS_N * j of the
+  // tile: interleaved, so neighbouring invocations read neighbouring shared-memory words.
+  let tx = lid % THREADS_N;
+  let ty = lid / THREADS_N;
   var acc: array<f32, 16>;
-  for (var k0 = k_begin; k0 < k_end; k0 += 16u) {
-    for (var l = 0u; l < 8u; l++) {
-      let e = lid + l * 64u;
-      let a_row = row0 + e / 16u;
-      let a_col = k0 + e % 16u;
+  for (var k0 = k_begin; k0 < k_end; k0 += TILE_K) {
+    for (var e = lid; e < TILE_M * TILE_K; e += 64u) {
+      let a_row = row0 + e / TILE_K;
+      let a_col = k0 + e % TILE_K;
       var a_value = 0.0;
       if (a_row < p.m && a_col < k_end) { a_value = {{LOAD_A}}(batch, a_row, a_col); }
       tile_a[e] = a_value;
-      let b_row = k0 + e / 32u;
-      let b_col = col0 + e % 32u;
+    }
+    for (var e = lid; e < TILE_K * TILE_N; e += 64u) {
+      let b_row = k0 + e / TILE_N;
+      let b_col = col0 + e % TILE_N;
       var b_value = 0.0;
       if (b_row < k_end && b_col < p.n) { b_value = {{LOAD_B}}(batch, b_row, b_col); }
       tile_b[e] = b_value;
     }
     workgroupBarrier();
-    for (var kk = 0u; kk < 16u; kk++) {
+    for (var kk = 0u; kk < TILE_K; kk++) {
       var a_regs: array<f32, 4>;
       var b_regs: array<f32, 4>;
       for (var i = 0u; i < 4u; i++) {
-        a_regs[i] = tile_a[(ty + 8u * i) * 16u + kk];
-        b_regs[i] = tile_b[kk * 32u + tx + 8u * i];
+        a_regs[i] = tile_a[(ty + THREADS_M * i) * TILE_K + kk];
+        b_regs[i] = tile_b[kk * TILE_N + tx + THREADS_N * i];
       }
       for (var i = 0u; i < 4u; i++) {
         for (var j = 0u; j < 4u; j++) {
@@ -133,8 +143,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let c_base = (split * p.batches + batch) * p.m * p.n;
   for (var i = 0u; i < 4u; i++) {
     for (var j = 0u; j < 4u; j++) {
-      let row = row0 + ty + 8u * i;
-      let col = col0 + tx + 8u * j;
+      let row = row0 + ty + THREADS_M * i;
+      let col = col0 + tx + THREADS_N * j;
       if (row < p.m && col < p.n) { c[c_base + row * p.n + col] = acc[i * 4u + j]; }
     }
   }
