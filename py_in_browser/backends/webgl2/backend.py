@@ -64,7 +64,10 @@ class WebGL2Backend(Backend):
         self._engine = bridge.createEngine()
         self.probed = json.loads(self._engine.capabilities())
         if not self.probed["highp"]:
-            raise RuntimeError("webgl2: fragment shaders lack highp float/int precision")
+            raise RuntimeError(
+                "webgl2: fragment shaders lack highp precision (float mantissa bits "
+                f"{self.probed['highp_float_bits']}, int range bits {self.probed['highp_int_bits']})"
+            )
         self.max_side = min(
             int(self.probed["max_texture_size"]),
             int(self.limits.get("max_texture_size", self.probed["max_texture_size"])),

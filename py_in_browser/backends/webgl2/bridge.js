@@ -81,7 +81,10 @@ class Engine {
       max_texture_units: gl.getParameter(gl.MAX_TEXTURE_IMAGE_UNITS),
       float32_render: Boolean(this.ext.colorBufferFloat) && this.framebufferComplete(gl.RGBA32F),
       float16_render: Boolean(this.ext.colorBufferFloat || this.ext.colorBufferHalf) && this.framebufferComplete(gl.RGBA16F),
-      highp: high.precision >= 23 && highInt.rangeMax >= 30,
+      // 24-bit float mantissas; ints that index any texel of a 16384^2 texture (2^28) at least.
+      highp: high.precision >= 23 && highInt.rangeMax >= 24,
+      highp_float_bits: high.precision,
+      highp_int_bits: highInt.rangeMax,
       parallel_compile: Boolean(this.ext.parallelCompile),
       timer_query: Boolean(this.ext.timer),
       renderer: gl.getParameter(gl.RENDERER),
