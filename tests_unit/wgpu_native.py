@@ -35,10 +35,11 @@ def request_device() -> Any:
     import wgpu
 
     reason: Exception | None = None
+    adapter: Any = None
     try:
         adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
     except Exception as exc:  # wgpu raises when no Vulkan/Metal/D3D driver is installed
-        adapter, reason = None, exc
+        reason = exc
     if adapter is None:
         raise AssertionError(
             f"wgpu-py found no GPU adapter ({reason}); install a Vulkan driver, e.g. "
