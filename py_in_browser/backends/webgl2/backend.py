@@ -12,6 +12,7 @@ from ... import _js, runtime
 from .. import Backend, OutSpec
 from . import kernels, shaders
 from .layout import Layout, choose_layout
+from .recording import Recording, RecordingBuilder, replay_program, signature, texture_ids
 from .textures import Command, Texture, TexturePool
 
 # A step's draws normally go in one flush; very long recordings are cut so JSON stays small.
@@ -40,6 +41,7 @@ class WebGL2Backend(Backend):
     """Fragment-shader kernels on float textures (float32, or float16 with compensated updates)."""
 
     name = "webgl2"
+    supports_replay = True
 
     def __init__(self, limits: dict[str, Any] | None = None) -> None:
         super().__init__(limits)
@@ -56,6 +58,12 @@ class WebGL2Backend(Backend):
         self.compensated = False
         self.js_calls = 0  # Python -> JS calls made (flushes, reads, warm-up)
         self.flushes = 0
+        self.steps_replayed = 0
+        self._recording: RecordingBuilder | None = None
+        self._freed_while_recording: list[Texture] = []
+        self._retained: dict[int, int] = {}  # texture id -> recordings naming it
+        self._deferred: dict[int, Texture] = {}  # freed, but a recording still names it
+        self._recordings = 0
 
     # ---- life cycle ----
 
@@ -126,6 +134,19 @@ class WebGL2Backend(Backend):
         self._commands.append(["upload", texture.id, self._staged])
         self._staging.append(padded)
         self._staged += padded.size
+        if self._recording is not None:
+            self._recording.order.append(("upload", len(self._recording.uploads)))
+            self._recording.uploads.append((texture.id, padded))
+
+    def _stage_array(self, handle: Handle, array: np.ndarray) -> None:
+        values = np.asarray(array, dtype=np.float32)
+        if handle.lo is None:
+            self._stage(handle.texture, values)
+        else:
+            # Compensated float16: the half-rounded value and exactly what rounding lost.
+            hi = values.astype(np.float16).astype(np.float32)
+            self._stage(handle.texture, hi)
+            self._stage(handle.lo, values - hi)
 
     def upload(self, array: np.ndarray) -> Handle:
         values = np.asarray(array, dtype=np.float32)
@@ -165,20 +186,22 @@ class WebGL2Backend(Backend):
         if key not in self._known_programs:
             self._new_programs[key] = shaders.program_source(key)
             self._known_programs.add(key)
-        self._commands.append(
+        draw = [
+            "draw",
+            key,
+            handle.texture.id,
+            handle.lo.id if handle.lo else -1,
+            handle.texture.layout.size,
             [
-                "draw",
-                key,
-                handle.texture.id,
-                handle.lo.id if handle.lo else -1,
-                handle.texture.layout.size,
-                [
-                    [h.texture.id, h.lo.id if h.lo and pair else -1, h.texture.layout.size]
-                    for h in inputs
-                ],
-                [list(u) for u in uniforms],
-            ]
-        )
+                [h.texture.id, h.lo.id if h.lo and pair else -1, h.texture.layout.size]
+                for h in inputs
+            ],
+            [list(u) for u in uniforms],
+        ]
+        self._commands.append(draw)
+        if self._recording is not None:
+            self._recording.order.append(("draw", len(self._recording.draws)))
+            self._recording.draws.append(draw)
         if self.profile_log is not None:
             times = self.flush(profile=True)
             self.profile_log.setdefault(op, []).extend(times)
@@ -204,6 +227,90 @@ class WebGL2Backend(Backend):
         for part in parts:
             self.free(part)
         return result
+
+    # ---- record and replay (replay.py drives this protocol) ----
+
+    def begin_recording(self) -> None:
+        self._recording = RecordingBuilder()
+
+    def _end_recording(self, keep: set[int]) -> None:
+        self._recording = None
+        freed, self._freed_while_recording = self._freed_while_recording, []
+        for texture in freed:
+            if texture.id in keep:
+                self._deferred[texture.id] = texture
+            else:
+                self.pool.release(texture)
+
+    def abort_recording(self) -> None:
+        self._end_recording(set())
+
+    def finish_recording(
+        self, inputs: list[Handle], state: list[tuple[Handle, Handle]], outputs: list[Handle]
+    ) -> Recording:
+        """Hands the captured step to bridge.js (one call); its textures stay reserved for it."""
+        builder = self._recording
+        assert builder is not None, "finish_recording without begin_recording"
+        ids = texture_ids(builder)
+        for tex_id in ids:
+            self._retained[tex_id] = self._retained.get(tex_id, 0) + 1
+        self._end_recording(ids)
+        self._recordings += 1
+        commands, constants = replay_program(builder, inputs)
+        self.flush()  # the eager step's own commands first
+        self.js_calls += 1
+        self._engine.record(self._recordings, commands, constants)
+        return Recording(
+            id=self._recordings,
+            inputs=tuple(inputs),
+            state_in=tuple(before for before, _ in state),
+            outputs=tuple(outputs),
+            textures=frozenset(ids),
+            signature=signature(builder, inputs, state),
+        )
+
+    def replay(
+        self, recording: Recording, arrays: list[np.ndarray], state_now: list[Handle]
+    ) -> list[Handle]:
+        """Copies the state in, runs the recorded step on new inputs, copies the outputs out:
+        queued with the rest, so with end_step's flush a replayed step is one JS call."""
+        for now, recorded in zip(state_now, recording.state_in, strict=True):
+            if now.texture.id != recorded.texture.id:
+                self._copy(now, recorded)
+        for handle, array in zip(recording.inputs, arrays, strict=True):
+            if tuple(array.shape) != handle.shape:
+                raise ValueError(f"replay: input of shape {array.shape}, recorded {handle.shape}")
+            self._stage_array(handle, array)  # the batch goes into the recorded input textures
+        self._commands.append(["replay", recording.id])
+        self.steps_replayed += 1
+        outputs = []
+        for source in recording.outputs:
+            target = self._allocate(source.shape, source.dtype, source.lo is not None)
+            self._copy(source, target)
+            outputs.append(target)
+        return outputs
+
+    def _copy(self, source: Handle, target: Handle) -> None:
+        size = source.texture.layout.size
+        _, uniforms = kernels.plan(
+            "reshape", {"shape": (size,)}, OutSpec((size,), "float32", ((size,),), ("float32",))
+        )
+        for src, dst in ((source.texture, target.texture), (source.lo, target.lo)):
+            if src is not None and dst is not None:
+                self._commands.append(
+                    ["draw", "strided", dst.id, -1, size, [[src.id, -1, size]], uniforms]
+                )
+
+    def drop_recording(self, recording: Recording) -> None:
+        self.js_calls += 1
+        self._engine.dropRecording(recording.id)
+        for tex_id in recording.textures:
+            self._retained[tex_id] -= 1
+            if self._retained[tex_id] == 0:
+                del self._retained[tex_id]
+                texture = self._deferred.pop(tex_id, None)
+                if texture is not None:
+                    self.pool.release(texture)
 
     # ---- talking to JS: one call per flush ----
 

@@ -43,6 +43,7 @@ class Engine {
     this.textures = new Map(); // id -> {texture, width, height, channels, half}
     this.programs = new Map(); // key -> {program, uniforms: Map(name -> {location, type})}
     this.fences = [];
+    this.recordings = new Map(); // id -> {commands, constants}: recorded train steps
     this.flushes = 0;
     this.framebuffer = gl.createFramebuffer();
     this.vertexShader = this.compileShader(gl.VERTEX_SHADER, VERTEX_SHADER);
@@ -172,12 +173,33 @@ class Engine {
       } else if (command[0] === "texture") this.createTexture(command);
       else if (command[0] === "upload") this.upload(command, staging);
       else if (command[0] === "delete") this.deleteTexture(command[1]);
+      else if (command[0] === "replay") this.replay(command);
     }
     if (++this.flushes % FENCE_EVERY_FLUSHES === 0) {
       this.fences.push(this.gl.fenceSync(this.gl.SYNC_GPU_COMMANDS_COMPLETE, 0));
     }
     this.gl.flush();
     return JSON.stringify(times);
+  }
+
+  // A recorded step: its draws and constant uploads, kept here so a replay is one command.
+  record(id, commandsJson, constants) {
+    const buffer = constants.getBuffer("f32");
+    this.recordings.set(id, { commands: JSON.parse(commandsJson), constants: buffer.data.slice() });
+    buffer.release();
+  }
+
+  dropRecording(id) {
+    this.recordings.delete(id);
+  }
+
+  // ["replay", id]: the batch was uploaded into the recorded input textures just before.
+  replay([, id]) {
+    const { commands, constants } = this.recordings.get(id);
+    for (const command of commands) {
+      if (command[0] === "draw") this.draw(command);
+      else this.upload(command, constants);
+    }
   }
 
   createTexture([, id, width, height, channels, half]) {

@@ -1,0 +1,97 @@
+"""Recorded train steps for WebGL2: the step's uploads and draws, replayed by bridge.js in one call.
+
+Python captures what an eager step did; bridge.js keeps that command list (constants included)
+and replays it with new batch data written into the recorded input textures. Every texture a
+recording names is retained (not pooled for others) until the recording is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class RecordingBuilder:
+    """What happened between begin_recording and finish_recording."""
+
+    draws: list[list[Any]] = field(default_factory=list)  # draw commands, in order
+    uploads: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (texture id, padded data)
+    order: list[tuple[str, int]] = field(default_factory=list)  # ("draw" | "upload", index)
+
+
+@dataclass(frozen=True)
+class Recording:
+    id: int
+    inputs: tuple[Any, ...]  # handles rewritten on each replay
+    state_in: tuple[Any, ...]  # handles the step read its variables from
+    outputs: tuple[Any, ...]  # handles copied out after each replay (the loss)
+    textures: frozenset[int]  # every texture id the commands name
+    signature: Any
+
+
+def texture_ids(builder: RecordingBuilder) -> set[int]:
+    ids = {tex for tex, _ in builder.uploads}
+    for draw in builder.draws:
+        ids.add(draw[2])
+        if draw[3] >= 0:
+            ids.add(draw[3])
+        for tex, lo, _ in draw[5]:
+            ids.add(tex)
+            if lo >= 0:
+                ids.add(lo)
+    return ids
+
+
+def signature(builder: RecordingBuilder, inputs: list[Any], state: list[tuple[Any, Any]]) -> str:
+    """The step with texture ids replaced by roles: inputs and state by position, constants by
+    their data (host-side randomness shows up here), other textures by first appearance."""
+    names: dict[int, str] = {}
+    for k, handle in enumerate(inputs):
+        for part, tex in (("", handle.texture), ("lo", handle.lo)):
+            if tex is not None:
+                names[tex.id] = f"input{k}{part}"
+    for k, (before, _) in enumerate(state):
+        for part, tex in (("", before.texture), ("lo", before.lo)):
+            if tex is not None:
+                names.setdefault(tex.id, f"state{k}{part}")
+
+    def name(tex: int) -> str:
+        return names.setdefault(tex, f"t{len(names)}")
+
+    steps: list[Any] = []
+    for kind, index in builder.order:
+        if kind == "upload":
+            tex, data = builder.uploads[index]
+            is_input = name(tex).startswith("input")
+            steps.append(["upload", name(tex), "" if is_input else data.tobytes().hex()])
+        else:
+            _, key, out, out_lo, size, ins, uniforms = builder.draws[index]
+            roles = [[name(t), name(lo) if lo >= 0 else "", n] for t, lo, n in ins]
+            steps.append(
+                [key, name(out), name(out_lo) if out_lo >= 0 else "", size, roles, uniforms]
+            )
+    return json.dumps(steps)
+
+
+def replay_program(builder: RecordingBuilder, inputs: list[Any]) -> tuple[str, np.ndarray]:
+    """The recording as bridge.js keeps it: draws and constant uploads, the constants' data in one
+    float32 array. Input uploads are left out: each replay uploads its batch just before."""
+    input_ids = {h.texture.id for h in inputs} | {h.lo.id for h in inputs if h.lo is not None}
+    commands: list[Any] = []
+    constants: list[np.ndarray] = []
+    offset = 0
+    for kind, index in builder.order:
+        if kind == "draw":
+            commands.append(builder.draws[index])
+            continue
+        tex, data = builder.uploads[index]
+        if tex not in input_ids:
+            commands.append(["upload", tex, offset])
+            constants.append(data)
+            offset += data.size
+    staging = np.concatenate(constants) if constants else np.zeros(1, np.float32)
+    return json.dumps(commands), staging
