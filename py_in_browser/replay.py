@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from .model import Sequential
     from .training import FitState
 
+# Set False to run every step of fit eagerly (benchmarks compare recorded and eager steps).
+ENABLED = True
 MAX_SIGNATURES = 4  # batch shapes per fit with a recording (full batches and the last partial one)
 MAX_ATTEMPTS = 4  # recordings per signature before giving up and staying eager
 

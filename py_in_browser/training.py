@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import functional as F
+from . import replay
 from .autograd import GradientTape
 from .callbacks import Callback, History, call_hook
 from .nn import layers as layer_lib
-from .replay import StepReplayer
 from .runtime import current_backend, tidy
 from .tensor import Tensor, Variable, tensor
 
@@ -275,7 +275,9 @@ async def fit(
     backend = current_backend()
     # Where the backend can, steps after the first ones replay a recording instead of running
     # Python per op; the results are the same (replay.py says when it falls back to eager).
-    replayer = StepReplayer(model, state, backend, step) if backend.supports_replay else None
+    replayer = None
+    if backend.supports_replay and replay.ENABLED:
+        replayer = replay.StepReplayer(model, state, backend, step)
     try:
         await call_hook(all_callbacks, "on_train_begin", {})
         for epoch in range(initial_epoch, epochs):
