@@ -49,8 +49,12 @@ class BenchPage:
         self.page = await self.context.new_page()
         self.page.on("console", lambda message: self.console.append(message.text))
         self.page.on("pageerror", lambda error: self.console.append(f"pageerror: {error}"))
-        await self.page.goto(self.url)
-        await self.page.wait_for_function("() => window.bench !== undefined", timeout=60_000)
+        try:
+            await self.page.goto(self.url)
+            await self.page.wait_for_function("() => window.bench !== undefined", timeout=60_000)
+        except PlaywrightError as exc:
+            self.ours_start = {"ok": False, "error": f"the bench page did not load: {exc.message}"}
+            return self.ours_start
         try:
             self.ours_start = await self.evaluate(
                 "() => window.bench.oursStart()", None, BOOT_TIMEOUT_S

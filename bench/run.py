@@ -123,6 +123,11 @@ def run_notes(meta: dict[str, Any]) -> list[str]:
         if ways:
             notes.append(f"{name} steps: " + " | ".join(ways))
     notes.append(meta["startup"])
+    start, end = meta["load_average_start"], meta["load_average_end"]
+    notes.append(
+        f"host load average (1/5/15 min) at start {start[0]:.1f}/{start[1]:.1f}/{start[2]:.1f}, "
+        f"at end {end[0]:.1f}/{end[1]:.1f}/{end[2]:.1f} on {os.cpu_count()} cores"
+    )
     return notes
 
 
@@ -183,6 +188,8 @@ class Run:
                 "warmup": args.warmup,
                 "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
                 "git_commit": _git_commit(),
+                # Other work on the machine skews every number: say how busy it was.
+                "load_average_start": os.getloadavg(),
                 "header_lines": [],
                 "how": {},
                 "startup": "ours ready: page script start to pib.ready on a cold HTTP cache (Pyodide + "
@@ -203,6 +210,7 @@ class Run:
             await self.run_page(ours, theirs_list)
         meta = self.results["meta"]
         meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
+        meta["load_average_end"] = os.getloadavg()
         meta["header_lines"] += run_notes(meta)
         return self.results
 
