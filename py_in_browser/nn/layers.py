@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -82,7 +83,8 @@ class Layer:
 
 
 def _snake(name: str) -> str:
-    return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
+    """Keras-style layer names: Conv2D -> conv2d, GlobalAveragePooling2D -> global_average_pooling2d."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).lower()
 
 
 def _positive_int(value: Any, name: str) -> int:
