@@ -208,4 +208,5 @@ async def profile(fn: Callable[[], Any]) -> dict[str, Any]:
         "wall_ms": wall_ms,
         "bytes_uploaded": backend.bytes_uploaded - uploaded,
         "bytes_downloaded": backend.bytes_downloaded - downloaded,
+        **backend.profile_details(),
     }

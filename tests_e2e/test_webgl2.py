@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -138,3 +139,70 @@ def test_tensors_wider_than_max_texture_size_are_relaid_out(engine_page: EngineP
         np.testing.assert_allclose(result["got"][key], value, rtol=F32_RTOL, atol=F32_RTOL)
     assert len(result["refused"]) == 2
     assert all("MAX_TEXTURE_SIZE 64" in message for message in result["refused"])
+
+
+PRIMITIVES_IN_PAGE = "from py_in_browser.ops import OPS\nsorted(OPS)"
+
+
+def _check_profile_table(report: dict[str, Any], primitives: set[str], extra: set[str]) -> None:
+    rows = report["kernels"]
+    assert rows, report
+    names = {row["name"] for row in rows}
+    assert names <= primitives | extra, names - primitives - extra
+    assert all(row["calls"] >= 1 and row["ms"] >= 0 for row in rows), rows
+    assert report["kernel_ms"] == pytest.approx(sum(row["ms"] for row in rows), rel=1e-9)
+    assert report["discarded_timer_results"] == 0
+
+
+def test_profile_reports_per_kernel_times_and_their_source(engine_page: EnginePage) -> None:
+    """Eager ops: one row per primitive drawn, times from the timing source the context has
+    (GPU timer queries with EXT_disjoint_timer_query_webgl2, else wall time around each draw)."""
+    primitives = set(engine_page.run(PRIMITIVES_IN_PAGE))
+    report = engine_page.run(
+        "await pib.init(backend='webgl2')\n"
+        "async def work():\n"
+        "    with pib.tidy():\n"
+        "        a = pib.tensor(np.ones((16, 16), np.float32))\n"
+        "        await pib.sum(pib.relu(a @ a), axis=1).numpy()\n"
+        "report = await pib.profile(work)\n"
+        "report['timer_query'] = pib.capabilities()['timer_query']\n"
+        "report"
+    )
+    print("webgl2 profile:", report)
+    _check_profile_table(report, primitives, set())
+    assert {"matmul", "relu", "reduce_sum"} <= {row["name"] for row in report["kernels"]}
+    want = "gpu-timer-query" if report["timer_query"] else "wall"
+    assert report["timing"] == want
+    if want == "wall":  # wall times of draws inside the profiled function fit in its wall time
+        assert report["kernel_ms"] <= report["wall_ms"]
+    assert report["bytes_uploaded"] >= 16 * 16 * 4
+    assert report["bytes_downloaded"] >= 16 * 4
+
+
+def test_profile_breaks_a_replayed_step_down_by_kernel(trajectories: EnginePage) -> None:
+    """The same 6 MLP steps profiled eagerly and replayed: the replayed draws are timed under
+    their primitives' names too (same calls per primitive), plus the replay's copies."""
+    primitives = set(trajectories.run(PRIMITIVES_IN_PAGE))
+    result = trajectories.run(
+        "from py_in_browser import replay\n"
+        "backend = pib.runtime.current_backend()\n"
+        "out = {}\n"
+        "for mode in (False, True):\n"
+        "    replay.ENABLED = mode\n"
+        "    model, x, y, batch = setup('mlp')\n"
+        "    replayed = backend.steps_replayed\n"
+        "    out[str(mode)] = await pib.profile(lambda: model.fit(\n"
+        "        x, y, epochs=3, batch_size=batch, shuffle=False))\n"
+        "    out[str(mode) + '_replayed'] = backend.steps_replayed - replayed\n"
+        "replay.ENABLED = True\n"
+        "out"
+    )
+    eager, replayed = result["False"], result["True"]
+    print("webgl2 profile of 6 eager MLP steps:", eager["kernels"])
+    print("webgl2 profile of the same steps, 4 replayed:", replayed["kernels"])
+    assert result["False_replayed"] == 0 and result["True_replayed"] >= 1
+    _check_profile_table(eager, primitives, set())
+    _check_profile_table(replayed, primitives, {"replay_copy"})
+    calls = {row["name"]: row["calls"] for row in replayed["kernels"]}
+    assert calls.pop("replay_copy") >= result["True_replayed"]
+    assert calls == {row["name"]: row["calls"] for row in eager["kernels"]}

@@ -104,6 +104,12 @@ class Backend:
     async def collect_profile(self) -> None:
         """Called by pib.profile before it reads profile_log: GPU backends add device timings."""
 
+    def profile_details(self) -> dict[str, Any]:
+        """Added to pib.profile's result after collect_profile: at least `timing`, the source of
+        the kernel times ("wall": host wall time around each kernel; GPU backends say when their
+        times come from GPU queries instead)."""
+        return {"timing": "wall"}
+
     # ---- step recording (only where supports_replay) ----
 
     def begin_recording(self) -> None:

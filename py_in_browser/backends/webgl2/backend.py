@@ -20,6 +20,8 @@ FLUSH_AT_COMMANDS = 4096
 # Units 2k and 2k+1 hold input k and its low part; 16 units are guaranteed by WebGL2.
 MAX_INPUTS_PER_DRAW = 8
 FLOAT_DTYPES = ("float32", "float64")
+# What a profile calls the draws a replay adds: copies of the state in and of the outputs out.
+REPLAY_COPY_LABEL = "replay_copy"
 
 
 @dataclass(eq=False)
@@ -64,13 +66,21 @@ class WebGL2Backend(Backend):
         self._retained: dict[int, int] = {}  # texture id -> recordings naming it
         self._deferred: dict[int, Texture] = {}  # freed, but a recording still names it
         self._recordings = 0
+        self._profiling = False  # draws flushed since pib.profile began are timed in bridge.js
+        self.profile_timing = "gpu-timer-query" if self.probed.get("timer_query") else "wall"
+        self.profile_discarded = 0  # timer results dropped for GPU_DISJOINT_EXT, last profile
+        self._lost_recorded = False
+        self._on_lost: Any = None
 
     # ---- life cycle ----
 
     async def start(self) -> None:
         bridge = await _js.load_bridge(__package__, "bridge.js")
         self._engine = bridge.createEngine()
+        self._on_lost = _js.create_proxy(self._lost_event)
+        self._engine.onLost = self._on_lost
         self.probed = json.loads(self._engine.capabilities())
+        self.profile_timing = "gpu-timer-query" if self.probed["timer_query"] else "wall"
         if not self.probed["highp"]:
             raise RuntimeError(
                 "webgl2: fragment shaders lack highp precision (float mantissa bits "
@@ -134,6 +144,7 @@ class WebGL2Backend(Backend):
         self._commands.append(["upload", texture.id, self._staged])
         self._staging.append(padded)
         self._staged += padded.size
+        self.bytes_uploaded += padded.nbytes
         if self._recording is not None:
             self._recording.order.append(("upload", len(self._recording.uploads)))
             self._recording.uploads.append((texture.id, padded))
@@ -197,16 +208,14 @@ class WebGL2Backend(Backend):
                 for h in inputs
             ],
             [list(u) for u in uniforms],
+            op,  # the label a profile reports this draw under (also when replayed)
         ]
+        self._start_profile_if_asked()
         self._commands.append(draw)
         if self._recording is not None:
             self._recording.order.append(("draw", len(self._recording.draws)))
             self._recording.draws.append(draw)
-        if self.profile_log is not None:
-            times = self.flush(profile=True)
-            self.profile_log.setdefault(op, []).extend(times)
-        else:
-            self._maybe_flush()
+        self._maybe_flush()
         return handle
 
     def _concat_in_groups(self, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Handle:
@@ -281,6 +290,7 @@ class WebGL2Backend(Backend):
             if tuple(array.shape) != handle.shape:
                 raise ValueError(f"replay: input of shape {array.shape}, recorded {handle.shape}")
             self._stage_array(handle, array)  # the batch goes into the recorded input textures
+        self._start_profile_if_asked()
         self._commands.append(["replay", recording.id])
         self.steps_replayed += 1
         outputs = []
@@ -298,7 +308,16 @@ class WebGL2Backend(Backend):
         for src, dst in ((source.texture, target.texture), (source.lo, target.lo)):
             if src is not None and dst is not None:
                 self._commands.append(
-                    ["draw", "strided", dst.id, -1, size, [[src.id, -1, size]], uniforms]
+                    [
+                        "draw",
+                        "strided",
+                        dst.id,
+                        -1,
+                        size,
+                        [[src.id, -1, size]],
+                        uniforms,
+                        REPLAY_COPY_LABEL,
+                    ]
                 )
 
     def drop_recording(self, recording: Recording) -> None:
@@ -314,9 +333,11 @@ class WebGL2Backend(Backend):
 
     # ---- talking to JS: one call per flush ----
 
-    def _payload(self, profile: bool = False) -> tuple[str, np.ndarray]:
+    def _payload(self) -> tuple[str, np.ndarray]:
+        if self.profile_log is None:
+            self._profiling = False  # a profiled function that raised never reached collect
         payload = json.dumps(
-            {"programs": self._new_programs, "commands": self._commands, "profile": profile}
+            {"programs": self._new_programs, "commands": self._commands, "profile": self._profiling}
         )
         staging = np.concatenate(self._staging) if self._staging else np.zeros(1, np.float32)
         self._new_programs = {}
@@ -330,17 +351,42 @@ class WebGL2Backend(Backend):
         if len(self._commands) >= FLUSH_AT_COMMANDS:
             self.flush()
 
-    def flush(self, profile: bool = False) -> list[float]:
-        """Sends the recorded commands to the GPU; returns per-draw wall ms when profiling."""
+    def flush(self) -> None:
+        """Sends the recorded commands to the GPU (one JS call)."""
         if not self._commands and not self._new_programs:
-            return []
-        payload, staging = self._payload(profile)
+            return
+        payload, staging = self._payload()
         self.js_calls += 1
-        result = self._engine.run(payload, staging)
-        if result == "lost":
+        if self._engine.run(payload, staging) == "lost":
             self._context_lost()
-        times: list[float] = json.loads(result)
-        return times
+
+    # ---- profiling: bridge.js times each draw while pib.profile runs ----
+
+    def _start_profile_if_asked(self) -> None:
+        """On the first draw under pib.profile: send what was queued before it untimed, so the
+        profile holds only the profiled function's draws."""
+        if self.profile_log is not None and not self._profiling:
+            self.flush()
+            self._profiling = True
+
+    async def collect_profile(self) -> None:
+        """Adds the draws' times (GPU timer queries, or wall time around each draw) by label:
+        the primitive's name, also inside a replayed step, or REPLAY_COPY_LABEL for the copies a
+        replay makes of its state and outputs."""
+        if not self._profiling:
+            return
+        self.flush()
+        self._profiling = False
+        self.js_calls += 1
+        report = json.loads(await self._engine.takeProfile())
+        self.profile_timing = str(report["timing"])
+        self.profile_discarded = int(report["discarded"])
+        if self.profile_log is not None:
+            for label, ms in report["rows"]:
+                self.profile_log.setdefault(str(label), []).append(float(ms))
+
+    def profile_details(self) -> dict[str, Any]:
+        return {"timing": self.profile_timing, "discarded_timer_results": self.profile_discarded}
 
     async def end_step(self) -> None:
         """After each train step: send the step's draws, then apply back-pressure (bridge.js
@@ -368,6 +414,7 @@ class WebGL2Backend(Backend):
                 self._context_lost()
             raise RuntimeError(f"webgl2: reading a tensor back failed: {exc}") from exc
         flat = _js.typed_array_to_numpy(data, "float32", (int(data.length),))
+        self.bytes_downloaded += flat.nbytes
         values = np.zeros(handle.texture.layout.size, dtype=np.float32)
         offset = 0
         for texture in textures:
@@ -375,12 +422,25 @@ class WebGL2Backend(Backend):
             offset += texture.layout.texels * 4
         return _to_dtype(values.reshape(handle.shape), handle.dtype)
 
+    # ---- context loss: a clear error and a runtime event; recovery is a later issue ----
+
+    def _lost_event(self) -> None:
+        """bridge.js calls this when the browser reports webglcontextlost."""
+        if not self._lost_recorded:
+            self._lost_recorded = True
+            runtime.record_event("context_lost", self.flushes, backend=self.name)
+
     def _context_lost(self) -> None:
-        runtime.record_event("context_lost", self.flushes, backend=self.name)
+        self._lost_event()
         raise WebGLContextLostError(
             "webgl2: the WebGL context was lost; tensors on it are gone (recovery is not "
             "implemented yet: re-run pib.init and reload weights)"
         )
+
+    def lose_context(self) -> None:
+        """Debug hook: makes the browser really drop this backend's WebGL context."""
+        self.js_calls += 1
+        self._engine.loseContext()
 
 
 def _dtype_name(array: np.ndarray) -> str:

@@ -8,8 +8,79 @@ void main() { gl_Position = vec4(position, 0.0, 1.0); }`;
 const FENCE_EVERY_FLUSHES = 4;
 const POLL_MS = 1;
 
+// A profile's timer queries that are not available after this long are discarded, not awaited.
+const QUERY_DEADLINE_MS = 10000;
+
 function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+// Per-draw times while Python profiles. GPU time from EXT_disjoint_timer_query_webgl2 when the
+// context has it; otherwise the wall time of the draw bracketed by gl.finish() (the first finish
+// drains earlier work, so a row holds its own draw only). Rows are [label, ms].
+class DrawTimer {
+  constructor(gl, ext) {
+    this.gl = gl;
+    this.ext = ext;
+    this.source = ext ? "gpu-timer-query" : "wall";
+    this.active = false;
+    this.rows = [];
+    this.pending = []; // [label, query]: timer queries not read yet
+    this.discarded = 0; // timer results dropped because the GPU reported a disjoint event
+  }
+
+  start() {
+    if (this.active) return;
+    for (const [, query] of this.pending) this.gl.deleteQuery(query); // left by a failed profile
+    this.pending = [];
+    this.rows = [];
+    this.discarded = 0;
+    this.active = true;
+    // Reading GPU_DISJOINT_EXT clears it: a disjoint event before the profile must not void it.
+    if (this.ext) this.gl.getParameter(this.ext.GPU_DISJOINT_EXT);
+  }
+
+  time(label, draw) {
+    const gl = this.gl;
+    if (this.ext) {
+      const query = gl.createQuery();
+      gl.beginQuery(this.ext.TIME_ELAPSED_EXT, query);
+      draw();
+      gl.endQuery(this.ext.TIME_ELAPSED_EXT);
+      this.pending.push([label, query]);
+    } else {
+      gl.finish();
+      const started = performance.now();
+      draw();
+      gl.finish();
+      this.rows.push([label, performance.now() - started]);
+    }
+  }
+
+  // Waits (polling, never blocking) for the queries, then hands over every row and stops.
+  // If the GPU was disjoint meanwhile (power state change, context switch), all timer results of
+  // this profile are meaningless: they are discarded and counted, never reported.
+  async take(isLost) {
+    const gl = this.gl;
+    const deadline = performance.now() + QUERY_DEADLINE_MS;
+    const ready = () => this.pending.every(([, q]) => gl.getQueryParameter(q, gl.QUERY_RESULT_AVAILABLE));
+    if (this.pending.length) gl.flush();
+    while (this.pending.length && !isLost() && performance.now() < deadline && !ready()) await sleep(POLL_MS);
+    if (this.pending.length) {
+      const usable = !isLost() && ready() && !gl.getParameter(this.ext.GPU_DISJOINT_EXT);
+      for (const [label, query] of this.pending) {
+        if (usable) this.rows.push([label, gl.getQueryParameter(query, gl.QUERY_RESULT) / 1e6]);
+        gl.deleteQuery(query);
+      }
+      if (!usable) this.discarded += this.pending.length;
+      this.pending = [];
+    }
+    const result = { timing: this.source, rows: this.rows, discarded: this.discarded };
+    this.rows = [];
+    this.discarded = 0;
+    this.active = false;
+    return JSON.stringify(result);
+  }
 }
 
 export function createEngine() {
@@ -25,13 +96,14 @@ class Engine {
     });
     if (!gl) throw new Error("WebGL2 is not available on an OffscreenCanvas in this worker");
     this.gl = gl;
-    this.lost = false;
+    this.lostEvent = false;
+    this.onLost = null; // set by Python: records the runtime event as soon as the browser says so
     this.pendingReads = new Set();
     this.canvas.addEventListener("webglcontextlost", (event) => {
       event.preventDefault();
-      this.lost = true;
-      for (const reject of this.pendingReads) reject(new Error("WebGL context lost while a read was pending"));
-      this.pendingReads.clear();
+      this.lostEvent = true;
+      this.rejectPendingReads();
+      if (this.onLost) this.onLost();
     });
     this.ext = {
       colorBufferFloat: gl.getExtension("EXT_color_buffer_float"),
@@ -40,6 +112,7 @@ class Engine {
       timer: gl.getExtension("EXT_disjoint_timer_query_webgl2"),
       loseContext: gl.getExtension("WEBGL_lose_context"),
     };
+    this.timer = new DrawTimer(gl, this.ext.timer);
     this.textures = new Map(); // id -> {texture, width, height, channels, half}
     this.programs = new Map(); // key -> {program, uniforms: Map(name -> {location, type})}
     this.fences = [];
@@ -56,6 +129,16 @@ class Engine {
     gl.vertexAttribPointer(0, 2, gl.FLOAT, false, 0, 0);
     gl.disable(gl.DITHER);
     gl.disable(gl.BLEND);
+  }
+
+  // True from the moment the context is gone (isContextLost() is, before the event is dispatched).
+  get lost() {
+    return this.lostEvent || this.gl.isContextLost();
+  }
+
+  rejectPendingReads() {
+    for (const reject of this.pendingReads) reject(new Error("WebGL context lost while a read was pending"));
+    this.pendingReads.clear();
   }
 
   // ---- capabilities ----
@@ -161,16 +244,11 @@ class Engine {
 
   runCommands({ programs, commands, profile }, staging) {
     for (const [key, source] of Object.entries(programs)) this.finishProgram(this.startProgram(key, source));
-    const times = [];
+    if (profile) this.timer.start();
+    else this.timer.active = false;
     for (const command of commands) {
-      if (command[0] === "draw") {
-        const started = profile ? performance.now() : 0;
-        this.draw(command);
-        if (profile) {
-          this.gl.finish(); // profiling only: per-kernel wall time needs the kernel to finish
-          times.push(performance.now() - started);
-        }
-      } else if (command[0] === "texture") this.createTexture(command);
+      if (command[0] === "draw") this.timedDraw(command);
+      else if (command[0] === "texture") this.createTexture(command);
       else if (command[0] === "upload") this.upload(command, staging);
       else if (command[0] === "delete") this.deleteTexture(command[1]);
       else if (command[0] === "replay") this.replay(command);
@@ -179,7 +257,17 @@ class Engine {
       this.fences.push(this.gl.fenceSync(this.gl.SYNC_GPU_COMMANDS_COMPLETE, 0));
     }
     this.gl.flush();
-    return JSON.stringify(times);
+    return "ok";
+  }
+
+  timedDraw(command) {
+    if (this.timer.active) this.timer.time(command[7], () => this.draw(command));
+    else this.draw(command);
+  }
+
+  // The rows timed since profiling started, as JSON {timing, rows: [[label, ms]], discarded}.
+  async takeProfile() {
+    return this.timer.take(() => this.lost);
   }
 
   // A recorded step: its draws and constant uploads, kept here so a replay is one command.
@@ -197,7 +285,7 @@ class Engine {
   replay([, id]) {
     const { commands, constants } = this.recordings.get(id);
     for (const command of commands) {
-      if (command[0] === "draw") this.draw(command);
+      if (command[0] === "draw") this.timedDraw(command);
       else this.upload(command, constants);
     }
   }
@@ -227,7 +315,7 @@ class Engine {
     gl.texSubImage2D(gl.TEXTURE_2D, 0, 0, 0, width, height, format, gl.FLOAT, staging, offset);
   }
 
-  // ["draw", key, outId, outLoId, size, [[id, loId, size], ...], [[name, kind, values], ...]]
+  // ["draw", key, outId, outLoId, size, [[id, loId, size], ...], [[name, kind, values], ...], label]
   draw([, key, outId, outLoId, size, inputs, uniforms]) {
     const gl = this.gl;
     const { program, uniforms: slots } = this.programs.get(key);
@@ -309,7 +397,10 @@ class Engine {
     return new Promise((resolve, reject) => {
       this.pendingReads.add(reject);
       const poll = () => {
-        if (this.lost) return;
+        if (this.lost) {
+          this.rejectPendingReads();
+          return;
+        }
         const status = gl.clientWaitSync(sync, 0, 0);
         if (status === gl.WAIT_FAILED) {
           this.pendingReads.delete(reject);
@@ -334,7 +425,10 @@ class Engine {
     return "ok";
   }
 
+  // Debug hook (tests): makes the browser really drop this context. No restore: recovery is a
+  // later issue, so the engine only has to fail clearly.
   loseContext() {
-    this.ext.loseContext?.loseContext();
+    if (!this.ext.loseContext) throw new Error("WEBGL_lose_context is not available");
+    this.ext.loseContext.loseContext();
   }
 }

@@ -69,7 +69,7 @@ def signature(builder: RecordingBuilder, inputs: list[Any], state: list[tuple[An
             is_input = name(tex).startswith("input")
             steps.append(["upload", name(tex), "" if is_input else data.tobytes().hex()])
         else:
-            _, key, out, out_lo, size, ins, uniforms = builder.draws[index]
+            _, key, out, out_lo, size, ins, uniforms = builder.draws[index][:7]  # not the label
             roles = [[name(t), name(lo) if lo >= 0 else "", n] for t, lo, n in ins]
             steps.append(
                 [key, name(out), name(out_lo) if out_lo >= 0 else "", size, roles, uniforms]
