@@ -34,12 +34,13 @@ class Layout:
 def choose_layout(shape: tuple[int, ...], max_side: int) -> Layout:
     """The layout of a tensor of `shape`, or TextureTooLargeError before anything is drawn.
 
-    Large tensors are RGBA-packed (4 elements per texel, a quarter of the fragments). The width
-    follows the innermost dimension when that makes a valid texture (rows of a matrix are rows of
-    texels); otherwise the texture is as square as possible.
+    Large tensors are RGBA-packed (4 elements per texel, a quarter of the fragments), and so is
+    any tensor that one R texture of the limit cannot hold. The width follows the innermost
+    dimension when that makes a valid texture (rows of a matrix are rows of texels); otherwise
+    the texture is as square as possible.
     """
     size = math.prod(shape)
-    channels = 4 if size >= PACK_MIN_ELEMENTS else 1
+    channels = 4 if size >= PACK_MIN_ELEMENTS or size > max_side * max_side else 1
     texels = max(1, math.ceil(size / channels))
     if texels > max_side * max_side:
         raise TextureTooLargeError(

@@ -1,0 +1,253 @@
+"""The WebGL2 backend's pure parts in CPython: texture layouts within MAX_TEXTURE_SIZE, the
+texture pool, recording signatures, and the Python side of a backend driven by a fake bridge
+(refusal before drawing, profile labels, context loss)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from py_in_browser import runtime
+from py_in_browser.backends import OutSpec
+from py_in_browser.backends.webgl2 import shaders
+from py_in_browser.backends.webgl2.backend import (
+    REPLAY_COPY_LABEL,
+    WebGL2Backend,
+    WebGLContextLostError,
+)
+from py_in_browser.backends.webgl2.layout import (
+    PACK_MIN_ELEMENTS,
+    Layout,
+    TextureTooLargeError,
+    choose_layout,
+)
+from py_in_browser.backends.webgl2.recording import RecordingBuilder, replay_program, signature
+from py_in_browser.backends.webgl2.textures import POOL_BYTES, TexturePool
+
+# ---- layouts -------------------------------------------------------------------------------------
+
+
+def test_the_innermost_dimension_is_the_texture_width_when_legal() -> None:
+    assert choose_layout((3, 300), 4096) == Layout(300, 3, 1, 900)  # R: 900 < PACK_MIN_ELEMENTS
+    assert choose_layout((64, 256), 4096) == Layout(64, 64, 4, 64 * 256)  # RGBA: 256 / 4 texels
+
+
+def test_a_width_beyond_max_texture_size_falls_back_to_a_squarish_layout() -> None:
+    assert choose_layout((3, 300), 64) == Layout(30, 30, 1, 900)
+    # A tall column: the innermost width (1) is legal but 5000 / 4 rows are not.
+    assert choose_layout((5000, 1), 64) == Layout(36, 35, 4, 5000)
+
+
+def test_an_inner_dimension_that_is_not_a_multiple_of_four_is_packed_squarishly() -> None:
+    layout = choose_layout((2, 1026), 4096)
+    assert (layout.channels, layout.width, layout.height) == (4, 23, 23)  # 513 texels
+
+
+def test_rgba_packing_starts_at_the_threshold() -> None:
+    assert choose_layout((PACK_MIN_ELEMENTS - 1,), 4096).channels == 1
+    assert choose_layout((PACK_MIN_ELEMENTS,), 4096).channels == 4
+
+
+def test_a_small_tensor_is_packed_when_one_channel_would_not_fit() -> None:
+    assert choose_layout((1000,), 16) == Layout(16, 16, 4, 1000)  # 1000 R texels > 16 * 16
+
+
+def test_scalars_and_empty_tensors_get_one_texel() -> None:
+    assert choose_layout((), 64) == Layout(1, 1, 1, 1)
+    assert choose_layout((0, 5), 64) == Layout(1, 1, 1, 0)
+
+
+@pytest.mark.parametrize("max_side", [16, 64, 4096])
+def test_every_layout_holds_its_tensor_within_the_limit(max_side: int) -> None:
+    dims = (1, 2, 3, 4, 7, 16, 33, 100, 255, 1000)
+    for shape in itertools.chain(
+        ((n,) for n in dims), itertools.product(dims, dims), ((2, 3, 5, 7),)
+    ):
+        size = math.prod(shape)
+        try:
+            layout = choose_layout(shape, max_side)
+        except TextureTooLargeError:
+            assert size > max_side * max_side * 4
+            continue
+        assert layout.size == size
+        assert 1 <= layout.width <= max_side and 1 <= layout.height <= max_side
+        assert layout.texels * layout.channels >= size
+        # No more than one partly used row of texels.
+        assert (layout.height - 1) * layout.width * layout.channels < max(size, 1)
+
+
+def test_a_tensor_that_cannot_fit_is_refused_with_the_limit_in_the_message() -> None:
+    with pytest.raises(TextureTooLargeError, match=r"\(200, 100\).*MAX_TEXTURE_SIZE 64"):
+        choose_layout((200, 100), 64)  # 5000 RGBA texels > 64 * 64
+    choose_layout((128, 128), 64)  # exactly 64 * 64 RGBA texels still fits
+
+
+# ---- texture pool --------------------------------------------------------------------------------
+
+
+def test_pooled_textures_are_reused_by_physical_shape_and_format() -> None:
+    commands: list[list[object]] = []
+    pool = TexturePool(commands)
+    a = pool.acquire(Layout(8, 8, 4, 256), half=False)
+    pool.release(a)
+    b = pool.acquire(Layout(8, 8, 4, 250), half=False)  # same texture, another logical size
+    assert b.id == a.id and b.layout.size == 250
+    assert pool.acquire(Layout(8, 8, 4, 256), half=True).id != a.id  # float16: another format
+    assert pool.acquire(Layout(8, 8, 1, 64), half=False).id != a.id  # R: another format
+    assert [c[0] for c in commands] == ["texture"] * 3
+    assert pool.live_textures == 3
+
+
+def test_the_pool_deletes_what_would_exceed_its_byte_budget() -> None:
+    commands: list[list[object]] = []
+    pool = TexturePool(commands)
+    side = 2048  # RGBA32F: 64 MiB, the whole budget
+    big = [pool.acquire(Layout(side, side, 4, side * side * 4), half=False) for _ in range(2)]
+    pool.release(big[0])
+    assert pool.pooled_bytes == POOL_BYTES
+    pool.release(big[1])
+    assert commands[-1] == ["delete", big[1].id]
+    assert pool.live_textures == 1 and pool.gpu_bytes == POOL_BYTES
+
+
+# ---- a backend on a fake bridge ------------------------------------------------------------------
+
+
+class FakeEngine:
+    """Stands in for bridge.js's Engine: keeps the payloads; profile rows are one ms per draw."""
+
+    def __init__(self) -> None:
+        self.payloads: list[dict[str, Any]] = []
+        self.lost = False
+        self.timed: list[str] = []
+
+    def record(self, recording_id: int, commands: str, constants: np.ndarray) -> None:
+        pass
+
+    def run(self, payload: str, staging: np.ndarray) -> str:
+        if self.lost:
+            return "lost"
+        decoded = json.loads(payload)
+        self.payloads.append(decoded)
+        if decoded["profile"]:
+            self.timed += [c[7] for c in decoded["commands"] if c[0] == "draw"]
+        return "ok"
+
+    async def takeProfile(self) -> str:
+        rows = [[label, 1.0] for label in self.timed]
+        self.timed = []
+        return json.dumps({"timing": "wall", "rows": rows, "discarded": 0})
+
+    async def read(self, payload: str, staging: np.ndarray, ids: str) -> Any:
+        self.run(payload, staging)
+        raise RuntimeError("WebGL context lost while a read was pending")
+
+
+def fake_backend(max_side: int = 4096) -> tuple[WebGL2Backend, FakeEngine]:
+    backend = WebGL2Backend({"max_texture_size": max_side})
+    engine = FakeEngine()
+    backend._engine = engine
+    backend.max_side = max_side
+    return backend, engine
+
+
+def spec(shape: tuple[int, ...], *inputs: tuple[int, ...]) -> OutSpec:
+    return OutSpec(shape, "float32", inputs, ("float32",) * len(inputs))
+
+
+def test_a_result_too_large_is_refused_before_anything_is_queued() -> None:
+    backend, engine = fake_backend(max_side=64)
+    with pytest.raises(TextureTooLargeError, match="MAX_TEXTURE_SIZE 64"):
+        backend.upload(np.zeros((200, 100), np.float32))
+    one = backend.upload(np.ones((1,), np.float32))
+    queued = len(backend._commands)
+    with pytest.raises(TextureTooLargeError):
+        backend.run("expand", [one], {"shape": (200, 100)}, spec((200, 100), (1,)))
+    assert len(backend._commands) == queued  # no texture, no draw
+    assert backend.pool.live_textures == 1
+    assert engine.payloads == []
+
+
+def test_draws_carry_their_primitive_as_the_profile_label() -> None:
+    backend, engine = fake_backend()
+    a = backend.upload(np.ones((4, 4), np.float32))
+    backend.run("relu", [a], {}, spec((4, 4), (4, 4)))  # queued before profiling: not timed
+    backend.profile_log = {}
+    b = backend.run("exp", [a], {}, spec((4, 4), (4, 4)))
+    backend.run("add", [a, b], {}, spec((4, 4), (4, 4), (4, 4)))
+    asyncio.run(backend.collect_profile())
+    assert backend.profile_log == {"exp": [1.0], "add": [1.0]}
+    assert [p["profile"] for p in engine.payloads] == [False, True]
+    assert backend.profile_details() == {"timing": "wall", "discarded_timer_results": 0}
+    backend.profile_log = None
+    backend.run("exp", [a], {}, spec((4, 4), (4, 4)))
+    backend.flush()
+    assert engine.payloads[-1]["profile"] is False
+
+
+def test_a_replays_copies_are_labelled_and_kept_out_of_the_signature() -> None:
+    backend, _ = fake_backend()
+    x = backend.upload(np.ones((2, 2), np.float32))
+    backend.begin_recording()
+    out = backend.run("exp", [x], {}, spec((2, 2), (2, 2)))
+    recording = backend.finish_recording([x], [], [out])
+    backend.replay(recording, [np.zeros((2, 2), np.float32)], [])
+    draws = [c for c in backend._commands if c[0] == "draw"]
+    assert [d[7] for d in draws] == [REPLAY_COPY_LABEL]
+    (step,) = json.loads(recording.signature)
+    assert step[0] == "unary:exp" and len(step) == 6  # the label follows the program: not kept
+
+
+def test_signatures_ignore_texture_ids_but_see_constants() -> None:
+    def record(first_id: int, constant: float) -> str:
+        builder = RecordingBuilder()
+        data = np.full(4, constant, np.float32)
+        builder.uploads.append((first_id, data))
+        builder.order.append(("upload", 0))
+        builder.draws.append(
+            ["draw", "unary:exp", first_id + 1, -1, 4, [[first_id, -1, 4]], [], "exp"]
+        )
+        builder.order.append(("draw", 0))
+        return signature(builder, [], [])
+
+    assert record(5, 1.0) == record(50, 1.0)
+    assert record(5, 1.0) != record(5, 2.0)
+
+
+def test_replay_programs_leave_the_batch_uploads_out() -> None:
+    backend, _ = fake_backend()
+    x = backend.upload(np.ones((2, 2), np.float32))
+    builder = RecordingBuilder()
+    builder.uploads += [(x.texture.id, np.ones(4, np.float32)), (99, np.full(4, 3.0, np.float32))]
+    builder.order += [("upload", 0), ("upload", 1)]
+    commands, constants = replay_program(builder, [x])
+    assert json.loads(commands) == [["upload", 99, 0]]
+    np.testing.assert_array_equal(constants, np.full(4, 3.0, np.float32))
+
+
+def test_context_loss_is_a_clear_error_and_one_runtime_event() -> None:
+    backend, engine = fake_backend()
+    a = backend.upload(np.ones((2,), np.float32))
+    before = len(runtime.runtime_events())
+    engine.lost = True
+    backend._lost_event()  # what bridge.js's webglcontextlost listener calls
+    with pytest.raises(WebGLContextLostError, match="context was lost"):
+        asyncio.run(backend.download(a))
+    with pytest.raises(WebGLContextLostError):
+        backend.run("exp", [a], {}, spec((2,), (2,)))
+        backend.flush()
+    events = runtime.runtime_events()[before:]
+    assert [e["type"] for e in events] == ["context_lost"]
+    assert events[0]["backend"] == "webgl2"
+
+
+def test_every_warm_up_program_has_a_fragment_shader() -> None:
+    for key in shaders.warmup_keys():
+        source = shaders.program_source(key)
+        assert source.startswith("#version 300 es") and "precision highp float" in source
