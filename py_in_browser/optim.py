@@ -7,6 +7,7 @@ weights, slots and the counter untouched (this is how fit keeps the last good we
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from functools import reduce
 from typing import Any
@@ -39,6 +40,8 @@ class Optimizer:
         self.iterations: Variable | None = None
         self.slots: list[list[Variable]] = []
         self._built_for: list[int] = []
+        self._applied = 0  # apply_gradients calls (host side; replayed steps do not count)
+        self._clamp_noted: set[tuple[str, float]] = set()
 
     def build(self, variables: Sequence[Variable]) -> None:
         """Creates the step counter and zero slots for each variable (idempotent)."""
@@ -75,6 +78,7 @@ class Optimizer:
         self.build(variables)
         assert self.iterations is not None
         grads = self._clip([g for g, _ in pairs])
+        self._applied += 1
         step = F.add(self.iterations, 1.0)
         for (var, slots), grad in zip(zip(variables, self.slots, strict=True), grads, strict=True):
             if grad is None:
@@ -101,6 +105,35 @@ class Optimizer:
         self, var: Tensor, grad: Tensor, slots: list[Variable], step: Tensor
     ) -> tuple[Tensor, list[Tensor]]:
         raise NotImplementedError
+
+    def _storage_epsilon(self, requested: float, squared: bool = False) -> float:
+        """`requested`, raised to the active backend's `min_epsilon` (its square where epsilon is
+        added under the square root) when the backend's storage cannot honour a smaller one;
+        notes a raise once per optimizer and backend as an "epsilon_clamped" runtime event and a
+        RuntimeWarning. Backends with float32 storage have min_epsilon 0: nothing changes."""
+        from . import runtime  # late: runtime imports the backends, which import tensors
+
+        backend = runtime.current_backend()
+        floor = backend.min_epsilon**2 if squared else backend.min_epsilon
+        if requested >= floor:
+            return requested
+        if (backend.name, floor) not in self._clamp_noted:
+            self._clamp_noted.add((backend.name, floor))
+            runtime.record_event(
+                "epsilon_clamped",
+                self._applied,
+                optimizer=self.name,
+                requested=requested,
+                used=floor,
+                backend=backend.name,
+            )
+            warnings.warn(
+                f"{self.name}: epsilon {requested:g} is below what {backend.name}'s storage "
+                f"({backend.storage_format}) can represent; using {floor:g}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return floor
 
     def get_config(self) -> dict[str, Any]:
         return {
@@ -144,7 +177,10 @@ class SGD(Optimizer):
 
 
 class RMSprop(Optimizer):
-    """Keras RMSprop: v = rho v + (1 - rho) g^2; w -= lr g / sqrt(v + eps)."""
+    """Keras RMSprop: v = rho v + (1 - rho) g^2; w -= lr g / sqrt(v + eps).
+
+    On float16 storage eps is raised to at least min_epsilon^2 (half's smallest normal): see Adam.
+    """
 
     name = "rmsprop"
     slot_names = ("velocity",)
@@ -159,7 +195,8 @@ class RMSprop(Optimizer):
         self, var: Tensor, grad: Tensor, slots: list[Variable], step: Tensor
     ) -> tuple[Tensor, list[Tensor]]:
         v = F.add(F.mul(slots[0], self.rho), F.mul(F.square(grad), 1.0 - self.rho))
-        step_size = F.div(F.mul(grad, self.learning_rate), F.sqrt(F.add(v, self.epsilon)))
+        eps = self._storage_epsilon(self.epsilon, squared=True)
+        step_size = F.div(F.mul(grad, self.learning_rate), F.sqrt(F.add(v, eps)))
         return F.sub(var, step_size), [v]
 
     def get_config(self) -> dict[str, Any]:
@@ -171,6 +208,15 @@ class Adam(Optimizer):
 
     Keras folds the bias correction into the step size, which moves epsilon by sqrt(1 - b2^t);
     the paper's placement is used so that results match PyTorch step for step.
+
+    Where the backend stores tensors as float16 (webgl2 without float32 render targets), the
+    second moment v of a gradient below about 2^-7 falls under half's smallest normal (2^-14)
+    and is lost, and the step lr * m / (sqrt(v) + eps) with the default eps = 1e-7 becomes huge:
+    training diverges. There eps is raised to the backend's `min_epsilon` (2^-7 = sqrt(2^-14)),
+    so a step whose v was lost is still at most about lr (TF.js raises it to 1e-4 for the same
+    reason). The configured epsilon is kept in get_config; an "epsilon_clamped" runtime event
+    and a RuntimeWarning say when this happens. float32 backends (cpu, webgpu, webgl2 on float32
+    textures) have min_epsilon 0 and use epsilon as given.
     """
 
     name = "adam"
@@ -195,7 +241,8 @@ class Adam(Optimizer):
         v = F.add(F.mul(slots[1], b2), F.mul(F.square(grad), 1.0 - b2))
         m_hat = F.div(m, F.sub(1.0, F.pow(full((), b1), step)))
         v_hat = F.div(v, F.sub(1.0, F.pow(full((), b2), step)))
-        update = F.div(F.mul(m_hat, self.learning_rate), F.add(F.sqrt(v_hat), self.epsilon))
+        eps = self._storage_epsilon(self.epsilon)
+        update = F.div(F.mul(m_hat, self.learning_rate), F.add(F.sqrt(v_hat), eps))
         return F.sub(var, update), [m, v]
 
     def get_config(self) -> dict[str, Any]:

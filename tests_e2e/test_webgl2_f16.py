@@ -18,7 +18,6 @@ from tests_e2e.op_oracle import assert_op_table_matches
 # matmul, sqrt), so the documented bound is 2e-3, about four half ulps.
 F16_RTOL = 2e-3
 DRIFT_STEPS = 200
-F16_ADAM_EPSILON = 1e-3
 
 
 @pytest.fixture(scope="module")
@@ -49,25 +48,38 @@ def test_op_table_on_float16_within_the_documented_bound(half_page: EnginePage) 
 
 
 def test_xor_and_the_small_cnn_converge_on_float16(half_page: EnginePage) -> None:
-    """XOR (SGD) as is; the CNN's Adam needs an epsilon float16 can hold: its second moment
-    (1 - beta_2) * g^2 underflows half's range, and 1e-7 over ~0 is a huge step (TF.js uses 1e-4
-    on float16 devices for the same reason)."""
-    half_page.run(f"F16_ADAM_EPSILON = {F16_ADAM_EPSILON}")
+    """XOR (SGD) and the CNN with default Adam: its second moment (1 - beta_2) * g^2 underflows
+    half's range, so the backend reports a min_epsilon and Adam raises its 1e-7 to it (a
+    runtime event says so) instead of dividing by ~0."""
+    caps = half_page.run("pib.capabilities()")
+    assert caps["min_epsilon"] == 2.0**-7
+    assert caps["float16"]["smallest_normal"] == 2.0**-14
     xor = half_page.run(
         "from py_in_browser.testing import workloads\nawait workloads.run_xor(epochs=500)"
     )
     assert xor["losses"][-1] < 0.1 < xor["losses"][0]
     assert xor["accuracy"][-1] == 1.0
     cnn = half_page.run(
+        "import warnings\n"
+        "events_before = len(pib.runtime_events())\n"
         "model, x, y, batch = setup('cnn')\n"
-        "model.compile(optimizer=pib.optimizers.Adam(0.01, epsilon=F16_ADAM_EPSILON),\n"
+        "model.compile(optimizer=pib.optimizers.Adam(0.01),\n"
         "              loss='sparse_categorical_crossentropy')\n"
-        "h = await model.fit(x, y, epochs=15, batch_size=batch, shuffle=False)\n"
-        "h.history"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    h = await model.fit(x, y, epochs=15, batch_size=batch, shuffle=False)\n"
+        "{'loss': h.history['loss'], 'events': pib.runtime_events()[events_before:],\n"
+        " 'warnings': [str(w.message) for w in caught],\n"
+        " 'config_epsilon': model.optimizer.get_config()['epsilon']}"
     )
     print("f16 xor final loss", xor["losses"][-1], "cnn losses", cnn["loss"])
     assert np.all(np.isfinite(cnn["loss"]))
     assert cnn["loss"][-1] < 0.6 * cnn["loss"][0]
+    clamped = [e for e in cnn["events"] if e["type"] == "epsilon_clamped"]
+    assert len(clamped) == 1, cnn["events"]
+    assert clamped[0]["requested"] == 1e-7 and clamped[0]["used"] == 2.0**-7
+    assert any("epsilon 1e-07" in w for w in cnn["warnings"]), cnn["warnings"]
+    assert cnn["config_epsilon"] == 1e-7  # the configured value is what checkpoints keep
 
 
 def _drift(page: EnginePage, reference: list[Any], **limits: Any) -> float:

@@ -251,3 +251,60 @@ def test_every_warm_up_program_has_a_fragment_shader() -> None:
     for key in shaders.warmup_keys():
         source = shaders.program_source(key)
         assert source.startswith("#version 300 es") and "precision highp float" in source
+
+
+# ---- optimizers on float16 storage ---------------------------------------------------------------
+
+
+@pytest.fixture
+def half_storage_cpu() -> Any:
+    """The cpu backend posing as float16 storage (what webgl2 reports without float32 targets)."""
+    from py_in_browser.backends.webgl2.backend import HALF_MIN_EPSILON
+
+    previous = runtime._state["backend"]
+    backend = runtime.current_backend().__class__(None)
+    backend.storage_format, backend.min_epsilon = "float16", HALF_MIN_EPSILON
+    runtime._state["backend"] = backend
+    yield backend
+    runtime._state["backend"] = previous
+
+
+def _one_step(optimizer: Any, grad: float) -> float:
+    from py_in_browser.tensor import Variable, tensor
+
+    var = Variable(np.array([1.0], np.float32))
+    optimizer.apply_gradients([(tensor(np.array([grad], np.float32)), var)])
+    return float(asyncio.run(var.numpy())[0])
+
+
+def test_adam_keeps_epsilon_where_storage_is_float32() -> None:
+    import py_in_browser as pib
+
+    got = _one_step(pib.optimizers.Adam(0.1), 1e-4)
+    assert got == pytest.approx(1.0 - 0.1 * 1e-4 / (1e-4 + 1e-7), rel=1e-6)
+
+
+def test_adam_and_rmsprop_raise_epsilon_to_what_float16_storage_represents(
+    half_storage_cpu: Any,
+) -> None:
+    import py_in_browser as pib
+
+    before = len(runtime.runtime_events())
+    adam = pib.optimizers.Adam(0.1)
+    with pytest.warns(RuntimeWarning, match="epsilon 1e-07 .*float16.*0.0078125"):
+        got = _one_step(adam, 1e-4)
+    assert got == pytest.approx(1.0 - 0.1 * 1e-4 / (1e-4 + 2.0**-7), rel=1e-6)
+    assert adam.get_config()["epsilon"] == 1e-7
+    with pytest.warns(RuntimeWarning, match="6.10352e-05"):
+        got = _one_step(pib.optimizers.RMSprop(0.1), 1e-4)
+    v = 0.1 * 1e-8
+    assert got == pytest.approx(1.0 - 0.1 * 1e-4 / math.sqrt(v + 2.0**-14), rel=1e-6)
+    events = [e for e in runtime.runtime_events()[before:] if e["type"] == "epsilon_clamped"]
+    assert [(e["optimizer"], e["used"]) for e in events] == [
+        ("adam", 2.0**-7),
+        ("rmsprop", 2.0**-14),
+    ]
+    # A larger epsilon than the floor is left alone, silently.
+    assert _one_step(pib.optimizers.Adam(0.1, epsilon=0.1), 1e-4) == pytest.approx(
+        1.0 - 0.1 * 1e-4 / (1e-4 + 0.1), rel=1e-6
+    )

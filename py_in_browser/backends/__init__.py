@@ -57,6 +57,10 @@ class Backend:
     # Backends that can record fit's train step once and replay it without Python per op set this
     # and implement begin_recording ... drop_recording (the protocol replay.py drives).
     supports_replay = False
+    # How float tensors are stored, and the smallest epsilon an optimizer's denominator may use
+    # there (optim.py raises smaller ones): 0 for float32 storage; float16 storage sets its own.
+    storage_format = "float32"
+    min_epsilon = 0.0
 
     def __init__(self, limits: dict[str, Any] | None = None) -> None:
         self.limits = dict(limits or {})

@@ -20,6 +20,10 @@ FLUSH_AT_COMMANDS = 4096
 # Units 2k and 2k+1 hold input k and its low part; 16 units are guaranteed by WebGL2.
 MAX_INPUTS_PER_DRAW = 8
 FLOAT_DTYPES = ("float32", "float64")
+# float16 storage: the smallest normal is 2^-14; an Adam second moment below it is lost, so the
+# optimizers' epsilon is kept at least sqrt(2^-14) = 2^-7 (see optim.Adam).
+HALF_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
+HALF_MIN_EPSILON = HALF_SMALLEST_NORMAL**0.5
 # What a profile calls the draws a replay adds: copies of the state in and of the outputs out.
 REPLAY_COPY_LABEL = "replay_copy"
 
@@ -94,6 +98,8 @@ class WebGL2Backend(Backend):
         if not float32 and not self.probed["float16_render"]:
             raise RuntimeError("webgl2: neither float32 nor float16 textures are renderable")
         self.half = not float32
+        self.storage_format = "float16" if self.half else "float32"
+        self.min_epsilon = HALF_MIN_EPSILON if self.half else 0.0
         self.compensated = self.half and bool(self.limits.get("compensated_updates", True))
         await self.warm_up()
 
@@ -116,6 +122,17 @@ class WebGL2Backend(Backend):
             highp=self.probed.get("highp"),
             texture_formats="RGBA16F/R16F" if self.half else "RGBA32F/R32F",
             compensated_updates=self.compensated,
+            storage_format=self.storage_format,
+            min_epsilon=self.min_epsilon,
+            float16=(
+                {
+                    "smallest_normal": HALF_SMALLEST_NORMAL,
+                    "epsilon": float(np.finfo(np.float16).eps),
+                    "min_optimizer_epsilon": HALF_MIN_EPSILON,
+                }
+                if self.half
+                else None
+            ),
             parallel_compile=self.probed.get("parallel_compile"),
             timer_query=self.probed.get("timer_query"),
             renderer=self.probed.get("renderer"),
