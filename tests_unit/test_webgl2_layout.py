@@ -308,3 +308,59 @@ def test_adam_and_rmsprop_raise_epsilon_to_what_float16_storage_represents(
     assert _one_step(pib.optimizers.Adam(0.1, epsilon=0.1), 1e-4) == pytest.approx(
         1.0 - 0.1 * 1e-4 / (1e-4 + 0.1), rel=1e-6
     )
+
+
+# ---- bridge.js's draw timer on a fake GL (no browser here exposes EXT_disjoint_timer_query) ------
+
+TIMER_SCRIPT = """
+const source = await (await import("node:fs/promises")).readFile(process.argv[2], "utf8");
+const { DrawTimer } = await import("data:text/javascript," + encodeURIComponent(source));
+globalThis.performance ??= { now: () => Date.now() };
+function fakeGl(disjointAfterProfile) {
+  const gl = { QUERY_RESULT_AVAILABLE: 1, QUERY_RESULT: 2, polls: 0, disjoint: true, live: 0 };
+  gl.createQuery = () => { gl.live++; return { ns: 1e6 * gl.live, polls: 0 }; };
+  gl.beginQuery = () => {}; gl.endQuery = () => {}; gl.flush = () => {}; gl.finish = () => {};
+  gl.deleteQuery = () => { gl.live--; };
+  // Results show up after two polls, as on a real GPU that is still busy.
+  gl.getQueryParameter = (q, what) => what === 1 ? ++q.polls > 2 : q.ns;
+  gl.getParameter = () => { const d = gl.disjoint; gl.disjoint = disjointAfterProfile; return d; };
+  return gl;
+}
+const ext = { TIME_ELAPSED_EXT: 10, GPU_DISJOINT_EXT: 11 };
+const out = {};
+for (const disjoint of [false, true]) {
+  const gl = fakeGl(disjoint);
+  const timer = new DrawTimer(gl, ext);
+  timer.start();  // clears the stale disjoint flag set before profiling
+  let draws = 0;
+  for (const label of ["matmul", "relu"]) timer.time(label, () => draws++);
+  out[disjoint] = { ...JSON.parse(await timer.take(() => false)), draws, live: gl.live };
+}
+console.log(JSON.stringify(out));
+"""
+
+
+def test_the_timer_query_path_reports_gpu_ms_and_discards_disjoint_results(tmp_path: Any) -> None:
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    script = tmp_path / "timer.mjs"
+    script.write_text(TIMER_SCRIPT)
+    bridge = Path(shaders.__file__).with_name("bridge.js")
+    done = subprocess.run(
+        [node, str(script), str(bridge)], capture_output=True, text=True, timeout=60, check=True
+    )
+    out = json.loads(done.stdout)
+    assert out["false"] == {
+        "timing": "gpu-timer-query",
+        "rows": [["matmul", 1.0], ["relu", 2.0]],
+        "discarded": 0,
+        "draws": 2,
+        "live": 0,
+    }
+    assert out["true"]["rows"] == [] and out["true"]["discarded"] == 2
+    assert out["true"]["draws"] == 2 and out["true"]["live"] == 0

@@ -18,7 +18,7 @@ function sleep(ms) {
 // Per-draw times while Python profiles. GPU time from EXT_disjoint_timer_query_webgl2 when the
 // context has it; otherwise the wall time of the draw bracketed by gl.finish() (the first finish
 // drains earlier work, so a row holds its own draw only). Rows are [label, ms].
-class DrawTimer {
+export class DrawTimer {
   constructor(gl, ext) {
     this.gl = gl;
     this.ext = ext;
