@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from py_in_browser.backends import Backend, OutSpec
-from py_in_browser.backends.webgpu import kernels
+from py_in_browser.backends.webgpu import elementwise, kernels, views
 from py_in_browser.backends.webgpu.plan import BufferRef, DeviceLimits, Dispatch
 
 NAME = "wgpu-native"
@@ -27,6 +27,7 @@ class NativeHandle:
     buffer: Any  # wgpu.GPUBuffer
     shape: tuple[int, ...]
     dtype: str
+    strides: tuple[int, ...] | None = None  # a broadcast view of `buffer` (views.py)
 
 
 def request_device() -> Any:
@@ -59,12 +60,15 @@ class WgpuNativeBackend(Backend):
         self.device_limits = limits or DeviceLimits()
         self.pipelines: dict[str, Any] = {}
         self.dispatch_count = 0
+        self.refs: dict[int, int] = {}  # id(buffer) -> handles on it (reshape and expand alias)
 
     def _buffer(self, nbytes: int) -> Any:
         import wgpu
 
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
-        return self.device.create_buffer(size=max(4, nbytes), usage=usage)
+        buffer = self.device.create_buffer(size=max(4, nbytes), usage=usage)
+        self.refs[id(buffer)] = 1
+        return buffer
 
     def upload(self, array: np.ndarray) -> NativeHandle:
         dtype = str(array.dtype) if array.dtype != np.bool_ else "bool"
@@ -77,6 +81,12 @@ class WgpuNativeBackend(Backend):
         return handle
 
     async def download(self, handle: NativeHandle) -> np.ndarray:
+        if handle.strides is not None:
+            dense = self._materialize(handle)
+            try:
+                return await self.download(dense)
+            finally:
+                self.free(dense)
         raw = self.device.queue.read_buffer(handle.buffer)
         count = int(np.prod(handle.shape, dtype=np.int64))
         values = np.frombuffer(raw, dtype=_STORED[handle.dtype], count=count)
@@ -85,7 +95,19 @@ class WgpuNativeBackend(Backend):
         )
 
     def free(self, handle: NativeHandle) -> None:
-        handle.buffer.destroy()
+        self.refs[id(handle.buffer)] -= 1
+        if not self.refs[id(handle.buffer)]:
+            del self.refs[id(handle.buffer)]
+            handle.buffer.destroy()
+
+    def _alias(self, source: NativeHandle, shape: Any, strides: Any) -> NativeHandle:
+        self.refs[id(source.buffer)] += 1
+        return NativeHandle(source.buffer, tuple(shape), source.dtype, strides)
+
+    def _materialize(self, view: NativeHandle) -> NativeHandle:
+        assert view.strides is not None
+        plan = views.materialize_plan(view.dtype, view.shape, view.strides, self.device_limits)
+        return self._execute(plan, [view], view.shape, view.dtype)
 
     def _pipeline(self, dispatch: Dispatch) -> Any:
         pipeline = self.pipelines.get(dispatch.key)
@@ -98,10 +120,32 @@ class WgpuNativeBackend(Backend):
         return pipeline
 
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Any:
+        """As the browser runtime: reshape aliases, expand is a view that elementwise kernels read
+        in place, other kernels get views materialized."""
+        if op == "reshape" and inputs[0].strides is None:
+            return self._alias(inputs[0], out.shape, None)
+        if op == "expand":
+            src = inputs[0]
+            strides = views.expand_strides(src.shape, src.strides, out.shape)
+            return self._alias(src, out.shape, strides)
+        temporaries = []
+        if any(h.strides is not None for h in inputs):
+            if op in elementwise.EXPRESSIONS:
+                attrs = {**attrs, "input_strides": tuple(h.strides for h in inputs)}
+            else:
+                dense = {id(h): self._materialize(h) for h in inputs if h.strides is not None}
+                temporaries = list(dense.values())
+                inputs = [dense.get(id(h), h) for h in inputs]
+        plan = kernels.plan(op, attrs, out, self.device_limits)
+        result = self._execute(plan, inputs, out.shape, out.dtype)
+        for handle in temporaries:
+            self.free(handle)
+        return result
+
+    def _execute(self, plan: Any, inputs: list[Any], shape: Any, dtype: str) -> NativeHandle:
         import wgpu
 
-        plan = kernels.plan(op, attrs, out, self.device_limits)
-        result = NativeHandle(self._buffer(int(np.prod(out.shape)) * 4), out.shape, out.dtype)
+        result = NativeHandle(self._buffer(int(np.prod(shape)) * 4), tuple(shape), dtype)
         scratch = [self._buffer(n) for n in plan.scratch_bytes]
 
         def buffer_of(ref: BufferRef) -> Any:
@@ -134,6 +178,7 @@ class WgpuNativeBackend(Backend):
             self.dispatch_count += 1
         self.device.queue.submit([encoder.finish()])
         for buffer in scratch:
+            del self.refs[id(buffer)]
             buffer.destroy()
         return result
 

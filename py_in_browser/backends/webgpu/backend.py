@@ -11,7 +11,7 @@ import numpy as np
 
 from ... import _js
 from .. import Backend, OutSpec
-from . import kernels
+from . import elementwise, kernels, views, warmup
 from .commands import BufferPool, CommandList, dispatch_record
 from .plan import BufferRef, DeviceLimits
 from .recording import GpuHandle, Recording, RecordingBuilder, signature
@@ -21,6 +21,9 @@ NAME = "webgpu"
 FLUSH_DISPATCHES = 512
 # fit awaits the GPU every this many steps: back-pressure without reading any data.
 FENCE_EVERY_STEPS = 4
+# Free pooled buffers are destroyed after this many flushes unused, or beyond this many free bytes.
+POOL_MAX_IDLE_FLUSHES = 8
+POOL_FREE_BUDGET = 64 << 20
 _GPU_TYPES = {"float32": "float32", "int32": "int32", "bool": "uint32"}
 _LIMIT_NAMES = {  # DeviceLimits field -> (WebGPU limit, pib.init(limits=...) key)
     "max_workgroups_per_dimension": "maxComputeWorkgroupsPerDimension",
@@ -65,7 +68,9 @@ class WebGPUBackend(Backend):
         self.steps_replayed = 0
         self._pipelines: dict[str, int] = {}
         self._params: dict[bytes, int] = {}
-        self._compiling = False  # pipelines defined since the last settle()
+        self._labels: dict[str, int] = {}
+        self._ready: set[int] = set()  # pipelines known to have finished compiling
+        self._unready: set[int] = set()  # used by the open command list, maybe still compiling
         self._recording: RecordingBuilder | None = None
         self._recordings = 0
         self._on_lost: Any = None
@@ -90,6 +95,14 @@ class WebGPUBackend(Backend):
         )
         self.timestamps = bool(info["timestamps"])
         self.adapter = info["adapter"]
+        self.warm_up()
+
+    def warm_up(self) -> None:
+        """Starts compiling the common kernels (createComputePipelineAsync) without waiting: the
+        kernels are shape-generic, so these few dozen pipelines serve most models, and the first
+        step only waits for those still compiling when it is submitted."""
+        for key, wgsl in warmup.common_kernels(self.device_limits):
+            self._pipeline_id(key, wgsl)
 
     def _device_lost(self, message: str) -> None:
         from ...runtime import record_event  # late: runtime imports the backends
@@ -126,6 +139,13 @@ class WebGPUBackend(Backend):
     # ---- memory ----
 
     def _allocate(self, shape: tuple[int, ...], dtype: str) -> GpuHandle:
+        nbytes = self._check_fits(shape)
+        buffer_id, fresh = self.pool.acquire(nbytes)
+        if fresh:
+            self.commands.create(buffer_id, self.pool.capacity[buffer_id])
+        return GpuHandle(buffer_id, nbytes, shape, dtype)
+
+    def _check_fits(self, shape: tuple[int, ...]) -> int:
         nbytes = gpu_nbytes(shape)
         if nbytes > self.device_limits.max_storage_buffer_binding_size:
             raise ValueError(
@@ -133,10 +153,7 @@ class WebGPUBackend(Backend):
                 f"maxStorageBufferBindingSize ({self.device_limits.max_storage_buffer_binding_size}"
                 " bytes); use smaller batches or shapes"
             )
-        buffer_id, fresh = self.pool.acquire(nbytes)
-        if fresh:
-            self.commands.create(buffer_id, self.pool.capacity[buffer_id])
-        return GpuHandle(buffer_id, nbytes, shape, dtype)
+        return nbytes
 
     def _retain_for_recording(self, buffer_id: int) -> None:
         recording = self._recording
@@ -159,6 +176,12 @@ class WebGPUBackend(Backend):
         self.pool.release(handle.id, self.submitted + 1)
 
     async def download(self, handle: GpuHandle) -> np.ndarray:
+        if handle.strides is not None:
+            dense = self._materialize(handle)
+            try:
+                return await self.download(dense)
+            finally:
+                self.free(dense)
         await self.flush_async()
         numel = int(np.prod(handle.shape, dtype=np.int64))
         if numel == 0:
@@ -182,14 +205,22 @@ class WebGPUBackend(Backend):
 
     # ---- ops ----
 
-    def _pipeline_id(self, key: str, wgsl: str, label: str) -> int:
+    def _pipeline_id(self, key: str, wgsl: str) -> int:
         pipeline_id = self._pipelines.get(key)
         if pipeline_id is None:
             pipeline_id = self._pipelines[key] = len(self._pipelines)
             self.js_calls += 1
-            self.engine.definePipeline(pipeline_id, label, wgsl)
-            self._compiling = True
+            self.engine.definePipeline(pipeline_id, key, wgsl)
         return pipeline_id
+
+    def _label_id(self, op: str) -> int:
+        """The op name profiles show for a dispatch (its pipeline may serve several ops)."""
+        label_id = self._labels.get(op)
+        if label_id is None:
+            label_id = self._labels[op] = len(self._labels)
+            self.js_calls += 1
+            self.engine.defineLabel(label_id, op)
+        return label_id
 
     def _params_id(self, data: bytes) -> int:
         if not data:
@@ -202,8 +233,57 @@ class WebGPUBackend(Backend):
 
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> GpuHandle:
         started = time.perf_counter()
+        source: GpuHandle = inputs[0] if inputs else None  # type: ignore[assignment]
+        if op == "reshape" and source.strides is None:
+            return self._alias(source, out.shape, None)  # same bytes, new shape: no copy
+        if op == "expand":
+            return self._alias(
+                source, out.shape, views.expand_strides(source.shape, source.strides, out.shape)
+            )
+        if op == "reshape":
+            return self._materialize(source, out.shape)
+        temporaries: list[GpuHandle] = []
+        if any(h.strides is not None for h in inputs):
+            if op in elementwise.EXPRESSIONS:  # the kernel reads broadcast views in place
+                attrs = {**attrs, "input_strides": tuple(h.strides for h in inputs)}
+            else:
+                temporaries = [self._materialize(h) for h in inputs if h.strides is not None]
+                dense = iter(temporaries)
+                inputs = [next(dense) if h.strides is not None else h for h in inputs]
         plan = kernels.plan(op, attrs, out, self.device_limits)  # memoized there
         result = self._allocate(out.shape, out.dtype)
+        self._emit(op, plan, inputs, result)
+        for handle in temporaries:
+            self.free(handle)
+        if self.profile_log is not None and not self.timestamps:
+            # Without timestamp-query the only honest number is the host time to encode the op.
+            elapsed = (time.perf_counter() - started) * 1000.0
+            self.profile_log.setdefault(op, []).append(elapsed)
+        if self.commands.dispatches >= FLUSH_DISPATCHES and self._recording is None:
+            self.flush()
+        return result
+
+    def _alias(
+        self, source: GpuHandle, shape: tuple[int, ...], strides: tuple[int, ...] | None
+    ) -> GpuHandle:
+        """Another tensor on `source`'s buffer (a reshape, or an expand as a broadcast view)."""
+        if strides is not None:
+            self._check_fits(shape)  # whatever reads it densely must be able to hold it
+        self.pool.retain(source.id)
+        return GpuHandle(source.id, source.nbytes, shape, source.dtype, strides)
+
+    def _materialize(self, view: GpuHandle, shape: tuple[int, ...] | None = None) -> GpuHandle:
+        """A dense copy of a broadcast view (reshaped to `shape` when given): one strided gather."""
+        assert view.strides is not None
+        plan = views.materialize_plan(view.dtype, view.shape, view.strides, self.device_limits)
+        result = self._allocate(view.shape, view.dtype)
+        self._emit("expand", plan, [view], result)
+        if shape is None:
+            return result
+        return GpuHandle(result.id, result.nbytes, shape, result.dtype)
+
+    def _emit(self, op: str, plan: Any, inputs: list[GpuHandle], result: GpuHandle) -> None:
+        """Appends the plan's dispatches, with its scratch buffers, to the open command list."""
         scratch = [self.pool.acquire(n) for n in plan.scratch_bytes]
         for buffer_id, fresh in scratch:
             if fresh:
@@ -219,8 +299,11 @@ class WebGPUBackend(Backend):
 
         for dispatch in plan.dispatches:
             bindings = [bind(ref) for ref in dispatch.bindings]
+            pipeline_id = self._pipeline_id(dispatch.key, dispatch.wgsl)
+            if pipeline_id not in self._ready:
+                self._unready.add(pipeline_id)
             record = dispatch_record(
-                self._pipeline_id(dispatch.key, dispatch.wgsl, op),
+                pipeline_id | self._label_id(op) << 16,
                 self._params_id(dispatch.params),
                 dispatch.workgroups,
                 bindings,
@@ -232,13 +315,6 @@ class WebGPUBackend(Backend):
                     self._retain_for_recording(buffer_id)
         for buffer_id, _ in scratch:
             self.pool.release(buffer_id, self.submitted + 1)
-        if self.profile_log is not None and not self.timestamps:
-            # Without timestamp-query the only honest number is the host time to encode the op.
-            elapsed = (time.perf_counter() - started) * 1000.0
-            self.profile_log.setdefault(op, []).append(elapsed)
-        if self.commands.dispatches >= FLUSH_DISPATCHES and self._recording is None:
-            self.flush()
-        return result
 
     # ---- submission ----
 
@@ -252,14 +328,23 @@ class WebGPUBackend(Backend):
         profiling = self.profile_log is not None
         self.completed = int(self.engine.flush(words, blob, profiling))
         self.submitted += 1
+        self._reclaim()
+
+    def _reclaim(self) -> None:
+        """Frees what completed submits released; destroys pool buffers left idle (the commands
+        go out with the next flush)."""
         self.pool.reclaim(self.completed)
+        for buffer_id in self.pool.trim(POOL_MAX_IDLE_FLUSHES, POOL_FREE_BUDGET):
+            self.commands.destroy(buffer_id)
 
     async def flush_async(self) -> None:
-        """flush(), after letting new pipelines finish compiling asynchronously."""
-        if self._compiling:
+        """flush(), after waiting for the pipelines it uses that are still compiling (only those:
+        the warm-up may still be compiling others)."""
+        if self._unready:
             self.js_calls += 1
-            await self.engine.settle()
-            self._compiling = False
+            await self.engine.settle(",".join(map(str, self._unready)))
+            self._ready |= self._unready
+            self._unready.clear()
         self.flush()
 
     async def end_step(self) -> None:
@@ -269,7 +354,7 @@ class WebGPUBackend(Backend):
         if self.steps % FENCE_EVERY_STEPS == 0:
             self.js_calls += 1
             self.completed = int(await self.engine.fence())
-            self.pool.reclaim(self.completed)
+            self._reclaim()
 
     async def collect_profile(self) -> None:
         await self.flush_async()
@@ -303,6 +388,11 @@ class WebGPUBackend(Backend):
             if before.id not in builder.retained:
                 builder.retained.add(before.id)
                 self.pool.retain(before.id)
+        # Replay writes inputs and copies state into these buffers: each must be its own, dense.
+        written = [*inputs, *(before for before, _ in state)]
+        replayable = len({h.id for h in written}) == len(written) and all(
+            h.strides is None for h in (*written, *outputs, *(after for _, after in state))
+        )
         self._recordings += 1
         self.js_calls += 1
         self.engine.record(self._recordings, np.array(builder.words, dtype=np.int32))
@@ -312,7 +402,8 @@ class WebGPUBackend(Backend):
             state_in=tuple(before for before, _ in state),
             outputs=tuple(outputs),
             retained=frozenset(builder.retained),
-            signature=signature(builder, inputs, state, outputs),
+            # object() equals nothing, so a recording that cannot be replayed is never verified.
+            signature=signature(builder, inputs, state, outputs) if replayable else object(),
             dispatches=_count_dispatches(builder.words),
         )
 

@@ -2,7 +2,7 @@
 // Python sends command lists (Int32Array words + a byte blob, see commands.py); each flush becomes
 // one command encoder, one compute pass and one submit. Recorded steps are replayed from here.
 
-const CREATE = 1, WRITE = 2, PARAMS = 3, DISPATCH = 4, COPY = 5, REPLAY = 6;
+const CREATE = 1, WRITE = 2, PARAMS = 3, DISPATCH = 4, COPY = 5, REPLAY = 6, DESTROY = 7;
 const STORAGE = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
 const LIMITS = [
   "maxStorageBufferBindingSize",
@@ -37,7 +37,9 @@ class Engine {
     this.buffers = new Map(); // id -> GPUBuffer
     this.params = new Map(); // id -> uniform GPUBuffer
     this.pipelines = new Map(); // id -> {label, module, pipeline, promise, error}
+    this.labels = []; // label id -> op name: a DISPATCH's pipeline word is pipeline | label << 16
     this.bindGroups = new Map(); // key -> GPUBindGroup, oldest first
+    this.groupsOfBuffer = new Map(); // buffer id -> Set of bind-group keys binding it
     this.recordings = new Map(); // id -> {words, dispatches: [{pipeline, bindGroup, x, y, z, label}]}
     this.staging = new Map(); // byte size -> [MAP_READ buffers]
     this.submitted = 0;
@@ -68,6 +70,7 @@ class Engine {
       js_buffers: this.buffers.size,
       js_param_buffers: this.params.size,
       js_bind_groups: this.bindGroups.size,
+      js_buffers_with_groups: this.groupsOfBuffer.size,
       js_pipelines: this.pipelines.size,
       js_recordings: this.recordings.size,
       js_staging_buffers: staging,
@@ -98,9 +101,15 @@ class Engine {
     this.pipelines.set(id, entry);
   }
 
-  // Waits for pipelines still compiling, so that flushes never compile synchronously.
-  async settle() {
-    await this.race(Promise.all([...this.pipelines.values()].map((entry) => entry.promise)));
+  defineLabel(id, name) {
+    this.labels[id] = name;
+  }
+
+  // Waits for the pipelines `ids` ("3,5,8") still compiling, so that flushes never compile
+  // synchronously; the warm-up's other pipelines keep compiling in the background.
+  async settle(ids) {
+    const waits = ids.split(",").map((id) => this.pipelines.get(Number(id)).promise);
+    await this.race(Promise.all(waits));
   }
 
   pipeline(id) {
@@ -129,24 +138,50 @@ class Engine {
       if (paramsId >= 0) entries.push({ binding: count, resource: { buffer: this.params.get(paramsId) } });
       const layout = this.pipeline(pipelineId).getBindGroupLayout(0);
       group = this.device.createBindGroup({ layout, entries });
+      if (cache) {
+        for (let k = 0; k < count; k++) {
+          const id = words[at + 2 * k];
+          if (!this.groupsOfBuffer.has(id)) this.groupsOfBuffer.set(id, new Set());
+          this.groupsOfBuffer.get(id).add(key);
+        }
+      }
     }
     if (cache) {
       this.bindGroups.set(key, group);
-      if (this.bindGroups.size > BIND_GROUP_CACHE_SIZE) this.bindGroups.delete(this.bindGroups.keys().next().value);
+      if (this.bindGroups.size > BIND_GROUP_CACHE_SIZE) this.forgetGroup(this.bindGroups.keys().next().value);
     }
     return group;
   }
 
+  // Drops a cached bind group and its entries in groupsOfBuffer (the key names its buffers).
+  forgetGroup(key) {
+    this.bindGroups.delete(key);
+    for (const part of key.split("/").slice(2)) {
+      const id = Number(part.split(":")[0]);
+      const keys = this.groupsOfBuffer.get(id);
+      keys?.delete(key);
+      if (keys?.size === 0) this.groupsOfBuffer.delete(id);
+    }
+  }
+
+  // A pooled buffer Python will never use again: free its memory and the bind groups naming it.
+  destroyBuffer(id) {
+    for (const key of this.groupsOfBuffer.get(id) ?? []) this.forgetGroup(key);
+    this.groupsOfBuffer.delete(id);
+    this.buffers.get(id)?.destroy();
+    this.buffers.delete(id);
+  }
+
   // A DISPATCH record at words[at] resolved to what encoding needs; returns [dispatch, next index].
   resolveDispatch(words, at, cache) {
-    const pipelineId = words[at + 1], paramsId = words[at + 2], count = words[at + 6];
+    const pipelineId = words[at + 1] & 0xffff, paramsId = words[at + 2], count = words[at + 6];
     const dispatch = {
       pipeline: this.pipeline(pipelineId),
       bindGroup: this.bindGroup(pipelineId, paramsId, words, at + 7, count, cache),
       x: words[at + 3],
       y: words[at + 4],
       z: words[at + 5],
-      label: this.pipelines.get(pipelineId).label,
+      label: this.labels[words[at + 1] >>> 16] ?? this.pipelines.get(pipelineId).label,
     };
     return [dispatch, at + 7 + 2 * count];
   }
@@ -197,6 +232,10 @@ class Engine {
           run.end();
           encoder.copyBufferToBuffer(this.buffers.get(words[i + 1]), 0, this.buffers.get(words[i + 2]), 0, words[i + 3]);
           i += 4;
+          break;
+        case DESTROY:
+          this.destroyBuffer(words[i + 1]);
+          i += 2;
           break;
         case REPLAY:
           for (const dispatch of this.replayed(words[i + 1])) run.dispatch(dispatch);

@@ -12,7 +12,7 @@ from collections import defaultdict, deque
 import numpy as np
 
 # Opcodes of the command stream; bridge.js has the same table.
-CREATE, WRITE, PARAMS, DISPATCH, COPY, REPLAY = 1, 2, 3, 4, 5, 6
+CREATE, WRITE, PARAMS, DISPATCH, COPY, REPLAY, DESTROY = 1, 2, 3, 4, 5, 6, 7
 
 _SMALL_CLASS_LIMIT = 1 << 16
 
@@ -36,6 +36,8 @@ class BufferPool:
         self.refs: dict[int, int] = {}
         self._free: defaultdict[int, list[int]] = defaultdict(list)
         self._pending: deque[tuple[int, int]] = deque()  # (serial, id), serials ascending
+        self._idle_since: dict[int, int] = {}  # free id -> the reclaim round that freed it
+        self._round = 0
 
     def acquire(self, nbytes: int) -> tuple[int, bool]:
         """An id of capacity >= nbytes with one reference; True when JS must create it first."""
@@ -43,6 +45,7 @@ class BufferPool:
         free = self._free[capacity]
         if free:
             buffer_id, fresh = free.pop(), False
+            del self._idle_since[buffer_id]
         else:
             buffer_id, fresh = self._next_id, True
             self._next_id += 1
@@ -62,9 +65,28 @@ class BufferPool:
 
     def reclaim(self, completed_serial: int) -> None:
         """Moves ids whose last possible use has completed back to their free lists."""
+        self._round += 1
         while self._pending and self._pending[0][0] <= completed_serial:
             _, buffer_id = self._pending.popleft()
             self._free[self.capacity[buffer_id]].append(buffer_id)
+            self._idle_since[buffer_id] = self._round
+
+    def trim(self, max_idle_rounds: int, free_budget: int) -> list[int]:
+        """Forgets free ids unused for more than `max_idle_rounds` reclaims, and the longest idle
+        ones while free capacity exceeds `free_budget` bytes; returns them (JS destroys them).
+        A training step reuses its buffers every round, so only what a past workload left goes."""
+        idle = sorted(self._idle_since.items(), key=lambda item: item[1])
+        free_bytes = sum(self.capacity[i] for i, _ in idle)
+        dropped = []
+        for buffer_id, since in idle:
+            if self._round - since <= max_idle_rounds and free_bytes <= free_budget:
+                break
+            free_bytes -= self.capacity[buffer_id]
+            dropped.append(buffer_id)
+        for buffer_id in dropped:
+            self._free[self.capacity[buffer_id]].remove(buffer_id)
+            del self._idle_since[buffer_id], self.capacity[buffer_id]
+        return dropped
 
     def stats(self) -> dict[str, int]:
         allocated = sum(self.capacity.values())
@@ -74,6 +96,7 @@ class BufferPool:
             "gpu_bytes_allocated": allocated,
             "gpu_bytes_in_use": live,
             "gpu_bytes_pending_free": sum(self.capacity[i] for _, i in self._pending),
+            "gpu_bytes_free": sum(self.capacity[i] for i in self._idle_since),
         }
 
 
@@ -108,6 +131,9 @@ class CommandList:
 
     def copy(self, source: int, target: int, nbytes: int) -> None:
         self.words += (COPY, source, target, nbytes)
+
+    def destroy(self, buffer_id: int) -> None:
+        self.words += (DESTROY, buffer_id)
 
     def replay(self, recording_id: int) -> None:
         self.words += (REPLAY, recording_id)

@@ -86,11 +86,42 @@ EXPRESSIONS: dict[str, Expr] = {
 }
 
 _NAMES = "abc"
+# Params of a kernel with broadcast inputs: count in row 0, then per input a block of words:
+# rank, 3 unused, MAX_RANK dims, MAX_RANK strides (the axes merged where they walk evenly).
+_BLOCK = 4 + 2 * codegen.MAX_RANK
+
+
+def _input_mode(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> tuple[str, list[int]]:
+    """How an input's elements are found from the output index i: "c" at i itself, "b" by a
+    strided walk over its merged axes (no axes for a scalar); and its params block."""
+    if strides is None:
+        return "c", []
+    axes: list[tuple[int, int]] = []
+    for dim, stride in zip(shape, strides, strict=True):
+        if dim == 1:
+            continue
+        if axes and axes[-1][1] == stride * dim:
+            axes[-1] = (axes[-1][0] * dim, stride)
+        else:
+            axes.append((dim, stride))
+    if len(axes) == 1 and axes[0][1] == 1:
+        return "c", []
+    block = [len(axes), 0, 0, 0, *codegen.axis_table([d for d, _ in axes])]
+    return "b", block + codegen.axis_table([st for _, st in axes])
+
+
+def _load(k: int, mode: str) -> str:
+    name = _NAMES[k]
+    index = "i" if mode == "c" else f"strided_offset(i, {4 + _BLOCK * k}u)"
+    return f"let {name} = in_{name}[{index}];"
 
 
 def plan_elementwise(
     op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits
 ) -> KernelPlan:
+    """out[i] = EXPR(inputs at i). attrs may carry `input_strides`: per input None (a contiguous
+    array of the output's shape) or element strides over the output's shape into that input's
+    buffer (a broadcast view: expand fused into the op, so no copy is ever made)."""
     types = tuple(codegen.wgsl_type(dt, op) for dt in out.in_dtypes)
     out_type = codegen.wgsl_type(out.dtype, op)
     expr = EXPRESSIONS[op](types, out_type)
@@ -98,6 +129,15 @@ def plan_elementwise(
     if count == 0:
         return KernelPlan(())
     arity = len(types)
+    strides = attrs.get("input_strides") or (None,) * arity
+    modes, words = "", [count, 0, 0, 0]
+    for k in range(arity):
+        mode, block = _input_mode(out.shape, strides[k])
+        modes += mode
+        words += block or [0] * _BLOCK
+    plain = modes == "c" * arity
+    if plain:
+        words = [count]
     wgsl = codegen.render(
         "elementwise.wgsl",
         INPUT_BINDINGS="\n".join(
@@ -107,10 +147,13 @@ def plan_elementwise(
         OUT_BINDING=str(arity),
         OUT_T=out_type,
         PARAMS_BINDING=str(arity + 1),
-        LOADS="\n  ".join(f"let {_NAMES[i]} = in_{_NAMES[i]}[i];" for i in range(arity)),
+        PARAM_ROWS=str(len(codegen.pack_words(words)) // 16),
+        LOADS="\n  ".join(_load(i, modes[i]) for i in range(arity)),
         EXPR=expr,
     )
     key = f"elementwise:{op}:{','.join(types)}->{out_type}"
+    if not plain:
+        key += f":{modes}"
     bindings = [BufferRef("input", i) for i in range(arity)] + [codegen.OUTPUT]
     workgroups = codegen.grid(op, codegen.groups_for(count), limits)
-    return KernelPlan((codegen.dispatch(key, wgsl, bindings, [count], workgroups),))
+    return KernelPlan((codegen.dispatch(key, wgsl, bindings, words, workgroups),))

@@ -11,12 +11,16 @@ from .commands import DISPATCH
 
 @dataclass(frozen=True)
 class GpuHandle:
-    """A tensor's storage buffer: pool id, bytes the tensor uses, and how to read it back."""
+    """A tensor's storage buffer: pool id, bytes bound for it, and how to read it back.
+
+    `strides` is None for a dense row-major tensor; a broadcast view (views.py) has element
+    strides into buffer `id`, which may then be smaller than its shape says."""
 
     id: int
     nbytes: int
     shape: tuple[int, ...]
     dtype: str
+    strides: tuple[int, ...] | None = None
 
 
 @dataclass

@@ -4,8 +4,24 @@
 {{INPUT_BINDINGS}}
 @group(0) @binding({{OUT_BINDING}}) var<storage, read_write> out: array<{{OUT_T}}>;
 
-struct Params { count: u32 }
+// Word 0: the element count; with broadcast inputs, per-input blocks follow (elementwise.py).
+struct Params { words: array<vec4<u32>, {{PARAM_ROWS}}> }
 @group(0) @binding({{PARAMS_BINDING}}) var<uniform> params: Params;
+
+fn word(i: u32) -> u32 { return params.words[i >> 2u][i & 3u]; }
+
+// Where a broadcast input's element for output index i is: a walk over its merged axes.
+fn strided_offset(i: u32, base: u32) -> u32 {
+  var rest = i;
+  var offset = 0u;
+  for (var axis = word(base); axis > 0u; axis--) {
+    let d = axis - 1u;
+    let dim = word(base + 4u + d);
+    offset += (rest % dim) * word(base + 12u + d);
+    rest = rest / dim;
+  }
+  return offset;
+}
 
 // exp overflows to +inf past this input, which some drivers turn into garbage; say inf ourselves.
 const EXP_F32_MAX_INPUT: f32 = 88.72283;
@@ -62,7 +78,7 @@ fn pow_f32(x: f32, y: f32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
   let i = workgroup_linear(wid, nwg) * 64u + lid;
-  if (i >= params.count) { return; }
+  if (i >= word(0u)) { return; }
   {{LOADS}}
   out[i] = {{EXPR}};
 }
