@@ -21,6 +21,8 @@ NAME = "webgpu"
 FLUSH_DISPATCHES = 512
 # fit awaits the GPU every this many steps: back-pressure without reading any data.
 FENCE_EVERY_STEPS = 4
+# Compile the common kernels at start-up (False: each compiles when a step first needs it).
+WARM_UP = True
 # Free pooled buffers are destroyed after this many flushes unused, or beyond this many free bytes.
 POOL_MAX_IDLE_FLUSHES = 8
 POOL_FREE_BUDGET = 64 << 20
@@ -71,6 +73,7 @@ class WebGPUBackend(Backend):
         self._labels: dict[str, int] = {}
         self._ready: set[int] = set()  # pipelines known to have finished compiling
         self._unready: set[int] = set()  # used by the open command list, maybe still compiling
+        self._warming: set[int] = set()  # warm-up pipelines no dispatch has used yet
         self._recording: RecordingBuilder | None = None
         self._recordings = 0
         self._on_lost: Any = None
@@ -95,14 +98,17 @@ class WebGPUBackend(Backend):
         )
         self.timestamps = bool(info["timestamps"])
         self.adapter = info["adapter"]
-        self.warm_up()
+        if WARM_UP:
+            self.warm_up()
 
     def warm_up(self) -> None:
-        """Starts compiling the common kernels (createComputePipelineAsync) without waiting: the
-        kernels are shape-generic, so these few dozen pipelines serve most models, and the first
-        step only waits for those still compiling when it is submitted."""
+        """Queues the common kernels for createComputePipelineAsync, compiled one at a time in the
+        background: the kernels are shape-generic, so these few dozen pipelines serve most
+        models. A kernel a step uses before the warm-up reached it is compiled at once, so the
+        warm-up never delays a step by more than the one compile in progress (on a software
+        GPU compiling is the cost, and it only pays off for time spent idle after init)."""
         for key, wgsl in warmup.common_kernels(self.device_limits):
-            self._pipeline_id(key, wgsl)
+            self._pipeline_id(key, wgsl, background=True)
 
     def _device_lost(self, message: str) -> None:
         from ...runtime import record_event  # late: runtime imports the backends
@@ -205,12 +211,18 @@ class WebGPUBackend(Backend):
 
     # ---- ops ----
 
-    def _pipeline_id(self, key: str, wgsl: str) -> int:
+    def _pipeline_id(self, key: str, wgsl: str, background: bool = False) -> int:
         pipeline_id = self._pipelines.get(key)
         if pipeline_id is None:
             pipeline_id = self._pipelines[key] = len(self._pipelines)
             self.js_calls += 1
-            self.engine.definePipeline(pipeline_id, key, wgsl)
+            self.engine.definePipeline(pipeline_id, key, wgsl, background)
+            if background:
+                self._warming.add(pipeline_id)
+        elif not background and pipeline_id in self._warming:
+            self._warming.discard(pipeline_id)  # needed now: compile it ahead of the warm-up
+            self.js_calls += 1
+            self.engine.usePipeline(pipeline_id)
         return pipeline_id
 
     def _label_id(self, op: str) -> int:

@@ -37,6 +37,8 @@ class Engine {
     this.buffers = new Map(); // id -> GPUBuffer
     this.params = new Map(); // id -> uniform GPUBuffer
     this.pipelines = new Map(); // id -> {label, module, pipeline, promise, error}
+    this.warmQueue = []; // warm-up entries not compiled yet, in order
+    this.warming = false;
     this.labels = []; // label id -> op name: a DISPATCH's pipeline word is pipeline | label << 16
     this.bindGroups = new Map(); // key -> GPUBindGroup, oldest first
     this.groupsOfBuffer = new Map(); // buffer id -> Set of bind-group keys binding it
@@ -89,16 +91,46 @@ class Engine {
     if (this.errors.length) throw new Error(`WebGPU validation error: ${this.errors.splice(0).join("; ")}`);
   }
 
-  definePipeline(id, label, wgsl) {
-    const module = this.device.createShaderModule({ code: wgsl, label });
-    const entry = { label, module, pipeline: null, error: null };
+  // A kernel to compile with createComputePipelineAsync: now, or (background: the warm-up) one
+  // at a time while nothing asks for it, so that kernels a step needs never queue behind it.
+  definePipeline(id, label, wgsl, background) {
+    const entry = { label, wgsl, module: null, pipeline: null, promise: null, error: null };
+    this.pipelines.set(id, entry);
+    if (background) {
+      this.warmQueue.push(entry);
+      this.pumpWarmUp();
+    } else {
+      this.compile(entry);
+    }
+  }
+
+  // A warm-up kernel a step now uses: compile it now if the warm-up has not reached it yet.
+  usePipeline(id) {
+    this.compile(this.pipelines.get(id));
+  }
+
+  compile(entry) {
+    if (entry.promise) return entry.promise;
+    entry.module = this.device.createShaderModule({ code: entry.wgsl, label: entry.label });
     entry.promise = this.device
-      .createComputePipelineAsync({ label, layout: "auto", compute: { module, entryPoint: "main" } })
+      .createComputePipelineAsync({ label: entry.label, layout: "auto", compute: { module: entry.module, entryPoint: "main" } })
       .then(
         (pipeline) => (entry.pipeline = pipeline),
-        (error) => (entry.error = `kernel ${label} failed to compile: ${error.message}`),
+        (error) => (entry.error = `kernel ${entry.label} failed to compile: ${error.message}`),
       );
-    this.pipelines.set(id, entry);
+    return entry.promise;
+  }
+
+  pumpWarmUp() {
+    if (this.warming) return;
+    const entry = this.warmQueue.find((e) => !e.promise);
+    this.warmQueue = this.warmQueue.filter((e) => !e.promise && e !== entry);
+    if (!entry) return;
+    this.warming = true;
+    this.compile(entry).finally(() => {
+      this.warming = false;
+      this.pumpWarmUp();
+    });
   }
 
   defineLabel(id, name) {
@@ -108,7 +140,7 @@ class Engine {
   // Waits for the pipelines `ids` ("3,5,8") still compiling, so that flushes never compile
   // synchronously; the warm-up's other pipelines keep compiling in the background.
   async settle(ids) {
-    const waits = ids.split(",").map((id) => this.pipelines.get(Number(id)).promise);
+    const waits = ids.split(",").map((id) => this.compile(this.pipelines.get(Number(id))));
     await this.race(Promise.all(waits));
   }
 
@@ -116,6 +148,7 @@ class Engine {
     const entry = this.pipelines.get(id);
     if (entry.error) throw new Error(entry.error);
     // Only reached when a long command list flushes before settle(): compile now.
+    entry.module ??= this.device.createShaderModule({ code: entry.wgsl, label: entry.label });
     entry.pipeline ??= this.device.createComputePipeline({
       label: entry.label,
       layout: "auto",
