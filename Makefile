@@ -39,10 +39,11 @@ lint: $(VENV)/.installed-test
 unit: $(VENV)/.installed-test setup
 	$(VENV)/bin/pytest tests_unit
 
-e2e: $(VENV)/.installed-test setup browsers
+e2e: $(VENV)/.installed-test setup browsers bench/node_modules/.installed
 	$(VENV)/bin/pytest tests_e2e
 
-test: $(VENV)/.installed-test setup browsers lint
+# The e2e suite includes a smoke run of the benchmark harness, so TF.js is installed here too.
+test: $(VENV)/.installed-test setup browsers bench/node_modules/.installed lint
 	$(VENV)/bin/pytest tests_unit tests_e2e
 
 # TensorFlow.js 4.22.0 for the benchmarks, from npm into the git-ignored bench/node_modules.
