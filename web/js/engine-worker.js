@@ -25,6 +25,18 @@ async function fetchOk(url) {
   return response;
 }
 
+// The server rebuilds the wheel when the engine's sources change; an edit between asking for the
+// current build and downloading it makes that build vanish, so ask once more.
+async function fetchEngineWheel(engine) {
+  const response = await fetch(engine.wheel_url);
+  if (response.status === 404) {
+    const current = await (await fetchOk("/api/engine")).json();
+    return (await fetchOk(current.wheel_url)).arrayBuffer();
+  }
+  if (!response.ok) throw new Error(`${engine.wheel_url}: HTTP ${response.status} ${await response.text()}`);
+  return response.arrayBuffer();
+}
+
 async function boot({ backend }) {
   const environmentPromise = probeGPU();
   const engine = await (await fetchOk("/api/engine")).json();
@@ -35,7 +47,7 @@ async function boot({ backend }) {
   await stage("numpy", () => pyodide.loadPackage("numpy", { messageCallback: () => {} }));
   const environment = await environmentPromise;
   const chosen = await stage("engine", async () => {
-    const wheel = await (await fetchOk(engine.wheel_url)).arrayBuffer();
+    const wheel = await fetchEngineWheel(engine);
     const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
     pyodide.unpackArchive(wheel, "wheel", { extractDir: sitePackages });
     runner = pyodide.pyimport("py_in_browser._worker");
