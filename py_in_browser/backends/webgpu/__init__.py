@@ -7,7 +7,7 @@ from .backend import NAME, WebGPUBackend, webgpu_available
 from .kernels import all_primitive_names
 
 register_backend(
-    NAME, WebGPUBackend, priority=20, available=webgpu_available, primitives=all_primitive_names
+    NAME, WebGPUBackend, priority=100, available=webgpu_available, primitives=all_primitive_names
 )
 
 __all__ = ["WebGPUBackend"]
