@@ -83,3 +83,17 @@ def test_start_up_stages_are_reported(engine_page: EnginePage) -> None:
     bars = engine_page.page.locator(".stage progress")
     assert bars.count() == 3
     assert all(bars.nth(i).evaluate("bar => bar.value === bar.max") for i in range(3))
+
+
+def test_auto_selection_takes_the_first_backend_that_works(
+    engine_page: EnginePage, browser_kind: str
+) -> None:
+    """No ?backend=: webgpu > webgl2 > cpu, each verified by a numeric self-test (API.md)."""
+    available, chosen = engine_page.run("(pib.available_backends(), pib.get_backend())")
+    print(f"{browser_kind}: available {available}, chosen {chosen}")
+    assert available[-1] == "cpu" and set(available) <= {"webgpu", "webgl2", "cpu"}
+    assert engine_page.js("() => window.pib.backend") == chosen
+    if browser_kind == "chromium":
+        assert chosen == "webgpu"
+    else:
+        assert chosen in available
