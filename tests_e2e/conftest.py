@@ -2,53 +2,23 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 
+from server.background import background_dev_server
 from tests_e2e.browsers import launch_chromium, launch_firefox, xvfb_display
 from tests_e2e.engine_page import EnginePage
 
 BOOT_TIMEOUT_MS = 120_000
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", "--port", str(port)],
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300  # a cold cache makes serve run setup first
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/api/health", timeout=2):
-                break
-        except OSError:
-            if process.poll() is not None:
-                raise RuntimeError(f"the dev server exited with {process.returncode}") from None
-            if time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError("the dev server did not answer /api/health") from None
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(timeout=10)
+    with background_dev_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
