@@ -34,12 +34,19 @@ from py_in_browser.backends.webgl2.textures import POOL_BYTES, TexturePool
 
 
 def test_the_innermost_dimension_is_the_texture_width_when_legal() -> None:
-    assert choose_layout((3, 300), 4096) == Layout(300, 3, 1, 900)  # R: 900 < PACK_MIN_ELEMENTS
+    assert choose_layout((3, 301), 4096) == Layout(301, 3, 1, 903)  # R: 903 < PACK_MIN_ELEMENTS
     assert choose_layout((64, 256), 4096) == Layout(64, 64, 4, 64 * 256)  # RGBA: 256 / 4 texels
 
 
+def test_an_inner_dimension_that_is_a_multiple_of_four_is_rgba_at_any_size() -> None:
+    # Texels of 4 elements of one row: what the vector matmul and convolution kernels read.
+    assert choose_layout((3, 300), 4096) == Layout(75, 3, 4, 900)
+    assert choose_layout((3, 3, 3, 16), 4096) == Layout(4, 27, 4, 432)
+    assert choose_layout((2, 10), 4096).channels == 1
+
+
 def test_a_width_beyond_max_texture_size_falls_back_to_a_squarish_layout() -> None:
-    assert choose_layout((3, 300), 64) == Layout(30, 30, 1, 900)
+    assert choose_layout((3, 301), 64) == Layout(31, 30, 1, 903)
     # A tall column: the innermost width (1) is legal but 5000 / 4 rows are not.
     assert choose_layout((5000, 1), 64) == Layout(36, 35, 4, 5000)
 
@@ -50,7 +57,7 @@ def test_an_inner_dimension_that_is_not_a_multiple_of_four_is_packed_squarishly(
 
 
 def test_rgba_packing_starts_at_the_threshold() -> None:
-    assert choose_layout((PACK_MIN_ELEMENTS - 1,), 4096).channels == 1
+    assert choose_layout((PACK_MIN_ELEMENTS - 1,), 4096).channels == 1  # 1023: not aligned
     assert choose_layout((PACK_MIN_ELEMENTS,), 4096).channels == 4
 
 

@@ -201,6 +201,12 @@ class WebGL2Backend(Backend):
         if op == "concat" and len(inputs) > MAX_INPUTS_PER_DRAW:
             return self._concat_in_groups(inputs, attrs, out)
         key, uniforms = kernels.plan(op, attrs, out)
+        if op in kernels.VECTOR_OPS:
+            layouts = [choose_layout(out.shape, self.max_side)] + [h.texture.layout for h in inputs]
+            all_rgba = all(layout.channels == 4 for layout in layouts)
+            vector = kernels.vector_plan(op, attrs, out, all_rgba)
+            if vector is not None:
+                key, uniforms = vector
         carried = inputs[1:] if op == "where" else inputs
         pair = (
             self.compensated

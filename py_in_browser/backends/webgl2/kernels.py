@@ -204,6 +204,50 @@ for _op, _planner in PLANNERS.items():
     _register(_op, _planner)
 
 
+VECTOR_OPS = frozenset({"matmul", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"})
+
+
+def _vector_matmul(attrs: dict[str, Any], out: OutSpec) -> Plan | None:
+    ta, tb = bool(attrs["transpose_a"]), bool(attrs["transpose_b"])
+    a = out.in_shapes[0]
+    m, n = out.shape[-2], out.shape[-1]
+    k = a[-2] if ta else a[-1]
+    # Every dimension a texel spans must be whole texels: the inner dims of a, b and out.
+    variant = {(False, False): "nn", (False, True): "nt", (True, False): "tn"}.get((ta, tb))
+    need = {"nn": (k, n), "nt": (k, n), "tn": (m, n)}.get(variant or "", ())
+    if variant is None or any(d % 4 for d in need) or min(m, n, k) == 0:
+        return None
+    return f"matmul4:{variant}", [_ints("u_m", [m]), _ints("u_n", [n]), _ints("u_k", [k])]
+
+
+def _vector_conv(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan | None:
+    _, uniforms = _conv(op, attrs, out)
+    if op == "conv2d":
+        x, w = out.in_shapes[0], out.in_shapes[1]
+    elif op == "conv2d_backprop_input":
+        x, w = out.shape, out.in_shapes[1]
+    else:
+        x, w = out.in_shapes[0], out.shape
+    ci, co = x[3], w[3]
+    if co % 4 or 0 in x or 0 in w or 0 in out.shape:
+        return None
+    if op == "conv2d_backprop_input":
+        return (f"{op}4:vec", uniforms) if ci % 4 == 0 else None
+    return f"{op}4:{'vec' if ci % 4 == 0 else 'scalar'}", uniforms
+
+
+def vector_plan(op: str, attrs: dict[str, Any], out: OutSpec, all_rgba: bool) -> Plan | None:
+    """A whole-texel kernel for matmul and the convolutions when every texture involved is RGBA
+    and the dimensions a texel spans are multiples of 4 (see layout.choose_layout), else None."""
+    if not all_rgba:
+        return None
+    if op == "matmul":
+        return _vector_matmul(attrs, out)
+    if op in ("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"):
+        return _vector_conv(op, attrs, out)
+    return None
+
+
 def plan(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
     """The program key and uniforms of one primitive call."""
     kernel = KERNELS.get((NAME, op))

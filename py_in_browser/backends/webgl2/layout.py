@@ -35,12 +35,17 @@ def choose_layout(shape: tuple[int, ...], max_side: int) -> Layout:
     """The layout of a tensor of `shape`, or TextureTooLargeError before anything is drawn.
 
     Large tensors are RGBA-packed (4 elements per texel, a quarter of the fragments), and so is
-    any tensor that one R texture of the limit cannot hold. The width follows the innermost
+    any tensor that one R texture of the limit cannot hold, and any tensor whose innermost
+    dimension is a multiple of 4: then every texel holds 4 elements of one row, which the vector
+    kernels (matmul, convolutions) read as one vec4. The width follows the innermost
     dimension when that makes a valid texture (rows of a matrix are rows of texels); otherwise
     the texture is as square as possible.
     """
     size = math.prod(shape)
-    channels = 4 if size >= PACK_MIN_ELEMENTS or size > max_side * max_side else 1
+    inner = shape[-1] if shape else 1
+    aligned = inner > 0 and inner % 4 == 0  # texels are 4 whole elements of one row
+    packed = size >= PACK_MIN_ELEMENTS or size > max_side * max_side or aligned
+    channels = 4 if packed else 1
     texels = max(1, math.ceil(size / channels))
     if texels > max_side * max_side:
         raise TextureTooLargeError(
@@ -48,7 +53,6 @@ def choose_layout(shape: tuple[int, ...], max_side: int) -> Layout:
             f"{max_side}x{max_side} texture holds (MAX_TEXTURE_SIZE {max_side}); use a smaller "
             "batch or layer"
         )
-    inner = shape[-1] if shape else 1
     if inner > 0 and inner % channels == 0:
         width = inner // channels
         height = texels // width

@@ -33,6 +33,14 @@ CAST = {"float32": "a", "float64": "a", "int32": "trunc(a)", "bool": "float(a !=
 # Ops whose float16 results carry a compensation texture (see backend.py: weights stay exact).
 PAIR_OPS = ("add", "sub", "where")
 
+# Vector kernels (RGBA in and out, 4 elements per texel fetch) and the defines of each variant.
+VECTOR_KERNELS: dict[str, dict[str, tuple[str, ...]]] = {
+    "matmul4": {"nn": ("MM_NN",), "nt": ("MM_NT",), "tn": ("MM_TN",)},
+    "conv2d4": {"vec": ("X_VEC",), "scalar": ()},
+    "conv2d_backprop_input4": {"vec": ()},
+    "conv2d_backprop_filter4": {"vec": ("X_VEC",), "scalar": ()},
+}
+
 _POOL_DEFINES = {
     "max": "#define POOL_MAX\n",
     "avg": "#define POOL_AVG\n",
@@ -101,6 +109,9 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _concat(int(arg)), int(arg)
     if kind == "strided":
         return _frag("strided"), 1
+    if kind in VECTOR_KERNELS:  # "matmul4:nn", "conv2d4:vec", ...: whole-texel kernels
+        defines = "".join(f"#define {d}\n" for d in VECTOR_KERNELS[kind][arg])
+        return f"#define TEXEL_KERNEL\n{defines}{_frag(kind)}", 2
     return _frag(kind), 2  # matmul and the three convolutions
 
 
@@ -122,4 +133,5 @@ def warmup_keys() -> list[str]:
     keys += [f"reduce:{r}" for r in ("sum", "max", "argmax")]
     keys += ["matmul", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"]
     keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2"]
+    keys += [f"{kind}:{arg}" for kind, args in VECTOR_KERNELS.items() for arg in args]
     return keys

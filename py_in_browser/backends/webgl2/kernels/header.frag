@@ -17,3 +17,19 @@ float element(sampler2D tex, ivec3 layout_, int i) {
   vec4 texel = texelFetch(tex, ivec2(t % layout_.x, t / layout_.x), 0);
   return layout_.y == 1 ? texel.r : texel[i % 4];
 }
+
+// Texel cursors for the vector kernels, which read RGBA textures a whole texel (4 elements of
+// one row) at a time: texel t of a texture of width w sits at (t % w, t / w). Stepping a cursor
+// by s texels adds (s % w, s / w) and carries, so inner loops do no integer division.
+ivec2 texel_at(int t, int w) { return ivec2(t % w, t / w); }
+ivec2 texel_step(int s, int w) { return ivec2(s % w, s / w); }
+ivec2 advance(ivec2 p, ivec2 s, int w) {
+  p += s;
+  if (p.x >= w) {
+    p.x -= w;
+    p.y += 1;
+  }
+  return p;
+}
+// Component c of a texel by selects (a dot with a one-hot mask would turn inf into NaN).
+float component(vec4 t, int c) { return c < 2 ? (c == 0 ? t.x : t.y) : (c == 2 ? t.z : t.w); }

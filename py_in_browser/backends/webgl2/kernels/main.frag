@@ -1,11 +1,16 @@
-// One fragment per output texel: 1 element (R) or 4 consecutive elements (RGBA).
+// One fragment per output texel: 1 element (R) or 4 consecutive elements (RGBA). Vector kernels
+// (TEXEL_KERNEL, RGBA outputs only) compute the texel's 4 elements together in value4(texel).
 void main() {
   int texel = int(gl_FragCoord.y) * u_out.x + int(gl_FragCoord.x);
+#ifdef TEXEL_KERNEL
+  vec4 result = texel * 4 < u_out_size ? value4(texel) : vec4(0.0);
+#else
   int base = texel * u_out.y;
   vec4 result = vec4(0.0);
   for (int c = 0; c < 4; ++c) {
     if (c < u_out.y && base + c < u_out_size) result[c] = value(base + c);
   }
+#endif
 #ifdef PAIR_OUTPUT
   // Float16 compensated storage: the value rounded to half, and what the rounding lost.
   vec4 hi = vec4(unpackHalf2x16(packHalf2x16(result.xy)), unpackHalf2x16(packHalf2x16(result.zw)));
