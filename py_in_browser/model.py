@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -12,7 +13,7 @@ from .callbacks import History
 from .nn import activations, losses
 from .nn import metrics as metric_lib
 from .nn.layers import Layer
-from .runtime import tidy
+from .runtime import current_backend, tidy
 from .tensor import Tensor, Variable, tensor
 
 
@@ -37,6 +38,8 @@ class Sequential:
         self.progress: dict[str, Any] = {"epoch": 0, "batch": 0}
         self.resume_state: dict[str, Any] | None = None
         self.fit_state: Any = None
+        self._trainer: training.Trainer | None = None
+        self._trainer_finalizer: weakref.finalize[Any, Any] | None = None
         for layer in layers or []:
             self.add(layer)
 
@@ -132,6 +135,8 @@ class Sequential:
                 )
             with tidy():
                 var.assign(tensor(array, dtype=var.dtype))
+        if self._trainer is not None:
+            self._trainer.drop_recordings()  # re-recorded from the new weights on the next step
 
     def summary(self, print_fn: Callable[[str], Any] | None = print) -> str:
         """A Keras-like table of layers, output shapes and parameter counts; printed and returned."""
@@ -170,6 +175,7 @@ class Sequential:
             raise ValueError(f"compile: loss is required; one of {sorted(losses.LOSSES)}")
         if self.optimizer is not None:
             self.optimizer.dispose()
+        self._close_trainer()
         self.optimizer = optim.get(optimizer)
         self.loss = losses.get(loss)
         specs = [] if metrics is None else list(metrics)
@@ -186,6 +192,54 @@ class Sequential:
                 metric_lib.get(m, self.loss, self.output_shape) for m in self._metric_specs
             ]
         return self.metrics
+
+    def _training(self) -> training.Trainer:
+        """The Trainer fit and train_on_batch share: one per model and backend, kept (with its
+        step recordings) until compile or a backend change; set_weights drops its recordings."""
+        backend = current_backend()
+        if self._trainer is not None and self._trainer.backend is not backend:
+            self._close_trainer()
+        if self._trainer is None:
+            self._trainer = training.Trainer(self, backend)
+            # Frees its recordings (and the buffers only they hold) when the model goes away.
+            self._trainer_finalizer = weakref.finalize(self, self._trainer.close)
+            self._trainer_finalizer.atexit = False
+        return self._trainer
+
+    def _close_trainer(self) -> None:
+        self._trainer = None
+        if self._trainer_finalizer is not None:
+            self._trainer_finalizer()  # runs Trainer.close once
+            self._trainer_finalizer = None
+
+    @overload
+    async def train_on_batch(
+        self, x: Any, y: Any, return_dict: Literal[False] = False
+    ) -> Tensor: ...
+
+    @overload
+    async def train_on_batch(
+        self, x: Any, y: Any, return_dict: Literal[True]
+    ) -> dict[str, float]: ...
+
+    async def train_on_batch(
+        self, x: Any, y: Any, return_dict: bool = False
+    ) -> Tensor | dict[str, float]:
+        """One optimizer step on one batch, like Keras' train_on_batch.
+
+        x, y: numpy arrays / nested lists (checked like fit's, uploaded each call) or tensors
+        already on the device (checked by shape and dtype only, never read back). The step is
+        fit's: the same NaN-safe gated update, and on webgpu/webgl2 the same recordings, so from
+        the third call with the same batch shapes the step is replayed from JS with O(1)
+        Python->JS calls; fit and train_on_batch share those recordings.
+
+        Returns the batch loss as a Tensor that has NOT been read back: nothing waits for the GPU
+        unless you ask, e.g. `await loss.numpy()` every 10 steps (dispose it when done). With
+        return_dict=True it waits and returns {"loss": float, <metric>: float} for this batch.
+        A batch whose loss is NaN/Inf changes nothing (weights, slots, step counter); its
+        returned loss shows the NaN.
+        """
+        return await training.train_on_batch(self, x, y, return_dict=return_dict)
 
     async def fit(self, x: Any, y: Any, **kwargs: Any) -> History:
         """See training.fit for the arguments (epochs, batch_size, shuffle, seed, callbacks, ...)."""
@@ -204,3 +258,5 @@ class Sequential:
     def load_checkpoint(self, blob: bytes) -> None:
         """Restores a save_checkpoint blob; then fit(..., resume=True) continues where it stopped."""
         checkpoint.load(self, blob)
+        if self._trainer is not None:
+            self._trainer.drop_recordings()

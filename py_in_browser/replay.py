@@ -6,15 +6,26 @@ mask), later steps with that signature are replayed by the backend with O(1) Pyt
 batch data written into the recorded input buffers, the variables' current buffers copied into
 the recorded state buffers, the recorded dispatches run, and the variables pointed at the
 recorded results. Anything the recording cannot reproduce runs eagerly instead.
+
+The batch comes either as host arrays (fit; written into the recorded input buffers) or as
+tensors already on the device (Sequential.train_on_batch). Tensors are passed like state: the
+recording reads a private copy made once when it is recorded, and each replay copies the given
+tensors into it on the device (no readback, no upload; the caller's tensors are never written).
+
+One StepReplayer lives on a model across fit and train_on_batch calls (training.Trainer), so
+recordings survive from one call to the next; compile, set_weights and a backend change drop it.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import functional as F
+from .runtime import keep
 from .tensor import Tensor, Variable, _wrap, tensor
 
 if TYPE_CHECKING:
@@ -38,16 +49,26 @@ class _Entry:
     loss_spec: tuple[tuple[int, ...], str] = ((), "float32")
     verified: bool = False
     attempts: int = 0
+    on_device: bool = False  # the batch comes as tensors, copied in like state
 
 
 class StepReplayer:
     """Runs fit's train steps through recordings; `train_step` is the eager step it records."""
 
     def __init__(self, model: Sequential, state: FitState, backend: Backend, train_step: Any):
-        self.model, self.state, self.backend = model, state, backend
+        # A weak reference: the model owns its replayer, and a cycle would keep a dropped model's
+        # GPU buffers alive until the cyclic garbage collector happens to run.
+        self._model = weakref.ref(model)
+        self.state, self.backend = state, backend
         self.train_step = train_step
         self.entries: dict[Any, _Entry] = {}
         self.replayed = 0
+
+    @property
+    def model(self) -> Sequential:
+        model = self._model()
+        assert model is not None, "the model of this replayer was garbage collected"
+        return model
 
     def _variables(self) -> list[Variable]:
         assert self.model.optimizer is not None
@@ -62,10 +83,11 @@ class StepReplayer:
             seen.setdefault(id(v), v)
         return list(seen.values())
 
-    def _signature(self, xb: np.ndarray, yb: np.ndarray, variables: list[Variable]) -> Any:
+    def _signature(self, xb: Any, yb: Any, variables: list[Variable]) -> Any:
         assert self.model.optimizer is not None
         # Host-side settings a callback may change between steps are part of the key.
         return (
+            isinstance(xb, Tensor),
             xb.shape,
             yb.shape,
             repr(sorted(self.model.optimizer.get_config().items())),
@@ -73,8 +95,10 @@ class StepReplayer:
             tuple(id(v) for v in self.model.trainable_weights),
         )
 
-    def step(self, xb: np.ndarray, yb: np.ndarray) -> Tensor:
-        """One train step on host arrays; returns the batch loss tensor (the caller disposes it)."""
+    def step(self, xb: Any, yb: Any, own_loss: bool = False) -> Tensor:
+        """One train step on a batch, both host arrays or both tensors (of the loss's target dtype
+        for y); returns the batch loss tensor (the caller disposes it). Unless `own_loss`, the
+        loss of a recorded step may be overwritten by the next replay: read it before then."""
         variables = self._variables()
         key = self._signature(xb, yb, variables)
         entry = self.entries.get(key)
@@ -83,31 +107,40 @@ class StepReplayer:
         if entry is None:
             if len(self.entries) >= MAX_SIGNATURES:
                 return self.train_step(self.model, xb, yb, self.state)
-            entry = self.entries[key] = _Entry(variables)
+            entry = self.entries[key] = _Entry(variables, on_device=isinstance(xb, Tensor))
         if entry.attempts >= MAX_ATTEMPTS:
             if entry.recording is not None:
                 self._release(entry)  # never verified: stay eager for this signature
             return self.train_step(self.model, xb, yb, self.state)
-        return self._record(entry, xb, yb)
+        return self._record(entry, xb, yb, own_loss)
 
-    def _record(self, entry: _Entry, xb: np.ndarray, yb: np.ndarray) -> Tensor:
+    def _record(self, entry: _Entry, xb: Any, yb: Any, own_loss: bool) -> Tensor:
         assert self.model.loss is not None
         backend = self.backend
         before = [v._handle() for v in entry.variables]
+        if entry.on_device:
+            # Private dense copies the recording reads as state: a replay copies the caller's
+            # tensors into them, so the caller's own buffers are never overwritten.
+            x, y = keep(F.mul(xb, 1)), keep(F.mul(yb, 1))
         backend.begin_recording()
-        x = tensor(xb)
-        y = tensor(yb, dtype=self.model.loss.target_dtype)
+        if not entry.on_device:
+            x = tensor(xb)
+            y = tensor(yb, dtype=self.model.loss.target_dtype)
         try:
             loss = self.train_step(self.model, x, y, self.state)
             after = [v._handle() for v in entry.variables]
-            recording = backend.finish_recording(
-                [x._handle(), y._handle()], list(zip(before, after, strict=True)), [loss._handle()]
-            )
+            pairs = list(zip(before, after, strict=True))
+            if entry.on_device:
+                pairs += [(x._handle(), x._handle()), (y._handle(), y._handle())]
+                inputs = []
+            else:
+                inputs = [x._handle(), y._handle()]
+            recording = backend.finish_recording(inputs, pairs, [loss._handle()])
         except BaseException:
             backend.abort_recording()
             raise
         finally:
-            x.dispose()
+            x.dispose()  # the recording keeps its buffers alive as long as it needs them
             y.dispose()
         entry.attempts += 1
         entry.loss_spec = (loss.shape, loss.dtype)
@@ -115,18 +148,28 @@ class StepReplayer:
             entry.verified = entry.recording.signature == recording.signature
             self._release(entry)
         entry.recording = recording
-        entry.held = [Tensor(v._live_storage(), v.shape, v.dtype) for v in entry.variables]
-        return loss
+        entry.held = [keep(Tensor(v._live_storage(), v.shape, v.dtype)) for v in entry.variables]
+        if not own_loss:
+            return loss
+        # The loss buffer is the recording's output, which every replay overwrites: a caller that
+        # may read it after later steps (train_on_batch) gets its own copy. fit reads it first.
+        result = F.mul(loss, 1.0)
+        loss.dispose()
+        return result
 
-    def _replay(self, entry: _Entry, xb: np.ndarray, yb: np.ndarray) -> Tensor:
+    def _replay(self, entry: _Entry, xb: Any, yb: Any) -> Tensor:
         assert self.model.loss is not None
-        arrays = [np.asarray(xb, np.float32), np.asarray(yb, self.model.loss.target_dtype)]
         now = [v._handle() for v in entry.variables]
+        if entry.on_device:
+            arrays: list[np.ndarray] = []
+            now += [xb._handle(), yb._handle()]
+        else:
+            arrays = [np.asarray(xb, np.float32), np.asarray(yb, self.model.loss.target_dtype)]
         (loss_handle,) = self.backend.replay(entry.recording, arrays, now)
         for variable, value in zip(entry.variables, entry.held, strict=True):
             variable.assign(value)
         # The one host-side effect of train_step (training._accumulate) the replay must repeat.
-        self.state.seen += len(yb)
+        self.state.seen += yb.shape[0]
         self.replayed += 1
         return _wrap(self.backend, loss_handle, *entry.loss_spec)
 

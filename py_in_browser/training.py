@@ -9,12 +9,18 @@ weight, slot, moving-statistic and step-counter update with it. Once a step's lo
 later update takes effect, so the weights stay exactly those before the first bad step, without a
 readback per step. The flag is read with the epoch's loss (or per batch when a callback asks for
 batch logs) and fit raises NonFiniteLossError.
+
+fit and train_on_batch run the same step through one Trainer per model (Sequential._training):
+the device-side FitState and, on backends that replay, the StepReplayer whose recordings carry
+over from call to call. train_on_batch starts each call with the ok flag set, so a batch with a
+NaN/Inf loss leaves the weights as they were and later batches train again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,7 +30,7 @@ from . import replay
 from .autograd import GradientTape
 from .callbacks import Callback, History, call_hook
 from .nn import layers as layer_lib
-from .runtime import current_backend, tidy
+from .runtime import tidy
 from .tensor import Tensor, Variable, tensor
 
 if TYPE_CHECKING:
@@ -58,6 +64,44 @@ class FitState:
     def dispose(self) -> None:
         for v in (self.ok, *self.variables()):
             v.dispose()
+
+
+class Trainer:
+    """What fit and train_on_batch share on one model and backend: the FitState, the eager step
+    and, where the backend replays, the StepReplayer (its recordings outlive each call)."""
+
+    def __init__(self, model: Sequential, backend: Any) -> None:
+        self.backend = backend
+        self.state = FitState(len(model.resolved_metrics()))
+        self.ok_value = Variable(True, trainable=False, name="fit/ok_value", dtype="bool")
+        self.step_fn = tidy(train_step)
+        self.replayer: replay.StepReplayer | None = None
+        if backend.supports_replay:
+            self.replayer = replay.StepReplayer(model, self.state, backend, self.step_fn)
+        self._model = weakref.ref(model)  # the model owns its Trainer: no reference cycle
+        self.checked: set[Any] = set()  # batch signatures train_on_batch has validated
+
+    def reset_ok(self) -> None:
+        """Lets steps update again (no op: the variable points at a constant True buffer)."""
+        self.state.ok.assign(self.ok_value)
+
+    def step(self, xb: Any, yb: Any, own_loss: bool = False) -> Tensor:
+        """One gated train step, replayed where it can be; returns the batch loss tensor (with
+        own_loss, one that later steps never overwrite: see StepReplayer.step)."""
+        if self.replayer is not None and replay.ENABLED:
+            return self.replayer.step(xb, yb, own_loss)
+        model = self._model()
+        assert model is not None, "the model of this Trainer was garbage collected"
+        return self.step_fn(model, xb, yb, self.state)
+
+    def drop_recordings(self) -> None:
+        if self.replayer is not None:
+            self.replayer.close()
+
+    def close(self) -> None:
+        self.drop_recordings()
+        self.state.dispose()
+        self.ok_value.dispose()
 
 
 # ---- input validation --------------------------------------------------------------------------
@@ -248,7 +292,10 @@ async def fit(
     steps = math.ceil(samples / batch_size)
 
     start_batch = 0
-    state = FitState(len(model.resolved_metrics()))
+    trainer = model._training()
+    state = trainer.state
+    trainer.reset_ok()
+    state.reset()
     if resume:
         initial_epoch, start_batch, seed = _resume_cursor(
             model, state, batch_size, samples, shuffle
@@ -271,13 +318,9 @@ async def fit(
         "shuffle": shuffle,
         "samples": samples,
     }
-    step = tidy(train_step)
-    backend = current_backend()
+    backend = trainer.backend
     # Where the backend can, steps after the first ones replay a recording instead of running
     # Python per op; the results are the same (replay.py says when it falls back to eager).
-    replayer = None
-    if backend.supports_replay and replay.ENABLED:
-        replayer = replay.StepReplayer(model, state, backend, step)
     try:
         await call_hook(all_callbacks, "on_train_begin", {})
         for epoch in range(initial_epoch, epochs):
@@ -287,10 +330,7 @@ async def fit(
             order = epoch_order(seed, epoch, samples, shuffle)
             for batch in range(start_batch, steps):
                 idx = order[batch * batch_size : (batch + 1) * batch_size]
-                if replayer is None:
-                    loss = step(model, xa[idx], ya[idx], state)
-                else:
-                    loss = replayer.step(xa[idx], ya[idx])
+                loss = trainer.step(xa[idx], ya[idx])
                 model.progress.update(epoch=epoch, batch=batch + 1)
                 logs: dict[str, Any] = {"batch": batch, "size": len(idx)}
                 if want_batch_logs:
@@ -316,11 +356,82 @@ async def fit(
                 break
         await call_hook(all_callbacks, "on_train_end", {})
     finally:
-        if replayer is not None:
-            replayer.close()
         model.fit_state = None
-        state.dispose()
     return history
+
+
+async def train_on_batch(
+    model: Sequential, x: Any, y: Any, return_dict: bool = False
+) -> Tensor | dict[str, float]:
+    """One training step on one batch, through fit's machinery; see Sequential.train_on_batch."""
+    _require_compiled(model)
+    trainer = model._training()
+    xb: Any
+    yb: Any
+    if isinstance(x, Tensor) or isinstance(y, Tensor):
+        xb, yb = _device_batch(model, trainer, x, y)
+    else:
+        xb, yb = await _prepare(model, x, y)
+        assert yb is not None
+        if len(xb) == 0:
+            raise ValueError("x: no samples to train on")
+    state = trainer.state
+    if return_dict:
+        state.reset()
+    trainer.reset_ok()
+    loss = trainer.step(xb, yb, own_loss=True)
+    if xb is not x and isinstance(xb, Tensor):  # a cast or reshape made here
+        xb.dispose()
+    if yb is not y and isinstance(yb, Tensor):
+        yb.dispose()
+    await trainer.backend.end_step()
+    if not return_dict:
+        return loss
+    loss.dispose()
+    return await _read_logs(model, state)
+
+
+def _device_batch(model: Sequential, trainer: Trainer, x: Any, y: Any) -> tuple[Tensor, Tensor]:
+    """Checks a batch given as tensors by shape and dtype only (their values stay on the device:
+    NaN/Inf in them shows up as a non-finite loss, and that step changes nothing)."""
+    assert model.loss is not None
+    xt = x if isinstance(x, Tensor) else tensor(x)
+    yt = y if isinstance(y, Tensor) else tensor(y, dtype=model.loss.target_dtype)
+    for t, name in ((xt, "x"), (yt, "y")):
+        if t.ndim == 0:
+            raise TypeError(f"{name}: expected a tensor with a samples axis, got shape ()")
+        if t.dtype == "bool":
+            raise TypeError(f"{name}: expected a numeric tensor, got dtype bool")
+    key = (xt.shape, xt.dtype, yt.shape, yt.dtype)
+    if key not in trainer.checked:
+        if xt.shape[0] != yt.shape[0]:
+            raise ValueError(
+                "x and y must have the same number of samples: "
+                f"x has {xt.shape[0]}, y has {yt.shape[0]}"
+            )
+        if xt.shape[0] == 0:
+            raise ValueError("x: no samples to train on")
+        expected = model.input_shape if model.layers and model.input_shape else None
+        if not model.built:
+            model.build(expected or xt.shape[1:])
+        if xt.shape[1:] != model.input_shape:
+            raise ValueError(f"x: expected shape (samples, *{model.input_shape}), got {xt.shape}")
+        ya = np.zeros(_target_shape(model, yt.shape), dtype=model.loss.target_dtype)
+        model.loss.check_targets(ya, model.output_shape)
+        trainer.checked.add(key)
+    xt = F.cast(xt, "float32")
+    target_shape = _target_shape(model, yt.shape)
+    if target_shape != yt.shape:
+        yt = F.reshape(yt, target_shape)
+    return xt, F.cast(yt, model.loss.target_dtype)
+
+
+def _target_shape(model: Sequential, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """fit's one reshape of targets: (n,) -> (n, 1) for a single-output model's dense loss."""
+    assert model.loss is not None
+    if len(shape) == 1 and model.output_shape == (1,) and model.loss.target_dtype != "int32":
+        return (shape[0], 1)
+    return shape
 
 
 def _resume_cursor(
