@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,8 @@ FLOAT_DTYPES = ("float32", "float64")
 # optimizers' epsilon is kept at least sqrt(2^-14) = 2^-7 (see optim.Adam).
 HALF_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
 HALF_MIN_EPSILON = HALF_SMALLEST_NORMAL**0.5
+# Expands of one element stay one element (see run); False draws full-size fills (comparisons).
+BROADCAST_SCALARS = True
 # What a profile calls the draws a replay adds: copies of the state in and of the outputs out.
 REPLAY_COPY_LABEL = "replay_copy"
 
@@ -201,12 +204,15 @@ class WebGL2Backend(Backend):
         if op == "concat" and len(inputs) > MAX_INPUTS_PER_DRAW:
             return self._concat_in_groups(inputs, attrs, out)
         key, uniforms = kernels.plan(op, attrs, out)
-        if op in kernels.VECTOR_OPS:
-            layouts = [choose_layout(out.shape, self.max_side)] + [h.texture.layout for h in inputs]
-            all_rgba = all(layout.channels == 4 for layout in layouts)
-            vector = kernels.vector_plan(op, attrs, out, all_rgba)
-            if vector is not None:
-                key, uniforms = vector
+        # An expand of one element stays one element (a copy into its own 1-texel texture):
+        # kernels read a one-element input at every index (element() and x<k>v in shaders.py),
+        # so no full-size fill is drawn and written for every broadcast scalar.
+        broadcast = BROADCAST_SCALARS and op == "expand" and inputs[0].texture.layout.size == 1
+        if broadcast:
+            choose_layout(out.shape, self.max_side)  # what reads it densely must hold it
+            key, uniforms = "fill4", []
+        else:
+            key, uniforms = self._vector_variant(op, attrs, out, inputs, key, uniforms)
         carried = inputs[1:] if op == "where" else inputs
         pair = (
             self.compensated
@@ -216,7 +222,9 @@ class WebGL2Backend(Backend):
         )
         if pair:
             key += "+pair"
-        handle = self._allocate(out.shape, out.dtype, pair)
+        handle = self._allocate((1,) if broadcast else out.shape, out.dtype, pair)
+        if broadcast:
+            handle = Handle(handle.texture, handle.lo, out.shape, out.dtype)
         if key not in self._known_programs:
             self._new_programs[key] = shaders.program_source(key)
             self._known_programs.add(key)
@@ -240,6 +248,33 @@ class WebGL2Backend(Backend):
             self._recording.draws.append(draw)
         self._maybe_flush()
         return handle
+
+    def _vector_variant(
+        self,
+        op: str,
+        attrs: dict[str, Any],
+        out: OutSpec,
+        inputs: list[Handle],
+        key: str,
+        uniforms: list[kernels.Uniform],
+    ) -> tuple[str, list[kernels.Uniform]]:
+        """The whole-texel kernel for this call where the textures allow one (see
+        kernels.vector_plan and shaders.VECTOR_KERNELS), else the element kernel planned."""
+        layout = choose_layout(out.shape, self.max_side)
+        ins = [h.texture.layout for h in inputs]
+        if op in kernels.VECTOR_OPS:
+            all_rgba = all(item.channels == 4 for item in [layout, *ins])
+            vector = kernels.vector_plan(op, attrs, out, all_rgba)
+            return vector if vector is not None else (key, uniforms)
+        kind, _, arg = key.partition(":")
+        same = (layout.width, layout.height, layout.channels)
+        if kind in ("unary", "binary", "where", "cast") and all(
+            (item.width, item.height, item.channels) == same or item.size == 1 for item in ins
+        ):
+            return (f"{kind}4:{arg}" if arg else f"{kind}4"), []
+        if op == "reshape" and ins[0].channels == layout.channels and ins[0].size == layout.size:
+            return "copy4", []
+        return key, uniforms
 
     def _concat_in_groups(self, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Handle:
         """Concat of more inputs than a draw can sample: concatenate groups, then the groups."""
@@ -324,19 +359,25 @@ class WebGL2Backend(Backend):
         return outputs
 
     def _copy(self, source: Handle, target: Handle) -> None:
-        size = source.texture.layout.size
+        """A draw copying source's elements into target (replay state in, outputs out). A
+        broadcast scalar (one-element texture for a bigger shape) fills the target."""
+        size, out_size = source.texture.layout.size, target.texture.layout.size
+        if out_size == 1 and size != 1:
+            raise RuntimeError("webgl2: a replay cannot copy a tensor into a broadcast scalar")
         _, uniforms = kernels.plan(
             "reshape", {"shape": (size,)}, OutSpec((size,), "float32", ((size,),), ("float32",))
         )
         for src, dst in ((source.texture, target.texture), (source.lo, target.lo)):
             if src is not None and dst is not None:
+                same = src.layout.channels == dst.layout.channels and size == out_size
+                key = "fill4" if size == 1 else "copy4" if same else "strided"
                 self._commands.append(
                     [
                         "draw",
-                        "strided",
+                        key,
                         dst.id,
                         -1,
-                        size,
+                        out_size,
                         [[src.id, -1, size]],
                         uniforms,
                         REPLAY_COPY_LABEL,
@@ -443,6 +484,8 @@ class WebGL2Backend(Backend):
         for texture in textures:
             values += _unpack(flat[offset : offset + texture.layout.texels * 4], texture.layout)
             offset += texture.layout.texels * 4
+        if values.size != math.prod(handle.shape):  # a broadcast scalar
+            values = np.broadcast_to(values, handle.shape).copy()
         return _to_dtype(values.reshape(handle.shape), handle.dtype)
 
     # ---- context loss: a clear error and a runtime event; recovery is a later issue ----

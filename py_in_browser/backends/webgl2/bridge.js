@@ -129,6 +129,7 @@ class Engine {
     gl.vertexAttribPointer(0, 2, gl.FLOAT, false, 0, 0);
     gl.disable(gl.DITHER);
     gl.disable(gl.BLEND);
+    this.resetState();
   }
 
   // True from the moment the context is gone (isContextLost() is, before the event is dispatched).
@@ -153,6 +154,7 @@ class Engine {
     const complete = gl.checkFramebufferStatus(gl.FRAMEBUFFER) === gl.FRAMEBUFFER_COMPLETE;
     gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, null, 0);
     gl.deleteTexture(texture);
+    this.resetState();
     return complete;
   }
 
@@ -214,7 +216,14 @@ class Engine {
       const match = /^u_x(\d+)(_lo)?$/.exec(name);
       if (match) gl.uniform1i(location, Number(match[1]) * 2 + (match[2] ? 1 : 0));
     }
-    this.programs.set(key, { program, uniforms });
+    // Per input k: whether the program samples a low part, and its uniforms' slots (looked up
+    // once here, not by name on every draw).
+    const inputs = [];
+    for (let k = 0; uniforms.has(`u_x${k}`) || uniforms.has(`u_l${k}`); k++) {
+      inputs.push({ lo: uniforms.has(`u_x${k}_lo`), layout: uniforms.get(`u_l${k}`), hasLo: uniforms.get(`u_has_lo${k}`) });
+    }
+    this.current.program = null; // useProgram above
+    this.programs.set(key, { program, uniforms, inputs, out: uniforms.get("u_out"), outSize: uniforms.get("u_out_size") });
   }
 
   // Compiles programs ahead (warm-up), in parallel where KHR_parallel_shader_compile exists.
@@ -298,10 +307,12 @@ class Engine {
     gl.texStorage2D(gl.TEXTURE_2D, 1, format, width, height);
     gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_MIN_FILTER, gl.NEAREST);
     gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_MAG_FILTER, gl.NEAREST);
+    this.current.units = []; // bound on whichever unit was active
     this.textures.set(id, { texture, width, height, channels, half });
   }
 
   deleteTexture(id) {
+    this.resetState(); // a deleted texture is unbound everywhere
     this.gl.deleteTexture(this.textures.get(id).texture);
     this.textures.delete(id);
   }
@@ -313,33 +324,75 @@ class Engine {
     gl.pixelStorei(gl.UNPACK_ALIGNMENT, 1);
     const format = channels === 4 ? gl.RGBA : gl.RED;
     gl.texSubImage2D(gl.TEXTURE_2D, 0, 0, 0, width, height, format, gl.FLOAT, staging, offset);
+    this.current.units = []; // bound on whichever unit was active
   }
 
   // ["draw", key, outId, outLoId, size, [[id, loId, size], ...], [[name, kind, values], ...], label]
+  // GL state is only changed where this draw differs from the last one (program, bound
+  // textures, the low-part attachment, viewport): redundant calls cost a command-buffer round
+  // and, under ANGLE, framebuffer revalidation per draw.
   draw([, key, outId, outLoId, size, inputs, uniforms]) {
     const gl = this.gl;
-    const { program, uniforms: slots } = this.programs.get(key);
-    gl.useProgram(program);
+    const entry = this.programs.get(key);
+    const { program, uniforms: slots } = entry;
+    if (this.current.program !== program) {
+      gl.useProgram(program);
+      this.current.program = program;
+    }
+    const out = this.textures.get(outId);
     inputs.forEach(([id, loId, inputSize], k) => {
       const input = this.textures.get(id);
-      gl.activeTexture(gl.TEXTURE0 + 2 * k);
-      gl.bindTexture(gl.TEXTURE_2D, input.texture);
-      gl.activeTexture(gl.TEXTURE0 + 2 * k + 1);
-      gl.bindTexture(gl.TEXTURE_2D, (loId >= 0 ? this.textures.get(loId) : input).texture);
-      this.setUniform(slots, `u_l${k}`, [input.width, input.channels, inputSize]);
-      this.setUniform(slots, `u_has_lo${k}`, [loId >= 0 ? 1 : 0]);
+      this.bindUnit(2 * k, input.texture);
+      const slot = entry.inputs[k];
+      if (slot && slot.lo) this.bindUnit(2 * k + 1, (loId >= 0 ? this.textures.get(loId) : input).texture);
+      if (slot && slot.layout) this.setSlot(slot.layout, [input.width, input.channels, inputSize]);
+      if (slot && slot.hasLo) this.setSlot(slot.hasLo, [loId >= 0 ? 1 : 0]);
     });
-    const out = this.textures.get(outId);
-    this.setUniform(slots, "u_out", [out.width, out.channels]);
-    this.setUniform(slots, "u_out_size", [size]);
+    if (entry.out) this.setSlot(entry.out, [out.width, out.channels]);
+    if (entry.outSize) this.setSlot(entry.outSize, [size]);
     for (const [name, , values] of uniforms) this.setUniform(slots, name, values);
-    gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebuffer);
-    gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, out.texture, 0);
+    if (!this.current.framebufferBound) {
+      gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebuffer);
+      this.current.framebufferBound = true;
+    }
+    if (this.current.target !== out.texture) {
+      gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, out.texture, 0);
+      this.current.target = out.texture;
+    }
     const lo = outLoId >= 0 ? this.textures.get(outLoId).texture : null;
-    gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT1, gl.TEXTURE_2D, lo, 0);
-    gl.drawBuffers(lo ? [gl.COLOR_ATTACHMENT0, gl.COLOR_ATTACHMENT1] : [gl.COLOR_ATTACHMENT0]);
-    gl.viewport(0, 0, out.width, out.height);
+    if (this.current.lo !== lo) {
+      gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT1, gl.TEXTURE_2D, lo, 0);
+      gl.drawBuffers(lo ? [gl.COLOR_ATTACHMENT0, gl.COLOR_ATTACHMENT1] : [gl.COLOR_ATTACHMENT0]);
+      this.current.lo = lo;
+    }
+    if (this.current.width !== out.width || this.current.height !== out.height) {
+      gl.viewport(0, 0, out.width, out.height);
+      this.current.width = out.width;
+      this.current.height = out.height;
+    }
     gl.drawArrays(gl.TRIANGLES, 0, 3);
+  }
+
+  bindUnit(unit, texture) {
+    if (this.current.units[unit] === texture) return;
+    const gl = this.gl;
+    gl.activeTexture(gl.TEXTURE0 + unit);
+    gl.bindTexture(gl.TEXTURE_2D, texture);
+    this.current.units[unit] = texture;
+  }
+
+  setSlot({ location, type }, values) {
+    const gl = this.gl;
+    if (type === gl.FLOAT) gl.uniform1fv(location, values);
+    else if (type === gl.INT_VEC2) gl.uniform2iv(location, values);
+    else if (type === gl.INT_VEC3) gl.uniform3iv(location, values);
+    else if (type === gl.INT_VEC4) gl.uniform4iv(location, values);
+    else gl.uniform1iv(location, values);
+  }
+
+  // Forgets the cached GL state (after code that changes bindings behind draw's back).
+  resetState() {
+    this.current = { program: null, units: [], framebufferBound: false, target: null, lo: undefined, width: -1, height: -1 };
   }
 
   setUniform(slots, name, values) {
@@ -376,6 +429,7 @@ class Engine {
       offset += width * height * 16;
     }
     gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
+    this.resetState(); // attachments changed for the reads
     await this.waitFor(gl.fenceSync(gl.SYNC_GPU_COMMANDS_COMPLETE, 0));
     const out = new Float32Array(bytes / 4);
     gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);

@@ -38,6 +38,35 @@ def _ints(name: str, values: Sequence[int]) -> Uniform:
     return (name, "i", [float(v) for v in values])
 
 
+def _merge_dims(
+    shape: Sequence[int], stride: Sequence[int], low: Sequence[int], dim: Sequence[int], big: int
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Fewer dims, same mapping: size-1 dims without bounds go, and a dim merges into the one
+    after it when neither is bounds-checked and the strides are contiguous (fewer div/mod per
+    element in the shader)."""
+    dims = [
+        [n, s, lo, big if lo == 0 and d >= n else d]
+        for n, s, lo, d in zip(shape, stride, low, dim, strict=True)
+        if not (n == 1 and lo == 0 and d >= 1)
+    ]
+    merged: list[list[int]] = []
+    for n, s, lo, d in dims:
+        if merged:
+            pn, ps, plo, pd = merged[-1]
+            if plo == 0 and pd == big and lo == 0 and d == big and ps == s * n:
+                merged[-1] = [pn * n, s, 0, big]
+                continue
+        merged.append([n, s, lo, d])
+    if not merged:
+        merged = [[1, 0, 0, big]]
+    return (
+        [m[0] for m in merged],
+        [m[1] for m in merged],
+        [m[2] for m in merged],
+        [m[3] for m in merged],
+    )
+
+
 def _strided(
     shape: Sequence[int],
     stride: Sequence[int],
@@ -46,7 +75,9 @@ def _strided(
     fill: float = 0.0,
 ) -> Plan:
     big = 2**30  # an extent no coordinate reaches: no bounds check on this dim
+    shape, stride, low, dim = _merge_dims(shape, stride, low, [min(d, big) for d in dim], big)
     return "strided", [
+        _ints("u_rank", [len(shape)]),
         _ints("u_shape", _left_pad(shape, 1)),
         _ints("u_stride", _left_pad(stride, 0)),
         _ints("u_low", _left_pad(low, 0)),
@@ -56,7 +87,7 @@ def _strided(
 
 
 def _expand(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
-    src = out.in_shapes[0]
+    src = (1,) * (len(out.shape) - len(out.in_shapes[0])) + tuple(out.in_shapes[0])
     stride = [s if n != 1 else 0 for s, n in zip(_strides(src), src, strict=True)]
     return _strided(out.shape, stride, [0] * len(src), [2**30] * len(src))
 

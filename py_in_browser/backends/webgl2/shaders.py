@@ -28,6 +28,7 @@ BINARY = {
     "equal": "float(a == b)",
     "not_equal": "float(a != b)",
 }
+WHERE = "c != 0.0 ? a : b"
 # Every dtype is stored as float (integers are exact to 2^24 in float32, 2^11 in float16).
 CAST = {"float32": "a", "float64": "a", "int32": "trunc(a)", "bool": "float(a != 0.0)"}
 # Ops whose float16 results carry a compensation texture (see backend.py: weights stay exact).
@@ -55,7 +56,8 @@ def _frag(name: str) -> str:
 
 
 def _inputs(count: int, pair: bool) -> str:
-    """Uniforms and a fetch function x<k>(flat index) per input; pair inputs add their low part."""
+    """Uniforms and fetch functions per input: x<k>(flat index) for element kernels, x<k>v(texel
+    position) for same-layout vector kernels; pair inputs add their low part."""
     lines = []
     for k in range(count):
         lines.append(f"uniform sampler2D u_x{k};\nuniform ivec3 u_l{k};")
@@ -65,9 +67,35 @@ def _inputs(count: int, pair: bool) -> str:
                 f"float x{k}(int i) {{\n  float v = element(u_x{k}, u_l{k}, i);\n"
                 f"  return u_has_lo{k} == 1 ? v + element(u_x{k}_lo, u_l{k}, i) : v;\n}}"
             )
+            # Texel p of input k (plus its low part), or its one element everywhere (a
+            # broadcast scalar: see backend.run).
+            lines.append(
+                f"vec4 x{k}v(ivec2 p) {{\n  if (u_l{k}.z == 1) p = ivec2(0);\n"
+                f"  vec4 v = texelFetch(u_x{k}, p, 0);\n"
+                f"  if (u_has_lo{k} == 1) v += texelFetch(u_x{k}_lo, p, 0);\n"
+                f"  return u_l{k}.z == 1 ? vec4(v.x) : v;\n}}"
+            )
         else:
             lines.append(f"float x{k}(int i) {{ return element(u_x{k}, u_l{k}, i); }}")
+            lines.append(
+                f"vec4 x{k}v(ivec2 p) {{\n  return u_l{k}.z == 1 ? "
+                f"vec4(texelFetch(u_x{k}, ivec2(0), 0).x) : texelFetch(u_x{k}, p, 0);\n}}"
+            )
     return "\n".join(lines) + "\n"
+
+
+def _elementwise4(expression: str, count: int) -> str:
+    """The same-layout form: every input texture has the output's width, height and channels, so
+    output texel p reads texel p of each input and applies the expression per component."""
+    names = ("a", "b") if count < 3 else ("c", "a", "b")
+    params = ", ".join(f"float {n}" for n in names[:count])
+    reads = "".join(f"  vec4 v{k} = x{k}v(p);\n" for k in range(count))
+    parts = ", ".join("f(" + ", ".join(f"v{k}.{c}" for k in range(count)) + ")" for c in "xyzw")
+    return (
+        f"{_frag('math')}\nfloat f({params}) {{ return {expression}; }}\n"
+        f"vec4 value4(int texel) {{\n  ivec2 p = ivec2(gl_FragCoord.xy);\n{reads}"
+        f"  return vec4({parts});\n}}\n"
+    )
 
 
 def _elementwise(expression: str, count: int) -> str:
@@ -93,12 +121,22 @@ def _concat(count: int) -> str:
 
 def _body(kind: str, arg: str) -> tuple[str, int]:
     """The op-specific part of a program and its number of inputs."""
+    vector = kind.endswith("4") and kind[:-1] in ("unary", "binary", "where", "cast")
+    if vector:
+        kind = kind[:-1]
+        count = {"unary": 1, "binary": 2, "where": 3, "cast": 1}[kind]
+        expression = {"unary": UNARY, "binary": BINARY, "cast": CAST}.get(kind, {}).get(arg)
+        return "#define TEXEL_KERNEL\n" + _elementwise4(expression or WHERE, count), count
+    if kind == "fill4":  # a one-element tensor everywhere
+        return "#define TEXEL_KERNEL\nvec4 value4(int t) { return vec4(x0v(ivec2(0)).x); }\n", 1
+    if kind == "copy4":  # same elements, same channels, another texture shape (reshape, copy)
+        return "#define TEXEL_KERNEL\nvec4 value4(int t) { return x0v(texel_at(t, u_l0.x)); }\n", 1
     if kind == "unary":
         return _elementwise(UNARY[arg], 1), 1
     if kind == "binary":
         return _elementwise(BINARY[arg], 2), 2
     if kind == "where":
-        return _elementwise("c != 0.0 ? a : b", 3), 3
+        return _elementwise(WHERE, 3), 3
     if kind == "cast":
         return _elementwise(CAST[arg], 1), 1
     if kind == "reduce":
@@ -134,4 +172,6 @@ def warmup_keys() -> list[str]:
     keys += ["matmul", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"]
     keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2"]
     keys += [f"{kind}:{arg}" for kind, args in VECTOR_KERNELS.items() for arg in args]
+    keys += [f"unary4:{op}" for op in UNARY] + [f"binary4:{op}" for op in BINARY]
+    keys += ["where4", *(f"cast4:{d}" for d in ("float32", "int32", "bool")), "fill4", "copy4"]
     return keys

@@ -1,9 +1,9 @@
 // One fragment per output texel: 1 element (R) or 4 consecutive elements (RGBA). Vector kernels
-// (TEXEL_KERNEL, RGBA outputs only) compute the texel's 4 elements together in value4(texel).
+// (TEXEL_KERNEL) compute the texel's elements together in value4(texel).
 void main() {
   int texel = int(gl_FragCoord.y) * u_out.x + int(gl_FragCoord.x);
 #ifdef TEXEL_KERNEL
-  vec4 result = texel * 4 < u_out_size ? value4(texel) : vec4(0.0);
+  vec4 result = texel * u_out.y < u_out_size ? value4(texel) : vec4(0.0);
 #else
   int base = texel * u_out.y;
   vec4 result = vec4(0.0);
