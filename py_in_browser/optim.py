@@ -80,10 +80,11 @@ class Optimizer:
         grads = self._clip([g for g, _ in pairs])
         self._applied += 1
         step = F.add(self.iterations, 1.0)
+        shared = self._step_scalars(step)  # once per step, not once per variable
         for (var, slots), grad in zip(zip(variables, self.slots, strict=True), grads, strict=True):
             if grad is None:
                 continue
-            new_var, new_slots = self._update(var, grad, slots, step)
+            new_var, new_slots = self._update(var, grad, slots, shared)
             for target, value in zip((var, *slots), (new_var, *new_slots), strict=True):
                 target.assign(value if gate is None else F.where(gate, value, target))
         self.iterations.assign(step if gate is None else F.where(gate, step, self.iterations))
@@ -101,8 +102,13 @@ class Optimizer:
             ]
         return grads
 
+    def _step_scalars(self, step: Tensor) -> Any:
+        """Device scalars every variable's update of this step uses (Adam's bias corrections),
+        computed once per step: on a GPU each is a dispatch, so not one set per variable."""
+        return step
+
     def _update(
-        self, var: Tensor, grad: Tensor, slots: list[Variable], step: Tensor
+        self, var: Tensor, grad: Tensor, slots: list[Variable], shared: Any
     ) -> tuple[Tensor, list[Tensor]]:
         raise NotImplementedError
 
@@ -163,7 +169,7 @@ class SGD(Optimizer):
         self.slot_names = ("momentum",) if self.momentum > 0 else ()
 
     def _update(
-        self, var: Tensor, grad: Tensor, slots: list[Variable], step: Tensor
+        self, var: Tensor, grad: Tensor, slots: list[Variable], shared: Any
     ) -> tuple[Tensor, list[Tensor]]:
         lr = self.learning_rate
         if not slots:
@@ -192,7 +198,7 @@ class RMSprop(Optimizer):
         self.rho, self.epsilon = float(rho), float(epsilon)
 
     def _update(
-        self, var: Tensor, grad: Tensor, slots: list[Variable], step: Tensor
+        self, var: Tensor, grad: Tensor, slots: list[Variable], shared: Any
     ) -> tuple[Tensor, list[Tensor]]:
         v = F.add(F.mul(slots[0], self.rho), F.mul(F.square(grad), 1.0 - self.rho))
         eps = self._storage_epsilon(self.epsilon, squared=True)
@@ -234,16 +240,22 @@ class Adam(Optimizer):
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
 
     def _update(
-        self, var: Tensor, grad: Tensor, slots: list[Variable], step: Tensor
+        self, var: Tensor, grad: Tensor, slots: list[Variable], shared: Any
     ) -> tuple[Tensor, list[Tensor]]:
         b1, b2 = self.beta_1, self.beta_2
+        step_size, correction_2 = shared
         m = F.add(F.mul(slots[0], b1), F.mul(grad, 1.0 - b1))
         v = F.add(F.mul(slots[1], b2), F.mul(F.square(grad), 1.0 - b2))
-        m_hat = F.div(m, F.sub(1.0, F.pow(full((), b1), step)))
-        v_hat = F.div(v, F.sub(1.0, F.pow(full((), b2), step)))
         eps = self._storage_epsilon(self.epsilon)
-        update = F.div(F.mul(m_hat, self.learning_rate), F.add(F.sqrt(v_hat), eps))
+        # lr * m_hat = m * (lr / (1 - b1^t)): one full-size op instead of a div and a mul.
+        update = F.div(F.mul(m, step_size), F.add(F.sqrt(F.div(v, correction_2)), eps))
         return F.sub(var, update), [m, v]
+
+    def _step_scalars(self, step: Tensor) -> tuple[Tensor, Tensor]:
+        """lr / (1 - b1^t) and 1 - b2^t, the bias corrections, as device scalars."""
+        correction_1 = F.sub(1.0, F.pow(full((), self.beta_1), step))
+        correction_2 = F.sub(1.0, F.pow(full((), self.beta_2), step))
+        return F.div(self.learning_rate, correction_1), correction_2
 
     def get_config(self) -> dict[str, Any]:
         return {
@@ -264,10 +276,10 @@ class AdamW(Adam):
         self.weight_decay = float(weight_decay)
 
     def _update(
-        self, var: Tensor, grad: Tensor, slots: list[Variable], step: Tensor
+        self, var: Tensor, grad: Tensor, slots: list[Variable], shared: Any
     ) -> tuple[Tensor, list[Tensor]]:
         decayed = F.sub(var, F.mul(var, self.learning_rate * self.weight_decay))
-        new_var, new_slots = super()._update(decayed, grad, slots, step)
+        new_var, new_slots = super()._update(decayed, grad, slots, shared)
         return new_var, new_slots
 
     def get_config(self) -> dict[str, Any]:

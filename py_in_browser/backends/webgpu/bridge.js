@@ -319,10 +319,21 @@ class Engine {
   }
 
   // Back-pressure without reading data: resolves once everything submitted so far has run.
+  // Waits until everything submitted so far has run. A 4-byte buffer is cleared by a last submit
+  // and mapped: Chromium resolves a mapAsync as soon as the queue drains, while a bare
+  // onSubmittedWorkDone was seen to take tens of ms more (W1 unsynced steps: 25 ms vs 7 ms synced).
   async fence() {
     this.checkUsable();
+    // One buffer per fence in flight (tasks may overlap); they are reused, not re-created.
+    this.fenceBuffers ??= [];
+    const buffer = this.fenceBuffers.pop() ?? this.device.createBuffer({ size: 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    const encoder = this.device.createCommandEncoder();
+    encoder.clearBuffer(buffer);
+    this.submit(encoder);
     const serial = this.submitted;
-    await this.race(this.queue.onSubmittedWorkDone());
+    await this.race(buffer.mapAsync(GPUMapMode.READ));
+    buffer.unmap();
+    this.fenceBuffers.push(buffer);
     this.completed = Math.max(this.completed, serial);
     return this.completed;
   }
