@@ -311,6 +311,36 @@ def test_matmul_long_k_uses_split_k(gpu: WgpuNativeBackend) -> None:
     assert_matches_cpu(gpu, "matmul", [a, b], transpose_a=False, transpose_b=False)
 
 
+@pytest.mark.parametrize(
+    "a_shape, b_shape",
+    [
+        ((64, 64), (64, 64)),  # full tiles only
+        ((33, 36), (36, 68)),  # edge tiles in M and N, K shorter than a slab
+        ((2, 70, 20), (2, 20, 132)),  # batched, edges everywhere
+        ((40, 1028), (1028, 72)),  # K not a multiple of the 32-wide slab
+    ],
+)
+def test_vec4_gemm_for_aligned_row_major_operands(gpu: WgpuNativeBackend, a_shape, b_shape) -> None:
+    a, b = normal(*a_shape, seed=11), normal(*b_shape, seed=12)
+    attrs = {"transpose_a": False, "transpose_b": False}
+    spec = OutSpec((*a_shape[:-1], b_shape[-1]), "float32", (a_shape, b_shape), ("float32",) * 2)
+    (only,) = kernels.plan("matmul", attrs, spec).dispatches
+    assert only.key.startswith("gemm_vec4:")
+    assert_matches_cpu(gpu, "matmul", [a, b], **attrs)
+    # Transposed or unaligned operands keep the scalar kernel.
+    for transposed in ({"transpose_a": True}, {"transpose_b": True}):
+        t_attrs = {**attrs, **transposed}
+        (other,) = kernels.plan("matmul", t_attrs, spec).dispatches
+        assert other.key.startswith("gemm:")
+    unaligned = OutSpec((33, 66), "float32", ((33, 36), (36, 66)), ("float32",) * 2)
+    assert kernels.plan("matmul", attrs, unaligned).dispatches[0].key.startswith("gemm:")
+
+
+def test_vec4_gemm_of_a_large_square_product(gpu: WgpuNativeBackend) -> None:
+    a, b = normal(256, 256, seed=13), normal(256, 256, seed=14)
+    assert_matches_cpu(gpu, "matmul", [a, b], transpose_a=False, transpose_b=False)
+
+
 CONV_GEOMETRIES = [
     # (input NHWC, filter HWIO, strides, pads): valid, same, strided same, asymmetric pads.
     ((2, 5, 6, 2), (3, 3, 2, 3), (1, 1), ((0, 0), (0, 0))),

@@ -35,6 +35,46 @@ FEW_TILES = 16
 SPLIT_K_MIN = 2048
 MAX_SPLITS = 64
 
+# gemm_vec4.wgsl: rows and vec4 columns of C per invocation (8x8 invocations per workgroup).
+VEC4_ROWS = 4
+VEC4_VECS = 2
+
+
+def vec4_body(rows: int, vecs: int) -> dict[str, str]:
+    """The unrolled accumulator code of gemm_vec4.wgsl: declarations, one K step of 4, stores."""
+    accs = [(i, v) for i in range(rows) for v in range(vecs)]
+    declare = [f"  var acc{i}_{v} = vec4<f32>(0.0);" for i, v in accs]
+    compute = [
+        f"      let b{j}_{v} = tile_b[(kv * 4u + {j}u) * TILE_N4 + tx + {8 * v}u];"
+        for j in range(4)
+        for v in range(vecs)
+    ]
+    for i in range(rows):
+        compute.append(f"      let a{i} = tile_a[(ty * ROWS + {i}u) * TILE_K4 + kv];")
+        for v in range(vecs):
+            for j, lane in enumerate("xyzw"):
+                compute.append(
+                    f"      acc{i}_{v} = fma(vec4<f32>(a{i}.{lane}), b{j}_{v}, acc{i}_{v});"
+                )
+    store = [
+        f"  store(c_base, row0 + ty * ROWS + {i}u, col0_4 + tx + {8 * v}u, acc{i}_{v});"
+        for i, v in accs
+    ]
+    return {"DECLARE": "\n".join(declare), "COMPUTE": "\n".join(compute), "STORE": "\n".join(store)}
+
+
+def _vec4_fits(g: Gemm, load_a: str, load_b: str) -> bool:
+    """Row-major operands whose rows are whole vec4s and a C big enough for 32x64 tiles."""
+    return (
+        (load_a, load_b) == ("strided_a", "strided_b")
+        and g.a_col == 1
+        and g.b_col == 1
+        and g.k % 4 == 0
+        and g.n % 4 == 0
+        and g.m >= 8 * VEC4_ROWS
+        and g.n >= 32 * VEC4_VECS
+    )
+
 
 @dataclass(frozen=True)
 class Gemm:
@@ -80,15 +120,30 @@ def gemm_plan(
     codegen.require_float32(op, out)
     if g.m * g.n * g.batches == 0:
         return KernelPlan(())
+    fields = astuple(g)
+    bindings = [BufferRef("input", 0), BufferRef("input", 1)]
+    if _vec4_fits(g, load_a, load_b):
+        rows, cols = 8 * VEC4_ROWS, 32 * VEC4_VECS
+        tiles_m, tiles_n = math.ceil(g.m / rows), math.ceil(g.n / cols)
+        if _splits(tiles_m * tiles_n * g.batches, g.k)[0] == 1:
+            words = [g.m, g.n, g.k, tiles_m, tiles_n, g.batches, 1, g.k, *fields[4:]]
+            wgsl = codegen.render(
+                "gemm_vec4.wgsl",
+                ROWS=str(VEC4_ROWS),
+                VECS=str(VEC4_VECS),
+                **vec4_body(VEC4_ROWS, VEC4_VECS),
+            )
+            workgroups = codegen.grid(op, tiles_m * tiles_n * g.batches, limits)
+            key = f"gemm_vec4:{VEC4_ROWS}x{VEC4_VECS}"
+            bound = [*bindings, codegen.OUTPUT]
+            return KernelPlan((codegen.dispatch(key, wgsl, bound, words, workgroups),))
     rows, cols = tile_shape(g.m, g.n)
     tiles_m, tiles_n = math.ceil(g.m / rows), math.ceil(g.n / cols)
     splits, per_split = _splits(tiles_m * tiles_n * g.batches, g.k)
-    fields = astuple(g)
     words = [g.m, g.n, g.k, tiles_m, tiles_n, g.batches, splits, per_split, *fields[4:]]
     wgsl = codegen.render(
         "gemm.wgsl", LOAD_A=load_a, LOAD_B=load_b, TILE_M=str(rows), TILE_N=str(cols)
     )
-    bindings = [BufferRef("input", 0), BufferRef("input", 1)]
     workgroups = codegen.grid(op, tiles_m * tiles_n * g.batches * splits, limits)
     key = f"gemm:{load_a}:{load_b}:{rows}x{cols}"
     if splits == 1:

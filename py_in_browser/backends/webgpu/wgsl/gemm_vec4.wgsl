@@ -1,0 +1,106 @@
+// Matrix product C[batch] = A[batch] @ B[batch] for row-major operands whose K and N are
+// multiples of 4 (matmul without transposes: dense layers' forward pass, big square products).
+// Every global and shared-memory access moves a vec4, so a CPU adapter (SwiftShader) issues a
+// quarter of the loads gemm.wgsl's scalar loaders need. 64 invocations as 8x8 compute a tile of
+// TILE_M x TILE_N: ROWS rows times VECS vec4 columns each, held in ROWS * VECS vec4 accumulators
+// (generated unrolled, below, so that they stay in registers). K is walked in slabs of 32: half
+// the barriers of 16-wide slabs. A workgroup whose tile and slab lie wholly inside C and K loads
+// without any bounds test; only edge tiles take the guarded loads.
+{{COMMON}}
+
+@group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> b: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> c: array<vec4<f32>>;
+
+// The same Params as gemm.wgsl (only the leading fields and the strides are read here); counts
+// and strides of A and B are in floats, and all of them are multiples of 4.
+struct Params {
+  m: u32, n: u32, k: u32, tiles_m: u32,
+  tiles_n: u32, batches: u32, splits: u32, k_per_split: u32,
+  a_batch: u32, a_row: u32, a_col: u32, b_batch: u32,
+  b_row: u32, b_col: u32,
+}
+@group(0) @binding(3) var<uniform> p: Params;
+
+const ROWS: u32 = {{ROWS}}u;  // rows of C per invocation
+const VECS: u32 = {{VECS}}u;  // vec4 columns of C per invocation
+const TILE_M: u32 = 8u * ROWS;
+const TILE_N4: u32 = 8u * VECS;  // the tile's width in vec4s
+const TILE_K: u32 = 32u;
+const TILE_K4: u32 = TILE_K / 4u;
+// vec4s of A and of B each invocation stages per slab.
+const A_LOADS: u32 = TILE_M * TILE_K4 / 64u;
+const B_LOADS: u32 = TILE_K * TILE_N4 / 64u;
+
+var<workgroup> tile_a: array<vec4<f32>, TILE_M * TILE_K4>;  // TILE_M rows x 8 vec4s of K
+var<workgroup> tile_b: array<vec4<f32>, TILE_K * TILE_N4>;  // 32 rows of K x TILE_N4 vec4s
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+  let group = workgroup_linear(wid, nwg);
+  // Uniform per workgroup, so the barriers below stay in uniform control flow.
+  if (group >= p.tiles_m * p.tiles_n * p.batches) { return; }
+  let tile_n = group % p.tiles_n;
+  let tile_m = (group / p.tiles_n) % p.tiles_m;
+  let batch = group / (p.tiles_n * p.tiles_m);
+  let row0 = tile_m * TILE_M;
+  let col0_4 = tile_n * TILE_N4;
+  let n4 = p.n / 4u;
+  let k4 = p.k / 4u;
+  let a_base = batch * (p.a_batch / 4u);
+  let b_base = batch * (p.b_batch / 4u);
+  let a_row4 = p.a_row / 4u;
+  let b_row4 = p.b_row / 4u;
+  // Staging: invocation lid loads A vec4s (lid + 64 i) of the tile (row-major, TILE_K4 per row)
+  // and B vec4s likewise (TILE_N4 per row).
+  let a_r = lid / TILE_K4;
+  let a_c = lid % TILE_K4;
+  let b_r = lid / TILE_N4;
+  let b_c = lid % TILE_N4;
+  let full_mn = row0 + TILE_M <= p.m && (col0_4 + TILE_N4) * 4u <= p.n;
+  // Invocation (tx, ty) owns rows ty * ROWS + i and vec4 columns tx + 8 j of the tile.
+  let tx = lid % 8u;
+  let ty = lid / 8u;
+{{DECLARE}}
+  for (var k0 = 0u; k0 < p.k; k0 += TILE_K) {
+    let kv0 = k0 / 4u;
+    if (full_mn && k0 + TILE_K <= p.k) {
+      for (var i = 0u; i < A_LOADS; i++) {
+        let r = a_r + i * (64u / TILE_K4);
+        tile_a[r * TILE_K4 + a_c] = a[a_base + (row0 + r) * a_row4 + kv0 + a_c];
+      }
+      for (var i = 0u; i < B_LOADS; i++) {
+        let r = b_r + i * (64u / TILE_N4);
+        tile_b[r * TILE_N4 + b_c] = b[b_base + (k0 + r) * b_row4 + col0_4 + b_c];
+      }
+    } else {
+      for (var i = 0u; i < A_LOADS; i++) {
+        let r = a_r + i * (64u / TILE_K4);
+        var v = vec4<f32>(0.0);
+        if (row0 + r < p.m && kv0 + a_c < k4) { v = a[a_base + (row0 + r) * a_row4 + kv0 + a_c]; }
+        tile_a[r * TILE_K4 + a_c] = v;
+      }
+      for (var i = 0u; i < B_LOADS; i++) {
+        let r = b_r + i * (64u / TILE_N4);
+        var v = vec4<f32>(0.0);
+        if (k0 + r < p.k && col0_4 + b_c < n4) {
+          v = b[b_base + (k0 + r) * b_row4 + col0_4 + b_c];
+        }
+        tile_b[r * TILE_N4 + b_c] = v;
+      }
+    }
+    workgroupBarrier();
+    for (var kv = 0u; kv < TILE_K4; kv++) {
+{{COMPUTE}}
+    }
+    workgroupBarrier();
+  }
+  let c_base = batch * p.m * n4;
+{{STORE}}
+}
+
+// ROWS x VECS results of one invocation: row `row`, vec4 column `col4` of C, if inside C.
+fn store(c_base: u32, row: u32, col4: u32, value: vec4<f32>) {
+  if (row < p.m && col4 < p.n / 4u) { c[c_base + row * (p.n / 4u) + col4] = value; }
+}
