@@ -143,11 +143,14 @@ class WebGL2Backend(Backend):
         return caps
 
     def memory_stats(self) -> dict[str, Any]:
-        """Texture pool figures for pib.memory(): live textures (in use or pooled) and bytes."""
+        """Texture pool figures for pib.memory(): live textures (in use or pooled) and bytes,
+        plus the Python->JS call and replayed-step counters (as webgpu reports them)."""
         return {
             "textures": self.pool.live_textures,
             "gpu_bytes": self.pool.gpu_bytes,
             "pooled_bytes": self.pool.pooled_bytes,
+            "js_calls": self.js_calls,
+            "steps_replayed": self.steps_replayed,
         }
 
     # ---- tensors ----
@@ -196,9 +199,18 @@ class WebGL2Backend(Backend):
         return handle
 
     def free(self, handle: Handle) -> None:
-        self.pool.release(handle.texture)
-        if handle.lo is not None:
-            self.pool.release(handle.lo)
+        """Pools the handle's textures, except those a recording may name: while recording they
+        wait for finish_recording, and one a live recording names waits for drop_recording (a
+        replay writes and reads it again, so no other tensor may get it meanwhile)."""
+        for texture in (handle.texture, handle.lo):
+            if texture is None:
+                continue
+            if self._recording is not None:
+                self._freed_while_recording.append(texture)
+            elif texture.id in self._retained:
+                self._deferred[texture.id] = texture
+            else:
+                self.pool.release(texture)
 
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Handle:
         if op == "concat" and len(inputs) > MAX_INPUTS_PER_DRAW:

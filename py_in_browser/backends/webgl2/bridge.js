@@ -16,8 +16,8 @@ function sleep(ms) {
 }
 
 // Per-draw times while Python profiles. GPU time from EXT_disjoint_timer_query_webgl2 when the
-// context has it; otherwise the wall time of the draw bracketed by gl.finish() (the first finish
-// drains earlier work, so a row holds its own draw only). Rows are [label, ms].
+// context has it; otherwise the wall time from issuing the draw to a 1-texel readPixels of its
+// output returning (which waits for the draw). Rows are [label, ms].
 export class DrawTimer {
   constructor(gl, ext) {
     this.gl = gl;
@@ -27,6 +27,7 @@ export class DrawTimer {
     this.rows = [];
     this.pending = []; // [label, query]: timer queries not read yet
     this.discarded = 0; // timer results dropped because the GPU reported a disjoint event
+    this.pixel = new Float32Array(4);
   }
 
   start() {
@@ -49,10 +50,12 @@ export class DrawTimer {
       gl.endQuery(this.ext.TIME_ELAPSED_EXT);
       this.pending.push([label, query]);
     } else {
-      gl.finish();
+      // gl.finish() returns before the GPU is done under Chromium's ANGLE (a 1024^2 matmul
+      // "took" 0.5 ms): reading one texel of the output back is what really waits for the draw.
+      // The previous timed draw was drained the same way, so a row holds its own draw only.
       const started = performance.now();
       draw();
-      gl.finish();
+      gl.readPixels(0, 0, 1, 1, gl.RGBA, gl.FLOAT, this.pixel);
       this.rows.push([label, performance.now() - started]);
     }
   }

@@ -126,12 +126,29 @@ def _concat(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
     ]
 
 
+def _merge_index_space(dims: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(extent, stride) dims with size-1 dims dropped and contiguous neighbours merged: the
+    same offsets in row-major order, with fewer div/mod per element in the shader."""
+    merged: list[tuple[int, int]] = []
+    for n, s in dims:
+        if n == 1:
+            continue
+        if merged and merged[-1][1] == s * n:
+            merged[-1] = (merged[-1][0] * n, s)
+        else:
+            merged.append((n, s))
+    return merged
+
+
 def _reduce(kind: str, shape: Sequence[int], axes: Sequence[int]) -> Plan:
     """Kept and reduced index spaces over the input's strides (trailing 1-dims dropped)."""
     strides = _strides(shape)
     kept = [(n, s) for i, (n, s) in enumerate(zip(shape, strides, strict=True)) if i not in axes]
     red = [(n, s) for i, (n, s) in enumerate(zip(shape, strides, strict=True)) if i in axes]
+    kept, red = _merge_index_space(kept), _merge_index_space(red)
     return f"reduce:{kind}", [
+        _ints("u_kept_rank", [len(kept)]),
+        _ints("u_red_rank", [len(red)]),
         _ints("u_kept_shape", _left_pad([n for n, _ in kept], 1)),
         _ints("u_kept_stride", _left_pad([s for _, s in kept], 0)),
         _ints("u_red_shape", _left_pad([n for n, _ in red], 1)),

@@ -5,10 +5,12 @@ uniform int u_kept_stride[6];
 uniform int u_red_shape[6];
 uniform int u_red_stride[6];
 uniform int u_red_count;
+uniform int u_kept_rank;  // dims in use (the last ones; Python merges contiguous dims)
+uniform int u_red_rank;
 
 float value(int i) {
   int base = 0;
-  for (int d = 5; d >= 0; --d) {
+  for (int d = 5; d >= 6 - u_kept_rank; --d) {
     base += (i % u_kept_shape[d]) * u_kept_stride[d];
     i /= u_kept_shape[d];
   }
@@ -21,7 +23,7 @@ float value(int i) {
   for (int r = 0; r < u_red_count; ++r) {
     int offset = 0;
     int q = r;
-    for (int d = 5; d >= 0; --d) {
+    for (int d = 5; d >= 6 - u_red_rank; --d) {
       offset += (q % u_red_shape[d]) * u_red_stride[d];
       q /= u_red_shape[d];
     }
