@@ -336,6 +336,17 @@ def test_vec4_gemm_for_aligned_row_major_operands(gpu: WgpuNativeBackend, a_shap
     assert kernels.plan("matmul", attrs, unaligned).dispatches[0].key.startswith("gemm:")
 
 
+def test_vec4_gemm_of_few_rows_splits_long_k(gpu: WgpuNativeBackend) -> None:
+    # A dense layer at batch 1 (8x64 tiles, 1 row per invocation) and a short-K few-row case.
+    attrs = {"transpose_a": False, "transpose_b": False}
+    a, b = normal(1, 8192, seed=15), normal(8192, 64, seed=16)
+    spec = OutSpec((1, 64), "float32", (a.shape, b.shape), ("float32",) * 2)
+    product, _sum = kernels.plan("matmul", attrs, spec).dispatches
+    assert product.key == "gemm_vec4:1x2"
+    assert_matches_cpu(gpu, "matmul", [a, b], **attrs)
+    assert_matches_cpu(gpu, "matmul", [normal(5, 40), normal(40, 132)], **attrs)
+
+
 def test_vec4_gemm_of_a_large_square_product(gpu: WgpuNativeBackend) -> None:
     a, b = normal(256, 256, seed=13), normal(256, 256, seed=14)
     assert_matches_cpu(gpu, "matmul", [a, b], transpose_a=False, transpose_b=False)
@@ -404,7 +415,8 @@ def test_dispatches_split_over_x_y_z_when_workgroups_exceed_the_limit(
 ) -> None:
     tiny = WgpuNativeBackend(gpu.device, DeviceLimits(max_workgroups_per_dimension=4))
     tiny.pipelines = gpu.pipelines  # same WGSL, same keys: limits only change workgroup counts
-    x, y = normal(3, 7, 9, 11, seed=12), normal(3, 7, 9, 11, seed=13)  # 2079 elements: 33 groups
+    # 8316 elements: 33 groups of 64 invocations doing 4 elements each
+    x, y = normal(3, 7, 9, 44, seed=12), normal(3, 7, 9, 44, seed=13)
     spec = OutSpec(x.shape, "float32", (x.shape, y.shape), ("float32", "float32"))
     workgroups = kernels.plan("add", {}, spec, tiny.device_limits).dispatches[0].workgroups
     assert max(workgroups) <= 4 and workgroups[2] > 1
@@ -416,7 +428,7 @@ def test_dispatches_split_over_x_y_z_when_workgroups_exceed_the_limit(
         tiny, "matmul", [normal(130, 20), normal(20, 70)], transpose_a=False, transpose_b=False
     )
     assert_matches_cpu(
-        tiny, "conv2d", [x, normal(3, 3, 11, 5)], strides=(1, 1), pads=((1, 1), (1, 1))
+        tiny, "conv2d", [x, normal(3, 3, 44, 5)], strides=(1, 1), pads=((1, 1), (1, 1))
     )
     assert_matches_cpu(
         tiny, "max_pool2d", [x], pool_size=(2, 2), strides=(1, 1), pads=((0, 0), (0, 0))

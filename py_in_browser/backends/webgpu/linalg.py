@@ -35,9 +35,11 @@ FEW_TILES = 16
 SPLIT_K_MIN = 2048
 MAX_SPLITS = 64
 
-# gemm_vec4.wgsl: rows and vec4 columns of C per invocation (8x8 invocations per workgroup).
+# gemm_vec4.wgsl: rows and vec4 columns of C per invocation (8x8 invocations per workgroup);
+# 1 row when C has fewer than 32 rows. Its K slabs are 32 long.
 VEC4_ROWS = 4
 VEC4_VECS = 2
+VEC4_TILE_K = 32
 
 
 def vec4_body(rows: int, vecs: int) -> dict[str, str]:
@@ -64,14 +66,13 @@ def vec4_body(rows: int, vecs: int) -> dict[str, str]:
 
 
 def _vec4_fits(g: Gemm, load_a: str, load_b: str) -> bool:
-    """Row-major operands whose rows are whole vec4s and a C big enough for 32x64 tiles."""
+    """Row-major operands whose rows are whole vec4s and a C at least as wide as a tile."""
     return (
         (load_a, load_b) == ("strided_a", "strided_b")
         and g.a_col == 1
         and g.b_col == 1
         and g.k % 4 == 0
         and g.n % 4 == 0
-        and g.m >= 8 * VEC4_ROWS
         and g.n >= 32 * VEC4_VECS
     )
 
@@ -120,32 +121,39 @@ def gemm_plan(
     codegen.require_float32(op, out)
     if g.m * g.n * g.batches == 0:
         return KernelPlan(())
-    fields = astuple(g)
-    bindings = [BufferRef("input", 0), BufferRef("input", 1)]
     if _vec4_fits(g, load_a, load_b):
-        rows, cols = 8 * VEC4_ROWS, 32 * VEC4_VECS
+        row_count = VEC4_ROWS if g.m >= 8 * VEC4_ROWS else 1
+        rows, cols = 8 * row_count, 32 * VEC4_VECS
         tiles_m, tiles_n = math.ceil(g.m / rows), math.ceil(g.n / cols)
-        if _splits(tiles_m * tiles_n * g.batches, g.k)[0] == 1:
-            words = [g.m, g.n, g.k, tiles_m, tiles_n, g.batches, 1, g.k, *fields[4:]]
-            wgsl = codegen.render(
-                "gemm_vec4.wgsl",
-                ROWS=str(VEC4_ROWS),
-                VECS=str(VEC4_VECS),
-                **vec4_body(VEC4_ROWS, VEC4_VECS),
-            )
-            workgroups = codegen.grid(op, tiles_m * tiles_n * g.batches, limits)
-            key = f"gemm_vec4:{VEC4_ROWS}x{VEC4_VECS}"
-            bound = [*bindings, codegen.OUTPUT]
-            return KernelPlan((codegen.dispatch(key, wgsl, bound, words, workgroups),))
+        splits, per_split = _splits(tiles_m * tiles_n * g.batches, g.k)
+        per_split = math.ceil(per_split / VEC4_TILE_K) * VEC4_TILE_K
+        splits = math.ceil(g.k / per_split)
+        wgsl = codegen.render(
+            "gemm_vec4.wgsl",
+            ROWS=str(row_count),
+            VECS=str(VEC4_VECS),
+            **vec4_body(row_count, VEC4_VECS),
+        )
+        key = f"gemm_vec4:{row_count}x{VEC4_VECS}"
+        return _product_and_sum(op, g, key, wgsl, (tiles_m, tiles_n, splits, per_split), limits)
     rows, cols = tile_shape(g.m, g.n)
     tiles_m, tiles_n = math.ceil(g.m / rows), math.ceil(g.n / cols)
     splits, per_split = _splits(tiles_m * tiles_n * g.batches, g.k)
-    words = [g.m, g.n, g.k, tiles_m, tiles_n, g.batches, splits, per_split, *fields[4:]]
     wgsl = codegen.render(
         "gemm.wgsl", LOAD_A=load_a, LOAD_B=load_b, TILE_M=str(rows), TILE_N=str(cols)
     )
-    workgroups = codegen.grid(op, tiles_m * tiles_n * g.batches * splits, limits)
     key = f"gemm:{load_a}:{load_b}:{rows}x{cols}"
+    return _product_and_sum(op, g, key, wgsl, (tiles_m, tiles_n, splits, per_split), limits)
+
+
+def _product_and_sum(
+    op: str, g: Gemm, key: str, wgsl: str, grid: tuple[int, int, int, int], limits: DeviceLimits
+) -> KernelPlan:
+    """The GEMM dispatch over (tiles_m, tiles_n, splits, k_per_split); split-K adds the sum."""
+    tiles_m, tiles_n, splits, per_split = grid
+    words = [g.m, g.n, g.k, tiles_m, tiles_n, g.batches, splits, per_split, *astuple(g)[4:]]
+    bindings = [BufferRef("input", 0), BufferRef("input", 1)]
+    workgroups = codegen.grid(op, tiles_m * tiles_n * splits * g.batches, limits)
     if splits == 1:
         product = codegen.dispatch(key, wgsl, [*bindings, codegen.OUTPUT], words, workgroups)
         return KernelPlan((product,))

@@ -4,7 +4,8 @@
 // quarter of the loads gemm.wgsl's scalar loaders need. 64 invocations as 8x8 compute a tile of
 // TILE_M x TILE_N: ROWS rows times VECS vec4 columns each, held in ROWS * VECS vec4 accumulators
 // (generated unrolled, below, so that they stay in registers). K is walked in slabs of 32: half
-// the barriers of 16-wide slabs. A workgroup whose tile and slab lie wholly inside C and K loads
+// the barriers of 16-wide slabs. ROWS is 4 for C of 32 rows or more, 1 for fewer (a dense
+// layer's forward pass at a small batch), where split-K then keeps workgroups busy. A workgroup whose tile and slab lie wholly inside C and K loads
 // without any bounds test; only edge tiles take the guarded loads.
 {{COMMON}}
 
@@ -40,14 +41,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) lid: u32) {
   let group = workgroup_linear(wid, nwg);
   // Uniform per workgroup, so the barriers below stay in uniform control flow.
-  if (group >= p.tiles_m * p.tiles_n * p.batches) { return; }
+  if (group >= p.tiles_m * p.tiles_n * p.batches * p.splits) { return; }
   let tile_n = group % p.tiles_n;
   let tile_m = (group / p.tiles_n) % p.tiles_m;
-  let batch = group / (p.tiles_n * p.tiles_m);
+  let batch = (group / (p.tiles_n * p.tiles_m)) % p.batches;
+  // Split-K as in gemm.wgsl: k_per_split is a multiple of 32, so slices stay vec4-aligned.
+  let split = group / (p.tiles_n * p.tiles_m * p.batches);
+  let k_begin = split * p.k_per_split;
+  let k_end = min(p.k, k_begin + p.k_per_split);
   let row0 = tile_m * TILE_M;
   let col0_4 = tile_n * TILE_N4;
   let n4 = p.n / 4u;
-  let k4 = p.k / 4u;
+  let k4 = k_end / 4u;
   let a_base = batch * (p.a_batch / 4u);
   let b_base = batch * (p.b_batch / 4u);
   let a_row4 = p.a_row / 4u;
@@ -63,9 +68,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let tx = lid % 8u;
   let ty = lid / 8u;
 {{DECLARE}}
-  for (var k0 = 0u; k0 < p.k; k0 += TILE_K) {
+  for (var k0 = k_begin; k0 < k_end; k0 += TILE_K) {
     let kv0 = k0 / 4u;
-    if (full_mn && k0 + TILE_K <= p.k) {
+    if (full_mn && k0 + TILE_K <= k_end) {
       for (var i = 0u; i < A_LOADS; i++) {
         let r = a_r + i * (64u / TILE_K4);
         tile_a[r * TILE_K4 + a_c] = a[a_base + (row0 + r) * a_row4 + kv0 + a_c];
@@ -84,7 +89,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       for (var i = 0u; i < B_LOADS; i++) {
         let r = b_r + i * (64u / TILE_N4);
         var v = vec4<f32>(0.0);
-        if (k0 + r < p.k && col0_4 + b_c < n4) {
+        if (k0 + r < k_end && col0_4 + b_c < n4) {
           v = b[b_base + (k0 + r) * b_row4 + col0_4 + b_c];
         }
         tile_b[r * TILE_N4 + b_c] = v;
@@ -96,7 +101,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     workgroupBarrier();
   }
-  let c_base = batch * p.m * n4;
+  let c_base = (split * p.batches + batch) * p.m * n4;
 {{STORE}}
 }
 
