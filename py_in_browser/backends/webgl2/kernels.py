@@ -252,7 +252,18 @@ for _op, _planner in PLANNERS.items():
     _register(_op, _planner)
 
 
-VECTOR_OPS = frozenset({"matmul", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"})
+VECTOR_OPS = frozenset(
+    {
+        "matmul",
+        "conv2d",
+        "conv2d_backprop_input",
+        "conv2d_backprop_filter",
+        "max_pool2d",
+        "avg_pool2d",
+        "max_pool2d_grad",
+        "avg_pool2d_grad",
+    }
+)
 
 
 def _vector_matmul(attrs: dict[str, Any], out: OutSpec) -> Plan | None:
@@ -293,7 +304,10 @@ def vector_plan(op: str, attrs: dict[str, Any], out: OutSpec, all_rgba: bool) ->
         return _vector_matmul(attrs, out)
     if op in ("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"):
         return _vector_conv(op, attrs, out)
-    return None
+    key, uniforms = _pool(op, attrs, out)  # pooling: channels (innermost) a multiple of 4
+    if out.shape[-1] % 4 or 0 in out.shape:
+        return None
+    return key.replace("pool:", "pool4:"), uniforms
 
 
 def plan(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:

@@ -141,6 +141,13 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _elementwise(CAST[arg], 1), 1
     if kind == "reduce":
         return f"#define REDUCE_{arg.upper()}\n{_frag('reduce')}", 1
+    if kind == "pool4":  # whole-texel pooling: 4 channels per fragment
+        grad = {
+            "max_grad": "#define GRAD u_x1\n#define GRAD_WIDTH u_l1.x\n",
+            "avg_grad": "#define GRAD u_x0\n#define GRAD_WIDTH u_l0.x\n",
+        }.get(arg, "")
+        defines = _POOL_DEFINES[arg].split("#define GRAD")[0] + grad
+        return "#define TEXEL_KERNEL\n" + defines + _frag("pool4"), 2 if arg == "max_grad" else 1
     if kind == "pool":
         return _POOL_DEFINES[arg] + _frag("pool"), 2 if arg == "max_grad" else 1
     if kind == "concat":
@@ -174,4 +181,5 @@ def warmup_keys() -> list[str]:
     keys += [f"{kind}:{arg}" for kind, args in VECTOR_KERNELS.items() for arg in args]
     keys += [f"unary4:{op}" for op in UNARY] + [f"binary4:{op}" for op in BINARY]
     keys += ["where4", *(f"cast4:{d}" for d in ("float32", "int32", "bool")), "fill4", "copy4"]
+    keys += [f"pool4:{p}" for p in _POOL_DEFINES]
     return keys
