@@ -56,16 +56,7 @@ async def stepped_losses(as_tensors):
 """
 
 
-# webgl2's free() hands a texture that a recording still names back to the pool (its
-# _freed_while_recording / _deferred bookkeeping is never fed), so a replay's output copy can land
-# in a texture the next replay overwrites: a loss read several steps later is wrong. fit reads each
-# loss before the next step and does not see it. Reported to the WebGL2 backend's owner.
-WEBGL2_REUSE = pytest.mark.xfail(
-    reason="webgl2 reuses textures named by a live recording", strict=False
-)
-
-
-@pytest.fixture(scope="module", params=["webgpu", pytest.param("webgl2", marks=WEBGL2_REUSE)])
+@pytest.fixture(scope="module", params=["webgpu", "webgl2"])
 def page_query(request: pytest.FixtureRequest) -> str:
     return f"?backend={request.param}"
 

@@ -415,12 +415,13 @@ def test_dispatches_split_over_x_y_z_when_workgroups_exceed_the_limit(
 ) -> None:
     tiny = WgpuNativeBackend(gpu.device, DeviceLimits(max_workgroups_per_dimension=4))
     tiny.pipelines = gpu.pipelines  # same WGSL, same keys: limits only change workgroup counts
+    x = normal(3, 7, 9, 11, seed=12)  # 2079 elements
     # 8316 elements: 33 groups of 64 invocations doing 4 elements each
-    x, y = normal(3, 7, 9, 44, seed=12), normal(3, 7, 9, 44, seed=13)
-    spec = OutSpec(x.shape, "float32", (x.shape, y.shape), ("float32", "float32"))
+    a, b = normal(3, 7, 9, 44, seed=12), normal(3, 7, 9, 44, seed=13)
+    spec = OutSpec(a.shape, "float32", (a.shape, b.shape), ("float32", "float32"))
     workgroups = kernels.plan("add", {}, spec, tiny.device_limits).dispatches[0].workgroups
     assert max(workgroups) <= 4 and workgroups[2] > 1
-    assert_matches_cpu(tiny, "add", [x, y])
+    assert_matches_cpu(tiny, "add", [a, b])
     assert_matches_cpu(tiny, "transpose", [x], perm=(2, 0, 3, 1))
     assert_matches_cpu(tiny, "reduce_sum", [x], axes=(1, 2), keepdims=False)
     assert_matches_cpu(tiny, "argmax", [x], axis=3)
@@ -428,7 +429,7 @@ def test_dispatches_split_over_x_y_z_when_workgroups_exceed_the_limit(
         tiny, "matmul", [normal(130, 20), normal(20, 70)], transpose_a=False, transpose_b=False
     )
     assert_matches_cpu(
-        tiny, "conv2d", [x, normal(3, 3, 44, 5)], strides=(1, 1), pads=((1, 1), (1, 1))
+        tiny, "conv2d", [x, normal(3, 3, 11, 5)], strides=(1, 1), pads=((1, 1), (1, 1))
     )
     assert_matches_cpu(
         tiny, "max_pool2d", [x], pool_size=(2, 2), strides=(1, 1), pads=((0, 0), (0, 0))
@@ -438,7 +439,7 @@ def test_dispatches_split_over_x_y_z_when_workgroups_exceed_the_limit(
 
 
 def test_more_than_65535_workgroups_in_one_elementwise_op(gpu: WgpuNativeBackend) -> None:
-    n = 65535 * 64 + 1000
+    n = 65535 * 64 * 4 + 4000  # 4 elements per invocation
     x = np.linspace(-3, 3, n, dtype=np.float32)
     spec = OutSpec((n,), "float32", ((n,),), ("float32",))
     assert kernels.plan("relu", {}, spec).dispatches[0].workgroups[1] == 2

@@ -86,6 +86,7 @@ EXPRESSIONS: dict[str, Expr] = {
 }
 
 _NAMES = "abc"
+PER_INVOCATION = 4  # elements per invocation of a kernel whose inputs are all contiguous
 # Params of a kernel with broadcast inputs: count in row 0, then per input a block of words:
 # rank, 3 unused, MAX_RANK dims, MAX_RANK strides (the axes merged where they walk evenly).
 _BLOCK = 4 + 2 * codegen.MAX_RANK
@@ -138,6 +139,8 @@ def plan_elementwise(
     plain = modes == "c" * arity
     if plain:
         words = [count]
+    # Contiguous inputs: PER_INVOCATION elements per invocation (strided loads stay one each).
+    per = PER_INVOCATION if plain else 1
     wgsl = codegen.render(
         "elementwise.wgsl",
         INPUT_BINDINGS="\n".join(
@@ -150,10 +153,11 @@ def plan_elementwise(
         PARAM_ROWS=str(len(codegen.pack_words(words)) // 16),
         LOADS="\n  ".join(_load(i, modes[i]) for i in range(arity)),
         EXPR=expr,
+        PER=str(per),
     )
     key = f"elementwise:{op}:{','.join(types)}->{out_type}"
     if not plain:
         key += f":{modes}"
     bindings = [BufferRef("input", i) for i in range(arity)] + [codegen.OUTPUT]
-    workgroups = codegen.grid(op, codegen.groups_for(count), limits)
+    workgroups = codegen.grid(op, codegen.groups_for(-(-count // per)), limits)
     return KernelPlan((codegen.dispatch(key, wgsl, bindings, words, workgroups),))

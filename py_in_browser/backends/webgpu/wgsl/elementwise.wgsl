@@ -74,11 +74,18 @@ fn pow_f32(x: f32, y: f32) -> f32 {
   return select(r, -r, odd);
 }
 
+// Each invocation does PER elements, i, i + T, i + 2T, ... (T: invocations in the grid), so
+// neighbouring invocations still touch neighbouring elements; fewer invocations amortise the
+// index arithmetic (a software GPU pays per invocation).
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-  let i = workgroup_linear(wid, nwg) * 64u + lid;
-  if (i >= word(0u)) { return; }
-  {{LOADS}}
-  out[i] = {{EXPR}};
+  let total = nwg.x * nwg.y * nwg.z * 64u;
+  let first = workgroup_linear(wid, nwg) * 64u + lid;
+  for (var k = 0u; k < {{PER}}u; k++) {
+    let i = first + k * total;
+    if (i >= word(0u)) { return; }
+    {{LOADS}}
+    out[i] = {{EXPR}};
+  }
 }
