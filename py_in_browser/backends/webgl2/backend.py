@@ -215,6 +215,8 @@ class WebGL2Backend(Backend):
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Handle:
         if op == "concat" and len(inputs) > MAX_INPUTS_PER_DRAW:
             return self._concat_in_groups(inputs, attrs, out)
+        if op == "matmul" and self._transpose_first(attrs, out, inputs):
+            return self._matmul_transposed_a(inputs, attrs, out)
         key, uniforms = kernels.plan(op, attrs, out)
         # An expand of one element stays one element (a copy into its own 1-texel texture):
         # kernels read a one-element input at every index (element() and x<k>v in shaders.py),
@@ -237,6 +239,19 @@ class WebGL2Backend(Backend):
         handle = self._allocate((1,) if broadcast else out.shape, out.dtype, pair)
         if broadcast:
             handle = Handle(handle.texture, handle.lo, out.shape, out.dtype)
+        self._draw(key, handle, inputs, uniforms, op, pair)
+        return handle
+
+    def _draw(
+        self,
+        key: str,
+        handle: Handle,
+        inputs: list[Handle],
+        uniforms: list[kernels.Uniform],
+        label: str,
+        pair: bool,
+    ) -> None:
+        """Queues one draw of program `key` into handle's texture(s)."""
         if key not in self._known_programs:
             self._new_programs[key] = shaders.program_source(key)
             self._known_programs.add(key)
@@ -251,7 +266,7 @@ class WebGL2Backend(Backend):
                 for h in inputs
             ],
             [list(u) for u in uniforms],
-            op,  # the label a profile reports this draw under (also when replayed)
+            label,  # the label a profile reports this draw under (also when replayed)
         ]
         self._start_profile_if_asked()
         self._commands.append(draw)
@@ -259,7 +274,6 @@ class WebGL2Backend(Backend):
             self._recording.order.append(("draw", len(self._recording.draws)))
             self._recording.draws.append(draw)
         self._maybe_flush()
-        return handle
 
     def _vector_variant(
         self,
@@ -287,6 +301,38 @@ class WebGL2Backend(Backend):
         if op == "reshape" and ins[0].channels == layout.channels and ins[0].size == layout.size:
             return "copy4", []
         return key, uniforms
+
+    def _transpose_first(self, attrs: dict[str, Any], out: OutSpec, inputs: list[Handle]) -> bool:
+        """a^T @ b with whole-texel operands: the vector kernel would fetch a texel of a for
+        every element it uses, so transposing a once (a quarter of the fetches of the product
+        per output column block) and running the plain product is cheaper."""
+        if not attrs["transpose_a"] or attrs["transpose_b"]:
+            return False
+        a = out.in_shapes[0]
+        k, m, n = a[-2], a[-1], out.shape[-1]
+        rgba = all(h.texture.layout.channels == 4 for h in inputs)
+        out_rgba = choose_layout(out.shape, self.max_side).channels == 4
+        return rgba and out_rgba and min(k, m, n) > 0 and not (k % 4 or m % 4 or n % 4)
+
+    def _matmul_transposed_a(
+        self, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
+    ) -> Handle:
+        a = out.in_shapes[0]
+        rows, cols = a[-1], a[-2]
+        shape = (*a[:-2], rows, cols)
+        transposed = self._allocate(shape, out.in_dtypes[0], False)
+        self._draw(
+            "transpose4",
+            transposed,
+            [inputs[0]],
+            [kernels.ints("u_rows", [rows]), kernels.ints("u_cols", [cols])],
+            "matmul",
+            pair=False,
+        )
+        spec = OutSpec(out.shape, out.dtype, (shape, out.in_shapes[1]), out.in_dtypes)
+        result = self.run("matmul", [transposed, inputs[1]], {**attrs, "transpose_a": False}, spec)
+        self.free(transposed)
+        return result
 
     def _concat_in_groups(self, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Handle:
         """Concat of more inputs than a draw can sample: concatenate groups, then the groups."""

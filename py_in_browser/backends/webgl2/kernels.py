@@ -34,7 +34,7 @@ def _left_pad(values: Sequence[int], fill: int) -> list[int]:
     return [fill] * (MAX_RANK - len(values)) + [int(v) for v in values]
 
 
-def _ints(name: str, values: Sequence[int]) -> Uniform:
+def ints(name: str, values: Sequence[int]) -> Uniform:
     return (name, "i", [float(v) for v in values])
 
 
@@ -77,11 +77,11 @@ def _strided(
     big = 2**30  # an extent no coordinate reaches: no bounds check on this dim
     shape, stride, low, dim = _merge_dims(shape, stride, low, [min(d, big) for d in dim], big)
     return "strided", [
-        _ints("u_rank", [len(shape)]),
-        _ints("u_shape", _left_pad(shape, 1)),
-        _ints("u_stride", _left_pad(stride, 0)),
-        _ints("u_low", _left_pad(low, 0)),
-        _ints("u_dim", _left_pad(dim, big)),
+        ints("u_rank", [len(shape)]),
+        ints("u_shape", _left_pad(shape, 1)),
+        ints("u_stride", _left_pad(stride, 0)),
+        ints("u_low", _left_pad(low, 0)),
+        ints("u_dim", _left_pad(dim, big)),
         ("u_fill", "f", [float(fill)]),
     ]
 
@@ -120,9 +120,9 @@ def _concat(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
         offsets.append(offsets[-1] + shape[axis])
     inner = math.prod(out.shape[axis + 1 :])
     return f"concat:{len(out.in_shapes)}", [
-        _ints("u_inner", [max(inner, 1)]),
-        _ints("u_total", [max(offsets[-1], 1)]),
-        _ints("u_offsets", offsets),
+        ints("u_inner", [max(inner, 1)]),
+        ints("u_total", [max(offsets[-1], 1)]),
+        ints("u_offsets", offsets),
     ]
 
 
@@ -147,13 +147,13 @@ def _reduce(kind: str, shape: Sequence[int], axes: Sequence[int]) -> Plan:
     red = [(n, s) for i, (n, s) in enumerate(zip(shape, strides, strict=True)) if i in axes]
     kept, red = _merge_index_space(kept), _merge_index_space(red)
     return f"reduce:{kind}", [
-        _ints("u_kept_rank", [len(kept)]),
-        _ints("u_red_rank", [len(red)]),
-        _ints("u_kept_shape", _left_pad([n for n, _ in kept], 1)),
-        _ints("u_kept_stride", _left_pad([s for _, s in kept], 0)),
-        _ints("u_red_shape", _left_pad([n for n, _ in red], 1)),
-        _ints("u_red_stride", _left_pad([s for _, s in red], 0)),
-        _ints("u_red_count", [math.prod(n for n, _ in red)]),
+        ints("u_kept_rank", [len(kept)]),
+        ints("u_red_rank", [len(red)]),
+        ints("u_kept_shape", _left_pad([n for n, _ in kept], 1)),
+        ints("u_kept_stride", _left_pad([s for _, s in kept], 0)),
+        ints("u_red_shape", _left_pad([n for n, _ in red], 1)),
+        ints("u_red_stride", _left_pad([s for _, s in red], 0)),
+        ints("u_red_count", [math.prod(n for n, _ in red)]),
     ]
 
 
@@ -176,17 +176,17 @@ def _matmul(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
     b_stride = [b[-1] * b[-2], 1 if attrs["transpose_b"] else b[-1]]
     b_stride.append(b[-1] if attrs["transpose_b"] else 1)
     return "matmul", [
-        _ints("u_m", [m]),
-        _ints("u_n", [n]),
-        _ints("u_k", [k]),
-        _ints("u_a_stride", a_stride),
-        _ints("u_b_stride", b_stride),
+        ints("u_m", [m]),
+        ints("u_n", [n]),
+        ints("u_k", [k]),
+        ints("u_a_stride", a_stride),
+        ints("u_b_stride", b_stride),
     ]
 
 
 def _geometry(attrs: dict[str, Any]) -> list[Uniform]:
     (top, _), (left, _) = attrs["pads"]
-    return [_ints("u_stride", attrs["strides"]), _ints("u_pad", [top, left])]
+    return [ints("u_stride", attrs["strides"]), ints("u_pad", [top, left])]
 
 
 def _conv(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
@@ -196,7 +196,7 @@ def _conv(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
         x, w, o = out.shape, out.in_shapes[1], out.in_shapes[0]
     else:
         x, w, o = out.in_shapes[0], out.shape, out.in_shapes[1]
-    return op, [_ints("u_x", x), _ints("u_w", w), _ints("u_o", o[1:3]), *_geometry(attrs)]
+    return op, [ints("u_x", x), ints("u_w", w), ints("u_o", o[1:3]), *_geometry(attrs)]
 
 
 def _pool(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
@@ -207,9 +207,9 @@ def _pool(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
         kind = "max_grad" if op == "max_pool2d_grad" else "avg_grad"
         x, o = out.shape, out.in_shapes[-1]
     return f"pool:{kind}", [
-        _ints("u_x", x),
-        _ints("u_o", o[1:3]),
-        _ints("u_k", attrs["pool_size"]),
+        ints("u_x", x),
+        ints("u_o", o[1:3]),
+        ints("u_k", attrs["pool_size"]),
         *_geometry(attrs),
     ]
 
@@ -276,7 +276,7 @@ def _vector_matmul(attrs: dict[str, Any], out: OutSpec) -> Plan | None:
     need = {"nn": (k, n), "nt": (k, n), "tn": (m, n)}.get(variant or "", ())
     if variant is None or any(d % 4 for d in need) or min(m, n, k) == 0:
         return None
-    return f"matmul4:{variant}", [_ints("u_m", [m]), _ints("u_n", [n]), _ints("u_k", [k])]
+    return f"matmul4:{variant}", [ints("u_m", [m]), ints("u_n", [n]), ints("u_k", [k])]
 
 
 def _vector_conv(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan | None:

@@ -127,6 +127,8 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         count = {"unary": 1, "binary": 2, "where": 3, "cast": 1}[kind]
         expression = {"unary": UNARY, "binary": BINARY, "cast": CAST}.get(kind, {}).get(arg)
         return "#define TEXEL_KERNEL\n" + _elementwise4(expression or WHERE, count), count
+    if kind == "transpose4":
+        return "#define TEXEL_KERNEL\n" + _frag("transpose4"), 1
     if kind == "fill4":  # a one-element tensor everywhere
         return "#define TEXEL_KERNEL\nvec4 value4(int t) { return vec4(x0v(ivec2(0)).x); }\n", 1
     if kind == "copy4":  # same elements, same channels, another texture shape (reshape, copy)
@@ -180,6 +182,12 @@ def warmup_keys() -> list[str]:
     keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2"]
     keys += [f"{kind}:{arg}" for kind, args in VECTOR_KERNELS.items() for arg in args]
     keys += [f"unary4:{op}" for op in UNARY] + [f"binary4:{op}" for op in BINARY]
-    keys += ["where4", *(f"cast4:{d}" for d in ("float32", "int32", "bool")), "fill4", "copy4"]
+    keys += [
+        "where4",
+        *(f"cast4:{d}" for d in ("float32", "int32", "bool")),
+        "fill4",
+        "copy4",
+        "transpose4",
+    ]
     keys += [f"pool4:{p}" for p in _POOL_DEFINES]
     return keys
