@@ -71,33 +71,16 @@ def _training_step(spec: dict[str, Any]) -> tuple[Step, str]:
     model = build_model(spec)
     model.compile(optimizer=_optimizer(spec["optimizer"]), loss=_loss(spec["loss"]))
     xs, ys = pib.tensor(x), pib.tensor(y, dtype=str(y.dtype))
-    if hasattr(model, "train_on_batch"):  # the Keras name, should the engine grow one
 
-        async def keras_step(sync: bool) -> None:
-            loss = model.train_on_batch(xs, ys)
-            loss = await loss if inspect.isawaitable(loss) else loss
-            if sync and hasattr(loss, "numpy"):
-                await _read(loss)
-
-        return keras_step, "model.train_on_batch; sync = loss.numpy()"
-
-    # No public single-step API yet: the custom loop of public names, like TF.js's minimize.
-    # (fit(epochs=1) on one batch would also re-validate the arrays and read the loss back.)
-    @pib.tidy
-    def train_step() -> Any:
-        with pib.GradientTape() as tape:
-            loss = model.loss(ys, model(xs, training=True))
-        variables = model.trainable_weights
-        model.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
-        return loss
-
+    # train_on_batch runs fit's step machinery (replayed from JS after the first steps) and
+    # returns the loss unread, so "synced every 10" really syncs once per 10 steps.
     async def step(sync: bool) -> None:
-        loss = train_step()
+        loss = await model.train_on_batch(xs, ys)
         if sync:
             await _read(loss)
         loss.dispose()
 
-    return step, "GradientTape + optimizer.apply_gradients in pib.tidy; sync = loss.numpy()"
+    return step, "await model.train_on_batch (fit's replayed step); sync = loss.numpy()"
 
 
 def _inference_step(spec: dict[str, Any]) -> tuple[Step, str]:
