@@ -181,6 +181,26 @@ def test_a_result_too_large_is_refused_before_anything_is_queued() -> None:
     assert engine.payloads == []
 
 
+def test_broadcast_scalars_and_same_layout_reshapes_share_their_texture() -> None:
+    backend, _ = fake_backend()
+    one = backend.upload(np.ones((1,), np.float32))
+    matrix = backend.upload(np.ones((8, 16), np.float32))
+    queued = len(backend._commands)
+    wide = backend.run("expand", [one], {"shape": (8, 16)}, spec((8, 16), (1,)))
+    same = backend.run("reshape", [matrix], {"shape": (2, 4, 16)}, spec((2, 4, 16), (8, 16)))
+    assert len(backend._commands) == queued  # no texture, no draw
+    assert wide.texture.id == one.texture.id and same.texture.id == matrix.texture.id
+    # Another layout (innermost 8, not 16) is a copy into its own texture.
+    other = backend.run("reshape", [matrix], {"shape": (16, 8)}, spec((16, 8), (8, 16)))
+    assert other.texture.id != matrix.texture.id
+    live = backend.pool.live_textures
+    for handle in (one, wide, matrix, same):
+        backend.free(handle)
+    assert backend.pool.live_textures == live
+    pooled = backend.pool.pooled_bytes
+    assert pooled == one.texture.nbytes + matrix.texture.nbytes  # each pooled once
+
+
 def test_draws_carry_their_primitive_as_the_profile_label() -> None:
     backend, engine = fake_backend()
     a = backend.upload(np.ones((4, 4), np.float32))

@@ -25,8 +25,9 @@ FLOAT_DTYPES = ("float32", "float64")
 # optimizers' epsilon is kept at least sqrt(2^-14) = 2^-7 (see optim.Adam).
 HALF_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
 HALF_MIN_EPSILON = HALF_SMALLEST_NORMAL**0.5
-# Expands of one element stay one element (see run); False draws full-size fills (comparisons).
-BROADCAST_SCALARS = True
+# Expands of one element and same-layout reshapes share their source's texture (see _alias);
+# False draws a copy for each (for comparisons).
+ALIAS_VIEWS = True
 # What a profile calls the draws a replay adds: copies of the state in and of the outputs out.
 REPLAY_COPY_LABEL = "replay_copy"
 
@@ -72,6 +73,7 @@ class WebGL2Backend(Backend):
         self._freed_while_recording: list[Texture] = []
         self._retained: dict[int, int] = {}  # texture id -> recordings naming it
         self._deferred: dict[int, Texture] = {}  # freed, but a recording still names it
+        self._shared: dict[int, int] = {}  # texture id -> handles on it beyond the first
         self._recordings = 0
         self._profiling = False  # draws flushed since pib.profile began are timed in bridge.js
         self.profile_timing = "gpu-timer-query" if self.probed.get("timer_query") else "wall"
@@ -205,6 +207,13 @@ class WebGL2Backend(Backend):
         for texture in (handle.texture, handle.lo):
             if texture is None:
                 continue
+            others = self._shared.get(texture.id, 0)  # other handles on this texture
+            if others:
+                if others == 1:
+                    del self._shared[texture.id]
+                else:
+                    self._shared[texture.id] = others - 1
+                continue
             if self._recording is not None:
                 self._freed_while_recording.append(texture)
             elif texture.id in self._retained:
@@ -217,16 +226,12 @@ class WebGL2Backend(Backend):
             return self._concat_in_groups(inputs, attrs, out)
         if op == "matmul" and self._transpose_first(attrs, out, inputs):
             return self._matmul_transposed_a(inputs, attrs, out)
+        if op in ("expand", "reshape") and ALIAS_VIEWS:
+            alias = self._alias(op, inputs[0], out)
+            if alias is not None:
+                return alias
         key, uniforms = kernels.plan(op, attrs, out)
-        # An expand of one element stays one element (a copy into its own 1-texel texture):
-        # kernels read a one-element input at every index (element() and x<k>v in shaders.py),
-        # so no full-size fill is drawn and written for every broadcast scalar.
-        broadcast = BROADCAST_SCALARS and op == "expand" and inputs[0].texture.layout.size == 1
-        if broadcast:
-            choose_layout(out.shape, self.max_side)  # what reads it densely must hold it
-            key, uniforms = "fill4", []
-        else:
-            key, uniforms = self._vector_variant(op, attrs, out, inputs, key, uniforms)
+        key, uniforms = self._vector_variant(op, attrs, out, inputs, key, uniforms)
         carried = inputs[1:] if op == "where" else inputs
         pair = (
             self.compensated
@@ -236,11 +241,24 @@ class WebGL2Backend(Backend):
         )
         if pair:
             key += "+pair"
-        handle = self._allocate((1,) if broadcast else out.shape, out.dtype, pair)
-        if broadcast:
-            handle = Handle(handle.texture, handle.lo, out.shape, out.dtype)
+        handle = self._allocate(out.shape, out.dtype, pair)
         self._draw(key, handle, inputs, uniforms, op, pair)
         return handle
+
+    def _alias(self, op: str, source: Handle, out: OutSpec) -> Handle | None:
+        """The result as another handle on source's texture(s), with no draw, where that reads
+        the same: an expand of one element (kernels read a one-element texture at every index:
+        element() and x<k>v in shaders.py), or a reshape whose natural layout is source's
+        texture layout. Textures shared this way are counted, so free() pools them once."""
+        layout = source.texture.layout
+        if op == "expand" and layout.size == 1:
+            choose_layout(out.shape, self.max_side)  # what reads it densely must hold it
+        elif op != "reshape" or choose_layout(out.shape, self.max_side) != layout:
+            return None
+        for texture in (source.texture, source.lo):
+            if texture is not None:
+                self._shared[texture.id] = self._shared.get(texture.id, 0) + 1
+        return Handle(source.texture, source.lo, out.shape, out.dtype)
 
     def _draw(
         self,
@@ -290,7 +308,10 @@ class WebGL2Backend(Backend):
         ins = [h.texture.layout for h in inputs]
         if op in kernels.VECTOR_OPS:
             all_rgba = all(item.channels == 4 for item in [layout, *ins])
-            vector = kernels.vector_plan(op, attrs, out, all_rgba)
+            aligned = all(
+                item.width * 4 == shape[-1] for item, shape in zip(ins, out.in_shapes, strict=True)
+            )
+            vector = kernels.vector_plan(op, attrs, out, all_rgba, aligned)
             return vector if vector is not None else (key, uniforms)
         kind, _, arg = key.partition(":")
         same = (layout.width, layout.height, layout.channels)

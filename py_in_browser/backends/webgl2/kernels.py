@@ -295,13 +295,19 @@ def _vector_conv(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan | None:
     return f"{op}4:{'vec' if ci % 4 == 0 else 'scalar'}", uniforms
 
 
-def vector_plan(op: str, attrs: dict[str, Any], out: OutSpec, all_rgba: bool) -> Plan | None:
-    """A whole-texel kernel for matmul and the convolutions when every texture involved is RGBA
-    and the dimensions a texel spans are multiples of 4 (see layout.choose_layout), else None."""
+def vector_plan(
+    op: str, attrs: dict[str, Any], out: OutSpec, all_rgba: bool, rows_aligned: bool = False
+) -> Plan | None:
+    """A whole-texel kernel for matmul, the convolutions and pooling when every texture involved
+    is RGBA and the dimensions a texel spans are multiples of 4 (see layout.choose_layout), else
+    None. rows_aligned: every input's texture row is one row of its innermost dim."""
     if not all_rgba:
         return None
     if op == "matmul":
-        return _vector_matmul(attrs, out)
+        matmul = _vector_matmul(attrs, out)
+        if matmul is not None and rows_aligned and matmul[0] in ("matmul4:nn", "matmul4:nt"):
+            return f"{matmul[0]}_aligned", matmul[1]
+        return matmul
     if op in ("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"):
         return _vector_conv(op, attrs, out)
     key, uniforms = _pool(op, attrs, out)  # pooling: channels (innermost) a multiple of 4

@@ -36,7 +36,13 @@ PAIR_OPS = ("add", "sub", "where")
 
 # Vector kernels (RGBA in and out, 4 elements per texel fetch) and the defines of each variant.
 VECTOR_KERNELS: dict[str, dict[str, tuple[str, ...]]] = {
-    "matmul4": {"nn": ("MM_NN",), "nt": ("MM_NT",), "tn": ("MM_TN",)},
+    "matmul4": {
+        "nn": ("MM_NN",),
+        "nt": ("MM_NT",),
+        "tn": ("MM_TN",),
+        "nn_aligned": ("MM_NN", "MM_ALIGNED"),
+        "nt_aligned": ("MM_NT", "MM_ALIGNED"),
+    },
     "conv2d4": {"vec": ("X_VEC",), "scalar": ()},
     "conv2d_backprop_input4": {"vec": ()},
     "conv2d_backprop_filter4": {"vec": ("X_VEC",), "scalar": ()},

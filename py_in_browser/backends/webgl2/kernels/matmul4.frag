@@ -1,6 +1,7 @@
 // Vector matmul: each fragment computes one output texel, out[b, m, n..n+3], from whole RGBA
 // texels of a and b (every inner dimension involved is a multiple of 4, so a texel is 4
-// elements of one row). Variants: MM_NN, MM_NT (b transposed), MM_TN (a transposed).
+// elements of one row). Variants: MM_NN, MM_NT (b transposed), MM_TN (a transposed); with
+// MM_ALIGNED (NN, NT) every matrix row of a and b is exactly one texture row.
 uniform int u_m;
 uniform int u_n;
 uniform int u_k;
@@ -15,7 +16,23 @@ vec4 value4(int texel) {
   int wb = u_l1.x;
   int k4 = u_k / 4;
   vec4 acc = vec4(0.0);
-#if defined(MM_NN)
+#if defined(MM_NN) && defined(MM_ALIGNED)
+  // Every matrix row is one texture row (width = inner dim / 4): no cursors to carry.
+  int kb = batch * u_k;
+  for (int k = 0; k < k4; ++k) {
+    vec4 a = texelFetch(u_x0, ivec2(k, row), 0);
+    int r = kb + 4 * k;
+    acc += a.x * texelFetch(u_x1, ivec2(col, r), 0) + a.y * texelFetch(u_x1, ivec2(col, r + 1), 0) +
+           a.z * texelFetch(u_x1, ivec2(col, r + 2), 0) + a.w * texelFetch(u_x1, ivec2(col, r + 3), 0);
+  }
+#elif defined(MM_NT) && defined(MM_ALIGNED)
+  int nb = batch * u_n + col * 4;
+  for (int k = 0; k < k4; ++k) {
+    vec4 a = texelFetch(u_x0, ivec2(k, row), 0);
+    acc += vec4(dot(a, texelFetch(u_x1, ivec2(k, nb), 0)), dot(a, texelFetch(u_x1, ivec2(k, nb + 1), 0)),
+                dot(a, texelFetch(u_x1, ivec2(k, nb + 2), 0)), dot(a, texelFetch(u_x1, ivec2(k, nb + 3), 0)));
+  }
+#elif defined(MM_NN)
   // a (B, M, K): row `row`, texels k4 in order. b (B, K, N): texel column `col`, one row per k.
   ivec2 pa = texel_at(row * k4, wa);
   ivec2 pb = texel_at(batch * u_k * n4 + col, wb);
