@@ -25,6 +25,9 @@ FLOAT_DTYPES = ("float32", "float64")
 # optimizers' epsilon is kept at least sqrt(2^-14) = 2^-7 (see optim.Adam).
 HALF_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
 HALF_MIN_EPSILON = HALF_SMALLEST_NORMAL**0.5
+# Reductions of at least this many values into at most this many outputs run in two passes.
+SPLIT_REDUCTION_AT = 2048
+SPLIT_REDUCTION_OUTPUTS = 1024
 # Expands of one element and same-layout reshapes share their source's texture (see _alias);
 # False draws a copy for each (for comparisons).
 ALIAS_VIEWS = True
@@ -226,6 +229,10 @@ class WebGL2Backend(Backend):
             return self._concat_in_groups(inputs, attrs, out)
         if op == "matmul" and self._transpose_first(attrs, out, inputs):
             return self._matmul_transposed_a(inputs, attrs, out)
+        if op in ("reduce_sum", "reduce_max") and out.dtype in FLOAT_DTYPES:
+            split = self._split_reduction(op, inputs, attrs, out)
+            if split is not None:
+                return split
         if op in ("expand", "reshape") and ALIAS_VIEWS:
             alias = self._alias(op, inputs[0], out)
             if alias is not None:
@@ -244,6 +251,30 @@ class WebGL2Backend(Backend):
         handle = self._allocate(out.shape, out.dtype, pair)
         self._draw(key, handle, inputs, uniforms, op, pair)
         return handle
+
+    def _split_reduction(
+        self, op: str, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
+    ) -> Handle | None:
+        """A long reduction over few outputs in two passes: each output element's reduced
+        indices are cut into about sqrt(n) chunks reduced in parallel (one fragment each), then
+        the chunks are reduced. One fragment walking all n indices alone left the GPU idle (a
+        conv bias gradient sums 8192 values per channel)."""
+        shape = out.in_shapes[0]
+        count = math.prod(shape[a] for a in attrs["axes"])
+        kept = math.prod(shape) // max(count, 1)
+        if count < SPLIT_REDUCTION_AT or kept > SPLIT_REDUCTION_OUTPUTS:
+            return None
+        chunk = math.isqrt(count - 1) + 1
+        parts = -(-count // chunk)
+        key, uniforms = kernels.plan(op, attrs, out)
+        uniforms = [u for u in uniforms if u[0] not in ("u_parts", "u_chunk")]
+        uniforms += [kernels.ints("u_parts", [parts]), kernels.ints("u_chunk", [chunk])]
+        partial = self._allocate((kept, parts), out.dtype, False)
+        self._draw(key, partial, inputs, uniforms, op, pair=False)
+        spec = OutSpec(out.shape, out.dtype, ((kept, parts),), (out.dtype,))
+        result = self.run(op, [partial], {**attrs, "axes": (1,)}, spec)
+        self.free(partial)
+        return result
 
     def _alias(self, op: str, source: Handle, out: OutSpec) -> Handle | None:
         """The result as another handle on source's texture(s), with no draw, where that reads

@@ -76,16 +76,19 @@ def _inputs(count: int, pair: bool) -> str:
             # Texel p of input k (plus its low part), or its one element everywhere (a
             # broadcast scalar: see backend.run).
             lines.append(
-                f"vec4 x{k}v(ivec2 p) {{\n  if (u_l{k}.z == 1) p = ivec2(0);\n"
+                f"vec4 x{k}v(ivec2 p) {{\n  bool one = u_l{k}.z == 1;\n"
+                f"  if (one) p = ivec2(0);\n"
                 f"  vec4 v = texelFetch(u_x{k}, p, 0);\n"
                 f"  if (u_has_lo{k} == 1) v += texelFetch(u_x{k}_lo, p, 0);\n"
-                f"  return u_l{k}.z == 1 ? vec4(v.x) : v;\n}}"
+                f"  return one ? vec4(v.x) : v;\n}}"
             )
         else:
             lines.append(f"float x{k}(int i) {{ return element(u_x{k}, u_l{k}, i); }}")
+            # One fetch either way (a select between two fetches would run both).
             lines.append(
-                f"vec4 x{k}v(ivec2 p) {{\n  return u_l{k}.z == 1 ? "
-                f"vec4(texelFetch(u_x{k}, ivec2(0), 0).x) : texelFetch(u_x{k}, p, 0);\n}}"
+                f"vec4 x{k}v(ivec2 p) {{\n  bool one = u_l{k}.z == 1;\n"
+                f"  vec4 v = texelFetch(u_x{k}, one ? ivec2(0) : p, 0);\n"
+                f"  return one ? vec4(v.x) : v;\n}}"
             )
     return "\n".join(lines) + "\n"
 

@@ -15,7 +15,7 @@ const float NAN = uintBitsToFloat(0x7fc00000u);
 // one-element texture stands for a broadcast scalar (an expand of one element is not
 // materialized): every index reads its element.
 float element(sampler2D tex, ivec3 layout_, int i) {
-  if (layout_.z == 1) return texelFetch(tex, ivec2(0), 0).r;
+  if (layout_.z == 1) i = 0;  // one fetch either way
   int t = i / layout_.y;
   vec4 texel = texelFetch(tex, ivec2(t % layout_.x, t / layout_.x), 0);
   return layout_.y == 1 ? texel.r : texel[i % 4];

@@ -7,8 +7,18 @@ uniform int u_red_stride[6];
 uniform int u_red_count;
 uniform int u_kept_rank;  // dims in use (the last ones; Python merges contiguous dims)
 uniform int u_red_rank;
+uniform int u_parts;  // > 1: output element i is part i % u_parts of kept element i / u_parts,
+uniform int u_chunk;  // the sum/max of reduced indices [part * u_chunk, (part + 1) * u_chunk)
 
 float value(int i) {
+  int start = 0;
+  int stop = u_red_count;
+  if (u_parts > 1) {
+    int part = i % u_parts;
+    i /= u_parts;
+    start = part * u_chunk;
+    stop = min(stop, start + u_chunk);
+  }
   int base = 0;
   for (int d = 5; d >= 6 - u_kept_rank; --d) {
     base += (i % u_kept_shape[d]) * u_kept_stride[d];
@@ -20,7 +30,7 @@ float value(int i) {
   float acc = -INF;
   int best = 0;
 #endif
-  for (int r = 0; r < u_red_count; ++r) {
+  for (int r = start; r < stop; ++r) {
     int offset = 0;
     int q = r;
     for (int d = 5; d >= 6 - u_red_rank; --d) {
@@ -32,7 +42,7 @@ float value(int i) {
     acc += v;
 #else
     // The first maximum wins, as in numpy.
-    if (v > acc || (r == 0)) {
+    if (v > acc || (r == start)) {
       acc = v;
       best = r;
     }
