@@ -25,6 +25,8 @@ FLOAT_DTYPES = ("float32", "float64")
 # optimizers' epsilon is kept at least sqrt(2^-14) = 2^-7 (see optim.Adam).
 HALF_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
 HALF_MIN_EPSILON = HALF_SMALLEST_NORMAL**0.5
+# (1, K) @ (K, N) products with K at least this are cut into K slices (see _matmul_split_k).
+SPLIT_K_AT = 2048
 # Reductions of at least this many values into at most this many outputs run in two passes.
 SPLIT_REDUCTION_AT = 2048
 SPLIT_REDUCTION_OUTPUTS = 1024
@@ -229,6 +231,10 @@ class WebGL2Backend(Backend):
             return self._concat_in_groups(inputs, attrs, out)
         if op == "matmul" and self._transpose_first(attrs, out, inputs):
             return self._matmul_transposed_a(inputs, attrs, out)
+        if op == "matmul":
+            split = self._matmul_split_k(inputs, attrs, out)
+            if split is not None:
+                return split
         if op in ("reduce_sum", "reduce_max") and out.dtype in FLOAT_DTYPES:
             split = self._split_reduction(op, inputs, attrs, out)
             if split is not None:
@@ -365,6 +371,35 @@ class WebGL2Backend(Backend):
         rgba = all(h.texture.layout.channels == 4 for h in inputs)
         out_rgba = choose_layout(out.shape, self.max_side).channels == 4
         return rgba and out_rgba and min(k, m, n) > 0 and not (k % 4 or m % 4 or n % 4)
+
+    def _matmul_split_k(
+        self, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
+    ) -> Handle | None:
+        """A row vector times a tall matrix (a batch-1 Dense layer: (1, K) @ (K, N), K large)
+        has N / 4 output texels, each a K-long loop: the GPU sat nearly idle. Cut K into P
+        slices, a batched product (P, 1, K/P) @ (P, K/P, N) on the same textures (the same
+        flat elements), then a sum over the slices."""
+        if attrs["transpose_a"] or attrs["transpose_b"] or len(out.shape) != 2:
+            return None
+        (m, k), (_, n) = out.in_shapes
+        rgba = all(h.texture.layout.channels == 4 for h in inputs)
+        if m != 1 or k < SPLIT_K_AT or n % 4 or not rgba:
+            return None
+        parts = next((p for p in (64, 32, 16, 8) if k % (4 * p) == 0 and k // p >= 64), 0)
+        if not parts:
+            return None
+        rows = k // parts
+        a = Handle(inputs[0].texture, None, (parts, 1, rows), out.in_dtypes[0])
+        b = Handle(inputs[1].texture, None, (parts, rows, n), out.in_dtypes[1])
+        spec = OutSpec((parts, 1, n), out.dtype, (a.shape, b.shape), out.in_dtypes)
+        key, uniforms = kernels.plan("matmul", attrs, spec)
+        key, uniforms = self._vector_variant("matmul", attrs, spec, [a, b], key, uniforms)
+        partial = self._allocate(spec.shape, out.dtype, False)
+        self._draw(key, partial, [a, b], uniforms, "matmul", pair=False)
+        total = OutSpec((1, 1, n), out.dtype, (spec.shape,), (out.dtype,))
+        summed = self.run("reduce_sum", [partial], {"axes": (0,), "keepdims": True}, total)
+        self.free(partial)
+        return Handle(summed.texture, summed.lo, out.shape, out.dtype)
 
     def _matmul_transposed_a(
         self, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
