@@ -218,6 +218,9 @@ def test_profile_reports_gpu_kernel_times_and_traffic(engine_page: EnginePage) -
     assert all(k["calls"] >= 1 and k["ms"] >= 0 for k in report["kernels"])
     assert report["bytes_uploaded"] == report["bytes_downloaded"] == 32 * 32 * 4
     assert report["wall_ms"] > 0
+    # Our Chromium's SwiftShader adapter has timestamp-query, so these are GPU times.
+    assert report["timing"] == "gpu-timestamp-query"
+    assert report["kernel_ms"] == pytest.approx(sum(k["ms"] for k in report["kernels"]), rel=1e-6)
     print("profile:", report)
 
 

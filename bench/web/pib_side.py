@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 import py_in_browser as pib
-from py_in_browser import layers, optimizers
+from py_in_browser import layers, optimizers, replay
 
 Step = Callable[[bool], Awaitable[None]]
 
@@ -155,6 +155,33 @@ class OurSide:
         step = self.step
         result: dict[str, Any] = await pib.profile(lambda: step(True))
         return result
+
+    async def replay_effect(self, spec: dict[str, Any], steps: int, rounds: int) -> dict[str, Any]:
+        """Recorded steps replayed from JS vs the same steps run eagerly op by op, alternating
+        blocks of `steps` synced-once steps on one model; per mode: ms per step and the
+        per-step deltas of the backend's counters (Python->JS calls, command words, replays)."""
+        step, how = build_step(spec)
+        modes: dict[str, dict[str, list[float]]] = {}
+        try:
+            for _ in range(rounds):
+                for mode in ("recorded", "eager"):
+                    replay.ENABLED = mode == "recorded"
+                    for _ in range(2):  # warm-up: a fresh recording needs two agreeing steps
+                        await step(True)
+                    before, started = pib.memory(), time.perf_counter()
+                    for i in range(steps):
+                        await step(i == steps - 1)
+                    elapsed_ms = (time.perf_counter() - started) * 1000
+                    after = pib.memory()
+                    record = modes.setdefault(mode, {"ms_per_step": []})
+                    record["ms_per_step"].append(elapsed_ms / steps)
+                    for counter in ("js_calls", "words_sent", "steps_replayed"):
+                        if counter in after:
+                            delta = (after[counter] - before[counter]) / steps
+                            record.setdefault(f"{counter}_per_step", []).append(delta)
+        finally:
+            replay.ENABLED = True
+        return {"how": how, "modes": modes}
 
     async def teardown(self) -> dict[str, Any]:
         self.step = None

@@ -368,6 +368,10 @@ class WebGPUBackend(Backend):
             self.completed = int(await self.engine.fence())
             self._reclaim()
 
+    def profile_details(self) -> dict[str, Any]:
+        # With timestamp-query each dispatch runs in a timed pass of its own while profiling.
+        return {"timing": "gpu-timestamp-query" if self.timestamps else "host-encode"}
+
     async def collect_profile(self) -> None:
         await self.flush_async()
         if self.timestamps and self.profile_log is not None:
