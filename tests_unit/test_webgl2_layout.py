@@ -190,6 +190,11 @@ def test_broadcast_scalars_and_same_layout_reshapes_share_their_texture() -> Non
     same = backend.run("reshape", [matrix], {"shape": (2, 4, 16)}, spec((2, 4, 16), (8, 16)))
     assert len(backend._commands) == queued  # no texture, no draw
     assert wide.texture.id == one.texture.id and same.texture.id == matrix.texture.id
+    # A bias over a batch (new leading dims) is read periodically from its own texture too.
+    bias = backend.upload(np.ones((16,), np.float32))
+    queued = len(backend._commands)
+    batch = backend.run("expand", [bias], {"shape": (8, 16)}, spec((8, 16), (16,)))
+    assert len(backend._commands) == queued and batch.texture.id == bias.texture.id
     # Another layout (innermost 8, not 16) is a copy into its own texture.
     other = backend.run("reshape", [matrix], {"shape": (16, 8)}, spec((16, 8), (8, 16)))
     assert other.texture.id != matrix.texture.id

@@ -288,7 +288,7 @@ class WebGL2Backend(Backend):
         element() and x<k>v in shaders.py), or a reshape whose natural layout is source's
         texture layout. Textures shared this way are counted, so free() pools them once."""
         layout = source.texture.layout
-        if op == "expand" and layout.size == 1:
+        if op == "expand" and _leading_broadcast(source.shape, out.shape, layout.size):
             choose_layout(out.shape, self.max_side)  # what reads it densely must hold it
         elif op != "reshape" or choose_layout(out.shape, self.max_side) != layout:
             return None
@@ -344,6 +344,8 @@ class WebGL2Backend(Backend):
         layout = choose_layout(out.shape, self.max_side)
         ins = [h.texture.layout for h in inputs]
         if op in kernels.VECTOR_OPS:
+            if any(h.texture.layout.size != math.prod(h.shape) for h in inputs):
+                return key, uniforms  # a broadcast view: element kernels read it periodically
             all_rgba = all(item.channels == 4 for item in [layout, *ins])
             aligned = all(
                 item.width * 4 == shape[-1] for item, shape in zip(ins, out.in_shapes, strict=True)
@@ -353,7 +355,14 @@ class WebGL2Backend(Backend):
         kind, _, arg = key.partition(":")
         same = (layout.width, layout.height, layout.channels)
         if kind in ("unary", "binary", "where", "cast") and all(
-            (item.width, item.height, item.channels) == same or item.size == 1 for item in ins
+            (item.width, item.height, item.channels) == same
+            or item.size == 1
+            or (  # a broadcast view repeating whole texels (see shaders._inputs)
+                item.channels == 4 == layout.channels
+                and item.size % 4 == 0
+                and layout.size % item.size == 0
+            )
+            for item in ins
         ):
             return (f"{kind}4:{arg}" if arg else f"{kind}4"), []
         if op == "reshape" and ins[0].channels == layout.channels and ins[0].size == layout.size:
@@ -369,6 +378,7 @@ class WebGL2Backend(Backend):
         a = out.in_shapes[0]
         k, m, n = a[-2], a[-1], out.shape[-1]
         rgba = all(h.texture.layout.channels == 4 for h in inputs)
+        rgba = rgba and all(h.texture.layout.size == math.prod(h.shape) for h in inputs)
         out_rgba = choose_layout(out.shape, self.max_side).channels == 4
         return rgba and out_rgba and min(k, m, n) > 0 and not (k % 4 or m % 4 or n % 4)
 
@@ -383,6 +393,7 @@ class WebGL2Backend(Backend):
             return None
         (m, k), (_, n) = out.in_shapes
         rgba = all(h.texture.layout.channels == 4 for h in inputs)
+        rgba = rgba and all(h.texture.layout.size == math.prod(h.shape) for h in inputs)
         if m != 1 or k < SPLIT_K_AT or n % 4 or not rgba:
             return None
         parts = next((p for p in (64, 32, 16, 8) if k % (4 * p) == 0 and k // p >= 64), 0)
@@ -652,6 +663,18 @@ class WebGL2Backend(Backend):
         """Debug hook: makes the browser really drop this backend's WebGL context."""
         self.js_calls += 1
         self._engine.loseContext()
+
+
+def _leading_broadcast(source: tuple[int, ...], shape: tuple[int, ...], elements: int) -> bool:
+    """Whether expanding `source` (held in a texture of `elements` elements) to `shape` only
+    repeats it whole: one element, or new/size-1 leading dims before its own (a bias over a
+    batch). Kernels then read element i of the result as element i % elements of the source."""
+    if elements == 1:
+        return True
+    dims = list(source)
+    while dims and dims[0] == 1:
+        dims.pop(0)
+    return math.prod(dims) == elements and tuple(dims) == tuple(shape[len(shape) - len(dims) :])
 
 
 def _dtype_name(array: np.ndarray) -> str:

@@ -63,32 +63,35 @@ def _frag(name: str) -> str:
 
 def _inputs(count: int, pair: bool) -> str:
     """Uniforms and fetch functions per input: x<k>(flat index) for element kernels, x<k>v(texel
-    position) for same-layout vector kernels; pair inputs add their low part."""
+    position) for vector elementwise kernels; pair inputs add their low part. An input with
+    fewer elements than the output is a broadcast along leading dims (backend._alias): one
+    element everywhere, or a period of whole texels."""
     lines = []
     for k in range(count):
         lines.append(f"uniform sampler2D u_x{k};\nuniform ivec3 u_l{k};")
+        where = (
+            f"ivec2 x{k}_at(ivec2 p) {{\n  int n = u_l{k}.z;\n"
+            f"  if (n >= u_out_size || n == 1) return n == 1 ? ivec2(0) : p;\n"
+            f"  return texel_at((p.y * u_out.x + p.x) % (n / 4), u_l{k}.x);\n}}"
+        )
+        lines.append(where)
         if pair:
             lines.append(
                 f"uniform sampler2D u_x{k}_lo;\nuniform int u_has_lo{k};\n"
                 f"float x{k}(int i) {{\n  float v = element(u_x{k}, u_l{k}, i);\n"
                 f"  return u_has_lo{k} == 1 ? v + element(u_x{k}_lo, u_l{k}, i) : v;\n}}"
             )
-            # Texel p of input k (plus its low part), or its one element everywhere (a
-            # broadcast scalar: see backend.run).
             lines.append(
-                f"vec4 x{k}v(ivec2 p) {{\n  bool one = u_l{k}.z == 1;\n"
-                f"  if (one) p = ivec2(0);\n"
+                f"vec4 x{k}v(ivec2 p) {{\n  p = x{k}_at(p);\n"
                 f"  vec4 v = texelFetch(u_x{k}, p, 0);\n"
                 f"  if (u_has_lo{k} == 1) v += texelFetch(u_x{k}_lo, p, 0);\n"
-                f"  return one ? vec4(v.x) : v;\n}}"
+                f"  return u_l{k}.z == 1 ? vec4(v.x) : v;\n}}"
             )
         else:
             lines.append(f"float x{k}(int i) {{ return element(u_x{k}, u_l{k}, i); }}")
-            # One fetch either way (a select between two fetches would run both).
             lines.append(
-                f"vec4 x{k}v(ivec2 p) {{\n  bool one = u_l{k}.z == 1;\n"
-                f"  vec4 v = texelFetch(u_x{k}, one ? ivec2(0) : p, 0);\n"
-                f"  return one ? vec4(v.x) : v;\n}}"
+                f"vec4 x{k}v(ivec2 p) {{\n  vec4 v = texelFetch(u_x{k}, x{k}_at(p), 0);\n"
+                f"  return u_l{k}.z == 1 ? vec4(v.x) : v;\n}}"
             )
     return "\n".join(lines) + "\n"
 

@@ -11,11 +11,11 @@ layout(location = 0) out vec4 o_value;
 const float INF = uintBitsToFloat(0x7f800000u);
 const float NAN = uintBitsToFloat(0x7fc00000u);
 
-// Element i of a tensor whose layout is (texture width, channels per texel, elements). A
-// one-element texture stands for a broadcast scalar (an expand of one element is not
-// materialized): every index reads its element.
+// Element i of a tensor whose layout is (texture width, channels per texel, elements). An
+// index past the elements wraps: a broadcast along leading dims (an expand of one element, or
+// of a bias over a batch) is not materialized, it reads its source periodically.
 float element(sampler2D tex, ivec3 layout_, int i) {
-  if (layout_.z == 1) i = 0;  // one fetch either way
+  if (i >= layout_.z) i %= layout_.z;
   int t = i / layout_.y;
   vec4 texel = texelFetch(tex, ivec2(t % layout_.x, t / layout_.x), 0);
   return layout_.y == 1 ? texel.r : texel[i % 4];
