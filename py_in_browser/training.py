@@ -391,6 +391,15 @@ async def train_on_batch(
     return await _read_logs(model, state)
 
 
+def _device_input(model: Sequential, x: Tensor) -> Tensor:
+    """A float32 input tensor checked by shape only (its values stay on the device)."""
+    if not model.built:
+        model.build(model.input_shape or x.shape[1:])
+    if x.ndim == 0 or x.shape[1:] != model.input_shape:
+        raise ValueError(f"x: expected shape (samples, *{model.input_shape}), got {x.shape}")
+    return x if x.dtype == "float32" else tensor(x, dtype="float32")
+
+
 def _device_batch(model: Sequential, trainer: Trainer, x: Any, y: Any) -> tuple[Tensor, Tensor]:
     """Checks a batch given as tensors by shape and dtype only (their values stay on the device:
     NaN/Inf in them shows up as a non-finite loss, and that step changes nothing)."""
@@ -486,14 +495,22 @@ async def evaluate(
 async def predict(model: Sequential, x: Any, batch_size: int = 32) -> Tensor:
     """Model outputs for x, computed batch by batch and concatenated into one tensor."""
     batch_size = _check_int(batch_size, "batch_size", 1)
-    xa, _ = await _prepare(model, x, None)
-    if len(xa) == 0:
+    source: Tensor | np.ndarray
+    if isinstance(x, Tensor):
+        # A tensor stays where it is: batches are device slices, never a readback of the input.
+        source = _device_input(model, x)
+    else:
+        source, _ = await _prepare(model, x, None)
+    samples = source.shape[0]
+    if samples == 0:
         raise ValueError("x: no samples to predict")
-    forward = tidy(lambda xb: model(tensor(xb), training=False))
+    forward = tidy(lambda xb: model(xb if isinstance(xb, Tensor) else tensor(xb), training=False))
     parts: list[Tensor] = []
-    for start in range(0, len(xa), batch_size):
-        parts.append(forward(xa[start : start + batch_size]))
+    for start in range(0, samples, batch_size):
+        parts.append(forward(source[start : start + batch_size]))
         await asyncio.sleep(0)
+    if source is not x and isinstance(source, Tensor):  # a cast made here
+        source.dispose()
     if len(parts) == 1:
         return parts[0]
     out = F.concat(parts, axis=0)

@@ -21,9 +21,11 @@ class CpuBackend(Backend):
     def upload(self, array: np.ndarray) -> np.ndarray:
         handle = np.array(array, copy=True, order="C")
         handle.flags.writeable = False
+        self.bytes_uploaded += handle.nbytes  # the host copy stands for the traffic a GPU has
         return handle
 
     async def download(self, handle: np.ndarray) -> np.ndarray:
+        self.bytes_downloaded += handle.nbytes
         return np.array(handle, copy=True)
 
     def read_now(self, handle: np.ndarray) -> np.ndarray:
