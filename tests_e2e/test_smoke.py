@@ -97,3 +97,23 @@ def test_auto_selection_takes_the_first_backend_that_works(
         assert chosen == "webgpu"
     else:
         assert chosen in available
+
+
+def test_an_unknown_backend_rejects_ready_and_every_call(
+    engine_page: EnginePage, server_url: str
+) -> None:
+    browser = engine_page.page.context.browser
+    assert browser is not None
+    page = browser.new_page()
+    try:
+        page.goto(f"{server_url}/?backend=tpu")
+        errors = page.evaluate(
+            """async () => {
+                const ready = await window.pib.ready.then(() => "resolved", (e) => e.message);
+                const call = await window.pib.runPython("1").then(() => "resolved", (e) => e.message);
+                return [ready, call];
+            }"""
+        )
+    finally:
+        page.close()
+    assert all("?backend=tpu is not a backend" in error for error in errors), errors

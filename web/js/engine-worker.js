@@ -4,8 +4,14 @@ import { probeGPU } from "./gpu-probe.js";
 let runner = null; // py_in_browser._worker, once the engine is loaded
 
 // The engine's JS bridges ship inside its wheel; py_in_browser/_js.py imports them through this.
-self.pibImportModule = (source) =>
-  import(URL.createObjectURL(new Blob([source], { type: "text/javascript" })));
+self.pibImportModule = async (source) => {
+  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+  try {
+    return await import(url);
+  } finally {
+    URL.revokeObjectURL(url);
+  }
+};
 
 function post(message) {
   self.postMessage(message);

@@ -4,9 +4,18 @@ const BACKENDS = ["webgpu", "webgl2", "cpu"];
 
 export function startEngine({ onStage = () => {} } = {}) {
   const requested = new URLSearchParams(location.search).get("backend");
-  const worker = new Worker(new URL("./engine-worker.js", import.meta.url), { type: "module" });
   const pending = new Map();
   let nextId = 0;
+  let failure = null; // once set, the engine is gone: every call rejects with it
+  let worker = null;
+
+  function fail(error) {
+    failure = error;
+    for (const call of pending.values()) call.reject(error);
+    pending.clear();
+    worker?.terminate();
+  }
+
   const pib = {
     backend: null,
     environment: null,
@@ -14,6 +23,7 @@ export function startEngine({ onStage = () => {} } = {}) {
     stages: {},
     ready: null,
     runPython(code) {
+      if (failure !== null) return Promise.reject(failure);
       const id = nextId++;
       return new Promise((resolve, reject) => {
         pending.set(id, { resolve, reject });
@@ -23,9 +33,11 @@ export function startEngine({ onStage = () => {} } = {}) {
   };
   pib.ready = new Promise((resolve, reject) => {
     if (requested !== null && !BACKENDS.includes(requested)) {
-      reject(new Error(`?backend=${requested} is not a backend; use one of ${BACKENDS.join(", ")}`));
+      fail(new Error(`?backend=${requested} is not a backend; use one of ${BACKENDS.join(", ")}`));
+      reject(failure);
       return;
     }
+    worker = new Worker(new URL("./engine-worker.js", import.meta.url), { type: "module" });
     worker.onmessage = ({ data }) => {
       if (data.type === "stage") {
         pib.stages[data.stage] = { state: data.state, ms: data.ms ?? null };
@@ -34,7 +46,8 @@ export function startEngine({ onStage = () => {} } = {}) {
         Object.assign(pib, { backend: data.backend, environment: data.environment, python: data.python });
         resolve(pib);
       } else if (data.type === "boot-error") {
-        reject(new Error(data.error));
+        fail(new Error(data.error));
+        reject(failure);
       } else if (data.type === "result") {
         const call = pending.get(data.id);
         pending.delete(data.id);
@@ -43,7 +56,10 @@ export function startEngine({ onStage = () => {} } = {}) {
         else call.reject(new Error(outcome.error));
       }
     };
-    worker.onerror = (event) => reject(new Error(`engine worker failed: ${event.message}`));
+    worker.onerror = (event) => {
+      fail(new Error(`engine worker failed: ${event.message}`));
+      reject(failure);
+    };
     worker.postMessage({ type: "boot", backend: requested });
   });
   return pib;
