@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 # A side's outcome: all steps measured, fewer (budget spent), or no number and why.
@@ -74,7 +74,3 @@ def row(
         "theirs": theirs_summary,
         **compare(ours_summary, theirs_summary, higher_is_better=flops is not None),
     }
-
-
-def as_dict(side: SideResult) -> dict[str, Any]:
-    return asdict(side)

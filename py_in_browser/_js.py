@@ -36,15 +36,6 @@ def js_global(name: str) -> Any:
     return getattr(js, name)
 
 
-def to_js(value: Any) -> Any:
-    """Plain data (dicts as JS objects) for a JS call; buffers are better passed as numpy arrays,
-    which a bridge reads zero-copy with `getBuffer()` during the call."""
-    from js import Object
-    from pyodide.ffi import to_js as convert
-
-    return convert(value, dict_converter=Object.fromEntries)
-
-
 def typed_array_to_numpy(typed_array: Any, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     """Copy a JS TypedArray (or ArrayBuffer) into a new numpy array of `dtype` and `shape`."""
     out = np.empty(shape, dtype=dtype)
@@ -77,11 +68,12 @@ def webgl2_available() -> bool:
     """Whether this worker can make a WebGL2 context on an OffscreenCanvas (probed once; the
     probe context is released at once because browsers cap live contexts)."""
     if not _webgl2_probe:
-        import js
-
         context = None
-        if in_browser() and hasattr(js, "OffscreenCanvas"):
-            context = js.OffscreenCanvas.new(1, 1).getContext("webgl2")
+        if in_browser():
+            import js
+
+            if hasattr(js, "OffscreenCanvas"):
+                context = js.OffscreenCanvas.new(1, 1).getContext("webgl2")
         if context is not None:
             lose = context.getExtension("WEBGL_lose_context")
             if lose is not None:

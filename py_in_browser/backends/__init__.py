@@ -64,7 +64,6 @@ class Backend:
 
     def __init__(self, limits: dict[str, Any] | None = None) -> None:
         self.limits = dict(limits or {})
-        self.live_bytes = 0
         self.bytes_uploaded = 0  # host -> device traffic, reported by pib.profile
         self.bytes_downloaded = 0
         # Per-kernel wall times while pib.profile runs; None when not profiling.
