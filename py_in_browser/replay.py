@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 # Set False to run every step of fit eagerly (benchmarks compare recorded and eager steps).
 ENABLED = True
-MAX_SIGNATURES = 4  # batch shapes per fit with a recording (full batches and the last partial one)
+MAX_SIGNATURES = 4  # batch shapes per model with a recording (full and last partial batches)
 MAX_ATTEMPTS = 4  # recordings per signature before giving up and staying eager
 
 
