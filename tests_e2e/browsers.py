@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from playwright.sync_api import Browser, Playwright
 
@@ -40,28 +39,23 @@ def launch_chromium(playwright: Playwright, extra_args: list[str] | None = None)
 
 @contextmanager
 def xvfb_display() -> Iterator[str]:
-    """A private X display: Firefox's WebGL2 needs one even when nothing is shown."""
+    """A private X display: Firefox's WebGL2 needs one even when nothing is shown. Xvfb picks a
+    free display number itself (-displayfd), so parallel test runs never race for one."""
     if shutil.which("Xvfb") is None:
         raise RuntimeError("Xvfb is not installed: apt-get install -y xvfb")
-    for number in range(90, 130):
-        if (
-            not Path(f"/tmp/.X11-unix/X{number}").exists()
-            and not Path(f"/tmp/.X{number}-lock").exists()
-        ):
-            break
-    display = f":{number}"
     server = subprocess.Popen(
-        ["Xvfb", display, "-screen", "0", "1280x1024x24", "-nolisten", "tcp"],
-        stdout=subprocess.DEVNULL,
+        ["Xvfb", "-displayfd", "1", "-screen", "0", "1280x1024x24", "-nolisten", "tcp"],
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
-        deadline = time.monotonic() + 10
-        while not Path(f"/tmp/.X11-unix/X{number}").exists():
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Xvfb {display} did not start")
-            time.sleep(0.05)
-        yield display
+        assert server.stdout is not None
+        ready, _, _ = select.select([server.stdout], [], [], 10)
+        number = server.stdout.readline().strip() if ready else ""
+        if not number.isdigit():
+            raise RuntimeError("Xvfb did not start (no display number within 10 s)")
+        yield f":{number}"
     finally:
         server.terminate()
         server.wait(timeout=10)
