@@ -9,17 +9,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) lid: u32) {
   let i = invocation_index(wid, nwg, lid);
   if (i >= p.count) { return; }
-  let ch = i % p.c;
-  let ow = (i / p.c) % p.out_w;
-  let oh = (i / (p.c * p.out_w)) % p.out_h;
-  let n = i / (p.c * p.out_w * p.out_h);
+  let at = nhwc_position(i, p.out_h, p.out_w);
+  let n = at.x;
+  let oh = at.y;
+  let ow = at.z;
+  let ch = at.w;
   let origin = window_origin(oh, ow);
   var total = 0.0;
   for (var kh = 0u; kh < p.k_h; kh++) {
     for (var kw = 0u; kw < p.k_w; kw++) {
       let h = origin.x + i32(kh);
       let w = origin.y + i32(kw);
-      if (in_image(h, w)) { total += x[((n * p.in_h + u32(h)) * p.in_w + u32(w)) * p.c + ch]; }
+      if (in_image(h, w)) { total += x[input_index(n, u32(h), u32(w), ch)]; }
     }
   }
   y[i] = total / window_size(oh, ow);

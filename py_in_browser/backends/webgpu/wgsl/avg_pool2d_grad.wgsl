@@ -10,17 +10,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) lid: u32) {
   let i = invocation_index(wid, nwg, lid);
   if (i >= p.count) { return; }
-  let ch = i % p.c;
-  let w = (i / p.c) % p.in_w;
-  let h = (i / (p.c * p.in_w)) % p.in_h;
-  let n = i / (p.c * p.in_w * p.in_h);
+  let at = nhwc_position(i, p.in_h, p.in_w);
+  let n = at.x;
+  let h = at.y;
+  let w = at.z;
+  let ch = at.w;
   var total = 0.0;
   for (var kh = 0u; kh < p.k_h; kh++) {
     let oh = window_at(h, p.pad_top, kh, p.stride_h, p.out_h);
     for (var kw = 0u; kw < p.k_w; kw++) {
       let ow = window_at(w, p.pad_left, kw, p.stride_w, p.out_w);
       if (oh >= 0 && ow >= 0) {
-        let o = ((n * p.out_h + u32(oh)) * p.out_w + u32(ow)) * p.c + ch;
+        let o = output_index(n, u32(oh), u32(ow), ch);
         total += g[o] / window_size(u32(oh), u32(ow));
       }
     }

@@ -9,10 +9,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) lid: u32) {
   let i = invocation_index(wid, nwg, lid);
   if (i >= p.count) { return; }
-  let ch = i % p.c;
-  let ow = (i / p.c) % p.out_w;
-  let oh = (i / (p.c * p.out_w)) % p.out_h;
-  let n = i / (p.c * p.out_w * p.out_h);
+  let at = nhwc_position(i, p.out_h, p.out_w);
+  let n = at.x;
+  let oh = at.y;
+  let ow = at.z;
+  let ch = at.w;
   let origin = window_origin(oh, ow);
   var best = f32_neg_inf();
   for (var kh = 0u; kh < p.k_h; kh++) {
@@ -20,7 +21,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       let h = origin.x + i32(kh);
       let w = origin.y + i32(kw);
       if (in_image(h, w)) {
-        best = f32_max_nan(best, x[((n * p.in_h + u32(h)) * p.in_w + u32(w)) * p.c + ch]);
+        best = f32_max_nan(best, x[input_index(n, u32(h), u32(w), ch)]);
       }
     }
   }

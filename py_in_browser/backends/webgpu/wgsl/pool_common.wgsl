@@ -18,6 +18,20 @@ fn window_origin(oh: u32, ow: u32) -> vec2<i32> {
   return vec2<i32>(i32(oh * p.stride_h) - p.pad_top, i32(ow * p.stride_w) - p.pad_left);
 }
 
+// Element i of an NHWC tensor of height h and width w, as (n, row, column, channel).
+fn nhwc_position(i: u32, h: u32, w: u32) -> vec4<u32> {
+  return vec4<u32>(i / (p.c * w * h), (i / (p.c * w)) % h, (i / p.c) % w, i % p.c);
+}
+
+// Flat indices of input element (n, h, w, ch) and output element (n, oh, ow, ch).
+fn input_index(n: u32, h: u32, w: u32, ch: u32) -> u32 {
+  return ((n * p.in_h + h) * p.in_w + w) * p.c + ch;
+}
+
+fn output_index(n: u32, oh: u32, ow: u32, ch: u32) -> u32 {
+  return ((n * p.out_h + oh) * p.out_w + ow) * p.c + ch;
+}
+
 fn in_image(h: i32, w: i32) -> bool {
   return h >= 0 && w >= 0 && h < i32(p.in_h) && w < i32(p.in_w);
 }
