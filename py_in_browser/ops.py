@@ -3,11 +3,13 @@
 Every backend implements exactly these primitives; everything else (broadcasting binary ops,
 softmax, log_softmax, mean, variance, gelu, losses, ...) is composed from them in functional.py.
 
-Primitives (37):
+Primitives (38):
   unary float     neg exp log sqrt tanh sigmoid relu erf
   binary (same shape and dtype)   add sub mul div pow maximum
   compare -> bool less less_equal equal not_equal
   select          where(cond, a, b)
+  fused           fused(program): a program of the elementwise ops above as one kernel, over
+                  inputs of one shape or scalars (fusion.py; optimizers update with it)
   dtype           cast(dtype)
   layout          expand(shape) reshape(shape) transpose(perm) slice(begin, size)
                   pad(paddings, value) concat(axis)
@@ -27,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from . import fusion
 
 if TYPE_CHECKING:
     from .tensor import Tensor
@@ -222,6 +226,14 @@ def _where_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
 
 
 _define("where", 3, _where_infer, _where_vjp)
+# No gradient: programs are state updates (optimizers), which no tape differentiates.
+_define(
+    "fused",
+    -1,
+    lambda shapes, dtypes, attrs: fusion.infer(attrs["program"], shapes, dtypes),
+    None,
+    ("program",),
+)
 
 
 def _cast_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from . import Backend, Kernel, OutSpec, register_backend, register_kernel
+from . import KERNELS, Backend, Kernel, OutSpec, register_backend, register_kernel
 
 NAME = "cpu"
 
@@ -107,6 +107,25 @@ _binary("not_equal", np.not_equal)
 @_kernel("where")
 def _where(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     return np.where(xs[0], xs[1], xs[2])
+
+
+@_kernel("fused")
+def _fused(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The program step by step with this backend's own elementwise kernels, so a fused update
+    gives exactly the numbers of the same ops run one by one (scalar inputs broadcast)."""
+    dtype = next((x.dtype for x in xs if x.dtype != np.bool_), np.dtype(np.float32))
+    steps: list[Any] = []
+
+    def value(ref: tuple[str, Any]) -> Any:
+        where, v = ref
+        if where == "const":
+            return np.asarray(v, dtype=dtype)
+        return xs[v] if where == "input" else steps[v]
+
+    for op, args in attrs["program"]:
+        steps.append(KERNELS[(NAME, op)]([value(ref) for ref in args], {}))
+    shape = next((x.shape for x in xs if x.ndim), ())
+    return np.array(np.broadcast_to(steps[-1], shape), dtype=dtype)
 
 
 @_kernel("cast")

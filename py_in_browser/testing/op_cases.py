@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 import py_in_browser as pib
+from py_in_browser import fusion
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,8 @@ class OpCase:
     shapes: tuple[tuple[int, ...], ...]
     attrs: dict[str, Any] = field(default_factory=dict)
     # Per input: "normal", "positive" (log, sqrt, pow base), "distinct" (no ties for max-like
-    # ops), "bool" or "int<n>" (integers in [0, n)).
+    # ops), "bool", "true" (all True) or "int<n>" (integers in [0, n)). A "fused" case names
+    # one of FUSED_PROGRAMS in attrs["program"].
     kinds: tuple[str, ...] = ()
     seed: int = 0
     grad: bool = True
@@ -54,6 +57,8 @@ def make_inputs(case: OpCase, dtype: str = "float32") -> list[np.ndarray]:
             arrays.append(ramp.astype(dtype))
         elif kind == "bool":
             arrays.append(rng.uniform(size=shape) < 0.5)
+        elif kind == "true":
+            arrays.append(np.ones(shape, dtype=bool))
         elif kind.startswith("int"):
             arrays.append(rng.integers(0, int(kind[3:]), shape).astype(np.int32))
         else:
@@ -170,6 +175,46 @@ REFERENCES: dict[str, Callable[..., Any]] = {
     "avg_pool2d": _ref_pool("avg"),
 }
 
+
+
+def _every_op_program(ns: Any, x: Any, y: Any, s: Any, c: Any) -> Any:
+    """Every op a fused program may hold, with scalar s and constants; ns is numpy or fusion."""
+    smooth = ns.tanh(x) * ns.sigmoid(y) + ns.erf(y * 0.5) - ns.relu(x) / (s * s + 1.0)
+    grown = ns.log(ns.exp(x * 0.5) + 1.0) + ns.sqrt(y * y + 0.25) + ns.pow(s * s + 1.0, x)
+    picked = ns.where(ns.less(x, y), ns.maximum(x, -y), -x)
+    picked = ns.where(ns.less_equal(y, s), picked, picked * 2.0)
+    flags = ns.where(ns.equal(x, x), 1.0, 0.0) + ns.where(ns.not_equal(y, s), 0.5, 0.0)
+    return ns.where(c, smooth - grown, picked + flags)
+
+
+def _gated_adam_program(ns: Any, w: Any, m: Any, v: Any, g: Any, lr: Any, c2: Any, gate: Any):
+    """An optimizer-shaped program: Adam's weight update behind a scalar bool gate."""
+    m_new = m * 0.9 + g * (1.0 - 0.9)
+    v_new = v * 0.999 + g * g * (1.0 - 0.999)
+    return ns.where(gate, w - (m_new * lr) / (ns.sqrt(v_new / c2) + 1e-7), w)
+
+
+FUSED_PROGRAMS: dict[str, Callable[..., Any]] = {
+    "every_op": _every_op_program,
+    "gated_adam": _gated_adam_program,
+}
+_NUMPY_OPS = SimpleNamespace(
+    tanh=np.tanh,
+    sigmoid=lambda x: 1 / (1 + np.exp(-x)),
+    erf=_erf,
+    relu=lambda x: np.maximum(x, 0),
+    log=np.log,
+    exp=np.exp,
+    sqrt=np.sqrt,
+    pow=np.power,
+    where=np.where,
+    less=np.less,
+    less_equal=np.less_equal,
+    equal=np.equal,
+    not_equal=np.not_equal,
+    maximum=np.maximum,
+)
+
 _C = OpCase
 CASES: list[OpCase] = [
     _C("add_broadcast", "add", ((2, 3, 4), (3, 1))),
@@ -186,6 +231,22 @@ CASES: list[OpCase] = [
     _C("equal", "equal", ((3, 4), (3, 4)), kinds=("int3", "int3"), grad=False),
     _C("not_equal", "not_equal", ((3, 4), (3, 4)), kinds=("int3", "int3"), grad=False),
     _C("where", "where", ((3, 4), (3, 4), (4,)), kinds=("bool", "normal", "normal")),
+    _C(
+        "fused_every_op",
+        "fused",
+        ((3, 4), (3, 4), (), (3, 4)),
+        {"program": "every_op"},
+        kinds=("normal", "normal", "normal", "bool"),
+        grad=False,
+    ),
+    _C(
+        "fused_gated_adam",
+        "fused",
+        ((5, 7), (5, 7), (5, 7), (5, 7), (), (), ()),
+        {"program": "gated_adam"},
+        kinds=("normal", "normal", "positive", "normal", "positive", "positive", "true"),
+        grad=False,
+    ),
     _C("neg", "neg", ((3, 4),)),
     _C("exp", "exp", ((3, 4),)),
     _C("log", "log", ((3, 4),), kinds=("positive",)),
@@ -248,6 +309,10 @@ CASES: list[OpCase] = [
 def _call_pib(case: OpCase, tensors: list[pib.Tensor]) -> pib.Tensor:
     if case.op == "concat_list":
         return pib.concat(tensors, **case.attrs)
+    if case.op == "fused":
+        program = FUSED_PROGRAMS[case.attrs["program"]]
+        fused: pib.Tensor = fusion.fused(lambda *xs: program(fusion, *xs), *tensors)
+        return fused
     out: pib.Tensor = getattr(pib, case.op)(*tensors, **case.attrs)
     return out
 
@@ -257,6 +322,8 @@ def reference(case: OpCase, arrays: list[np.ndarray]) -> np.ndarray:
     wide = [a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays]
     if case.op == "concat_list":
         return np.asarray(REFERENCES["concat"](*wide, **case.attrs))
+    if case.op == "fused":
+        return np.asarray(FUSED_PROGRAMS[case.attrs["program"]](_NUMPY_OPS, *wide))
     return np.asarray(REFERENCES[case.op](*wide, **case.attrs))
 
 

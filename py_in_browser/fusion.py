@@ -1,0 +1,235 @@
+"""Fused elementwise programs: several elementwise steps run as ONE kernel (primitive "fused").
+
+Why: an optimizer update written op by op (Adam: about 15 elementwise ops per variable, plus the
+gates that keep a NaN step from landing) costs one GPU dispatch per op, each reading and writing
+whole weight-sized buffers; that was three quarters of an MLP training step on the GPU. As one
+fused program it is one dispatch per updated tensor, reading each input once.
+
+A program is data, so every backend compiles it its own way (cpu: numpy, step by step; webgpu:
+one WGSL kernel; webgl2: one fragment shader) and caches by its value:
+
+    Program = tuple of steps, each (op, args); the LAST step is the result
+    op      = a name in UNARY, BINARY, COMPARE or "where" (the elementwise primitives' meanings)
+    arg     = ("input", k)  the k-th input tensor of the fused call
+            | ("step", j)   the result of step j < this step
+            | ("const", c)  a Python float, stored in the program's float dtype
+
+Values are "float" (the program's float dtype) or "bool" (inputs of dtype bool and COMPARE
+results): UNARY and BINARY take floats and give a float, COMPARE takes floats and gives a bool,
+where(cond, a, b) takes a bool and two floats. The result is a float. Every input has either the
+output's shape or shape () (a scalar read at every element), so no expand is ever materialized.
+
+Write programs with `fused(fn, *tensors)`: fn receives one symbolic Value per tensor and returns
+a Value built with Python operators (+ - * / and unary -) and the functions below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+UNARY = ("neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "erf")
+BINARY = ("add", "sub", "mul", "div", "pow", "maximum")
+COMPARE = ("less", "less_equal", "equal", "not_equal")
+SELECT = "where"
+# Bounds every backend can compile: inputs are samplers/bindings (webgl2 needs two samplers per
+# input on its float16 path and guarantees 16), and steps are straight-line shader code.
+MAX_INPUTS = 8
+MAX_STEPS = 64
+
+Ref = tuple[str, Any]
+Step = tuple[str, tuple[Ref, ...]]
+Program = tuple[Step, ...]
+
+
+def _arity(op: str) -> int:
+    if op in UNARY:
+        return 1
+    if op in BINARY or op in COMPARE:
+        return 2
+    if op == SELECT:
+        return 3
+    raise ValueError(
+        f"fused: unknown op {op!r}; programs may use {[*UNARY, *BINARY, *COMPARE, SELECT]}"
+    )
+
+
+def step_kinds(program: Program, input_kinds: Sequence[str]) -> list[str]:
+    """The kind ("float" or "bool") of every step; raises on any malformed program."""
+    if not program:
+        raise ValueError("fused: the program has no steps")
+    if len(program) > MAX_STEPS:
+        raise ValueError(f"fused: {len(program)} steps, at most {MAX_STEPS}")
+    kinds: list[str] = []
+    for index, step in enumerate(program):
+        op, args = step
+        if len(args) != _arity(op):
+            raise ValueError(f"fused: step {index} ({op}) has {len(args)} args")
+        arg_kinds = [_ref_kind(ref, index, input_kinds, kinds) for ref in args]
+        wanted = ["bool", "float", "float"] if op == SELECT else ["float"] * len(args)
+        if arg_kinds != wanted:
+            raise TypeError(f"fused: step {index} ({op}) takes {wanted}, got {arg_kinds}")
+        kinds.append("bool" if op in COMPARE else "float")
+    if kinds[-1] != "float":
+        raise TypeError("fused: the result (the last step) must be a float, not a bool")
+    return kinds
+
+
+def _ref_kind(ref: Ref, index: int, input_kinds: Sequence[str], kinds: list[str]) -> str:
+    where, value = ref
+    if where == "const" and isinstance(value, float):
+        return "float"
+    if where == "input" and isinstance(value, int) and 0 <= value < len(input_kinds):
+        return input_kinds[value]
+    if where == "step" and isinstance(value, int) and 0 <= value < index:
+        return kinds[value]
+    raise ValueError(f"fused: step {index} has an invalid argument {ref!r}")
+
+
+def infer(
+    program: Program, shapes: Sequence[tuple[int, ...]], dtypes: Sequence[str]
+) -> tuple[tuple[int, ...], str]:
+    """The result's shape and dtype (the op table's rule for primitive "fused")."""
+    if not 1 <= len(shapes) <= MAX_INPUTS:
+        raise ValueError(f"fused: takes 1 to {MAX_INPUTS} inputs, got {len(shapes)}")
+    floats = {dt for dt in dtypes if dt != "bool"}
+    if floats - {"float32", "float64"} or len(floats) > 1:
+        raise TypeError(f"fused: inputs must be bool or share one float dtype, got {list(dtypes)}")
+    full = {tuple(s) for s in shapes} - {()}
+    if len(full) > 1:
+        raise ValueError(
+            f"fused: every input must have the output's shape or shape (), got {list(shapes)}"
+        )
+    step_kinds(program, ["bool" if dt == "bool" else "float" for dt in dtypes])
+    return (full.pop() if full else ()), (floats.pop() if floats else "float32")
+
+
+def uses(program: Program) -> list[list[int]]:
+    """For each step, the steps that read it (backends free or inline by this)."""
+    readers: list[list[int]] = [[] for _ in program]
+    for index, (_, args) in enumerate(program):
+        for where, value in args:
+            if where == "step":
+                readers[value].append(index)
+    return readers
+
+
+class Value:
+    """A symbolic value while a program is traced: operators append steps to its builder."""
+
+    __slots__ = ("_builder", "ref")
+
+    def __init__(self, builder: _Builder, ref: Ref) -> None:
+        self._builder, self.ref = builder, ref
+
+    def __add__(self, other: Operand) -> Value:
+        return self._builder.emit("add", self, other)
+
+    def __radd__(self, other: Operand) -> Value:
+        return self._builder.emit("add", other, self)
+
+    def __sub__(self, other: Operand) -> Value:
+        return self._builder.emit("sub", self, other)
+
+    def __rsub__(self, other: Operand) -> Value:
+        return self._builder.emit("sub", other, self)
+
+    def __mul__(self, other: Operand) -> Value:
+        return self._builder.emit("mul", self, other)
+
+    def __rmul__(self, other: Operand) -> Value:
+        return self._builder.emit("mul", other, self)
+
+    def __truediv__(self, other: Operand) -> Value:
+        return self._builder.emit("div", self, other)
+
+    def __rtruediv__(self, other: Operand) -> Value:
+        return self._builder.emit("div", other, self)
+
+    def __neg__(self) -> Value:
+        return self._builder.emit("neg", self)
+
+
+Operand = Value | float
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+
+    def emit(self, op: str, *args: Operand) -> Value:
+        refs = tuple(self._ref(a) for a in args)
+        self.steps.append((op, refs))
+        return Value(self, ("step", len(self.steps) - 1))
+
+    def _ref(self, arg: Operand) -> Ref:
+        if isinstance(arg, Value):
+            if arg._builder is not self:
+                raise ValueError("fused: a value from another program was used")
+            return arg.ref
+        if isinstance(arg, int | float) and not isinstance(arg, bool):
+            return ("const", float(arg))
+        raise TypeError(f"fused: expected a traced value or a number, got {type(arg).__name__}")
+
+
+def _builder_of(args: Sequence[Operand]) -> _Builder:
+    for arg in args:
+        if isinstance(arg, Value):
+            return arg._builder
+    raise TypeError("fused: at least one argument must be a traced value")
+
+
+def _emit(op: str, *args: Operand) -> Value:
+    return _builder_of(args).emit(op, *args)
+
+
+def _unary(op: str) -> Callable[[Value], Value]:
+    def apply(x: Value) -> Value:
+        return _emit(op, x)
+
+    apply.__name__ = op
+    return apply
+
+
+def _compare(op: str) -> Callable[[Operand, Operand], Value]:
+    def apply(x: Operand, y: Operand) -> Value:
+        return _emit(op, x, y)
+
+    apply.__name__ = op
+    return apply
+
+
+exp, log, sqrt = _unary("exp"), _unary("log"), _unary("sqrt")
+tanh, sigmoid, relu, erf = _unary("tanh"), _unary("sigmoid"), _unary("relu"), _unary("erf")
+less, less_equal = _compare("less"), _compare("less_equal")
+equal, not_equal = _compare("equal"), _compare("not_equal")
+
+
+def pow(x: Operand, y: Operand) -> Value:  # noqa: A001 (mirrors pib.pow)
+    return _emit("pow", x, y)
+
+
+def maximum(x: Operand, y: Operand) -> Value:
+    return _emit("maximum", x, y)
+
+
+def where(cond: Value, a: Operand, b: Operand) -> Value:
+    return _emit("where", cond, a, b)
+
+
+def trace(fn: Callable[..., Value], count: int) -> Program:
+    """The program fn builds from `count` symbolic inputs."""
+    builder = _Builder()
+    result = fn(*(Value(builder, ("input", k)) for k in range(count)))
+    if not isinstance(result, Value) or result._builder is not builder:
+        raise TypeError("fused: the function must return a value computed from its inputs")
+    if result.ref[0] != "step":  # an input returned as is: still one step, so a new tensor
+        builder.emit("add", result, 0.0)
+    return tuple(builder.steps)
+
+
+def fused(fn: Callable[..., Value], *inputs: Any) -> Any:
+    """One kernel computing fn elementwise over the tensors `inputs` (see the module docstring)."""
+    from .ops import call  # late: ops.py imports this module for the op table
+
+    return call("fused", *inputs, program=trace(fn, len(inputs)))
