@@ -205,7 +205,7 @@ less, less_equal = _compare("less"), _compare("less_equal")
 equal, not_equal = _compare("equal"), _compare("not_equal")
 
 
-def pow(x: Operand, y: Operand) -> Value:  # noqa: A001 (mirrors pib.pow)
+def pow(x: Operand, y: Operand) -> Value:
     return _emit("pow", x, y)
 
 

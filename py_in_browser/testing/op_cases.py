@@ -176,7 +176,6 @@ REFERENCES: dict[str, Callable[..., Any]] = {
 }
 
 
-
 def _every_op_program(ns: Any, x: Any, y: Any, s: Any, c: Any) -> Any:
     """Every op a fused program may hold, with scalar s and constants; ns is numpy or fusion."""
     smooth = ns.tanh(x) * ns.sigmoid(y) + ns.erf(y * 0.5) - ns.relu(x) / (s * s + 1.0)
