@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import py_in_browser as pib
-from py_in_browser import ops, runtime
+from py_in_browser import fusion, ops, runtime
 from py_in_browser.backends import BACKENDS, Backend, OutSpec, register_backend
 from py_in_browser.backends.cpu import CpuBackend
 from py_in_browser.backends.webgpu import codegen, kernels, warmup
@@ -164,6 +164,47 @@ def test_broadcasting_reads_views_without_copies(
     assert relative_error(got_total, a + b) <= RTOL
     assert relative_error(got_picked, np.where(a > 0, a, b)) <= RTOL
     np.testing.assert_array_equal(flat, np.broadcast_to(a, (a + b).shape).reshape(-1))
+
+
+def test_fused_program_is_one_dispatch_and_takes_any_input(active_gpu: WgpuNativeBackend) -> None:
+    """A fused program over dense inputs is one dispatch; a broadcast view is materialized first
+    (the kernel reads inputs at i or at 0 only); an input the program never reads still binds;
+    inf and NaN constants (no WGSL constant expression may be non-finite) come out exactly."""
+    a, b, flags = normal(4, 3, seed=1), normal(1, 3, seed=2), np.arange(12).reshape(4, 3) > 5
+    inf, nan = float("inf"), float("nan")
+
+    def program(x: fusion.Value, y: fusion.Value, unused: fusion.Value) -> fusion.Value:
+        big = fusion.maximum(x * inf, -inf)
+        return fusion.where(fusion.less(x, y), big, fusion.where(fusion.less(x, 0.0), nan, y))
+
+    wide = np.broadcast_to(b, a.shape)
+    want = np.where(a < wide, a * np.float32(inf), np.where(a < 0, np.float32(nan), wide))
+    with pib.tidy():
+        ta, tb, tflags = pib.tensor(a), pib.tensor(b), pib.tensor(flags, dtype=None)
+        dense = pib.tensor(wide)
+        before = active_gpu.dispatch_count
+        got_dense = fusion.fused(program, ta, dense, tflags)
+        assert active_gpu.dispatch_count == before + 1
+        got_view = fusion.fused(program, ta, pib.broadcast_to(tb, a.shape), tflags)
+        assert active_gpu.dispatch_count == before + 3
+        step = fusion.fused(lambda t: t + 1.0, pib.tensor(2.0))
+        np.testing.assert_array_equal(asyncio.run(got_dense.numpy()), want)
+        np.testing.assert_array_equal(asyncio.run(got_view.numpy()), want)
+        assert asyncio.run(step.numpy()).tolist() == 3.0
+
+
+def test_fused_kernels_are_keyed_by_their_program() -> None:
+    """The runtime caches pipelines by key, so programs differing in one constant's bits (here
+    0.0 and -0.0) must not share one, and the same program must."""
+    spec = OutSpec((4,), "float32", ((4,),), ("float32",))
+
+    def dispatch(c: float) -> Dispatch:
+        program = fusion.trace(lambda x: x * c, 1)
+        return kernels.plan("fused", {"program": program}, spec).dispatches[0]
+
+    zero, again, negative = dispatch(0.0), dispatch(0.0), dispatch(-0.0)
+    assert zero.key == again.key and zero.wgsl == again.wgsl
+    assert zero.key != negative.key and zero.wgsl != negative.wgsl
 
 
 # ---- elementwise numerics ---------------------------------------------------------------------

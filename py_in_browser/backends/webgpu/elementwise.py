@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import OutSpec
@@ -112,9 +112,8 @@ def _input_mode(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> tupl
 
 
 def _load(k: int, mode: str) -> str:
-    name = _NAMES[k]
     index = "i" if mode == "c" else f"strided_offset(i, {4 + _BLOCK * k}u)"
-    return f"let {name} = in_{name}[{index}];"
+    return f"let {_NAMES[k]} = in_{k}[{index}];"
 
 
 def plan_elementwise(
@@ -141,23 +140,44 @@ def plan_elementwise(
         words = [count]
     # Contiguous inputs: PER_INVOCATION elements per invocation (strided loads stay one each).
     per = PER_INVOCATION if plain else 1
+    loads = "\n    ".join(_load(k, modes[k]) for k in range(arity))
+    key = f"elementwise:{op}:{','.join(types)}->{out_type}"
+    if not plain:
+        key += f":{modes}"
+    return kernel(op, key, types, out_type, words, per, f"{loads}\n    out[i] = {expr};", limits)
+
+
+def kernel(
+    op: str,
+    key: str,
+    input_types: Sequence[str],
+    out_type: str,
+    words: Sequence[int],
+    per: int,
+    body: str,
+    limits: DeviceLimits,
+    functions: str = "",
+    hoisted: str = "",
+) -> KernelPlan:
+    """The one dispatch of elementwise.wgsl (shared with fused.py): bindings in_0, in_1, ... of
+    `input_types`, then out, then params `words` (word 0: the element count); `body` stores out[i]
+    for `per` elements i per invocation, after `hoisted` ran once per invocation."""
+    arity = len(input_types)
     wgsl = codegen.render(
         "elementwise.wgsl",
         INPUT_BINDINGS="\n".join(
-            f"@group(0) @binding({i}) var<storage, read> in_{_NAMES[i]}: array<{t}>;"
-            for i, t in enumerate(types)
+            f"@group(0) @binding({k}) var<storage, read> in_{k}: array<{t}>;"
+            for k, t in enumerate(input_types)
         ),
         OUT_BINDING=str(arity),
         OUT_T=out_type,
         PARAMS_BINDING=str(arity + 1),
         PARAM_ROWS=str(len(codegen.pack_words(words)) // 16),
-        LOADS="\n  ".join(_load(i, modes[i]) for i in range(arity)),
-        EXPR=expr,
+        FUNCTIONS=functions,
+        HOISTED=hoisted,
+        BODY=body,
         PER=str(per),
     )
-    key = f"elementwise:{op}:{','.join(types)}->{out_type}"
-    if not plain:
-        key += f":{modes}"
-    bindings = [BufferRef("input", i) for i in range(arity)] + [codegen.OUTPUT]
-    workgroups = codegen.grid(op, codegen.groups_for(-(-count // per)), limits)
+    bindings = [BufferRef("input", k) for k in range(arity)] + [codegen.OUTPUT]
+    workgroups = codegen.grid(op, codegen.groups_for(-(-words[0] // per)), limits)
     return KernelPlan((codegen.dispatch(key, wgsl, bindings, words, workgroups),))

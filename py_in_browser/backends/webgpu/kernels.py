@@ -10,13 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import OutSpec
-from . import codegen, elementwise, layout, linalg, pooling, reductions
+from . import codegen, elementwise, fused, layout, linalg, pooling, reductions
 from .plan import DeviceLimits, KernelPlan
 
 Planner = Callable[[str, dict[str, Any], OutSpec, DeviceLimits], KernelPlan]
 
 PLANNERS: dict[str, Planner] = {
     **dict.fromkeys(elementwise.EXPRESSIONS, elementwise.plan_elementwise),
+    "fused": fused.plan_fused,
     "expand": layout.plan_expand,
     "reshape": layout.plan_reshape,
     "transpose": layout.plan_transpose,

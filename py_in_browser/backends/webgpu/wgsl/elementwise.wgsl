@@ -1,4 +1,5 @@
-// One elementwise op: out[i] = EXPR over the inputs' i-th elements (EXPR from elementwise.py).
+// out[i] from the inputs' i-th elements: one op (BODY from elementwise.py) or a fused program of
+// them (fused.py, which adds FUNCTIONS, one per op, and HOISTED loads of scalar inputs).
 {{COMMON}}
 
 {{INPUT_BINDINGS}}
@@ -74,6 +75,8 @@ fn pow_f32(x: f32, y: f32) -> f32 {
   return select(r, -r, odd);
 }
 
+{{FUNCTIONS}}
+
 // Each invocation does PER elements, i, i + T, i + 2T, ... (T: invocations in the grid), so
 // neighbouring invocations still touch neighbouring elements; fewer invocations amortise the
 // index arithmetic (a software GPU pays per invocation).
@@ -82,10 +85,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) lid: u32) {
   let total = nwg.x * nwg.y * nwg.z * 64u;
   let first = workgroup_linear(wid, nwg) * 64u + lid;
+  {{HOISTED}}
   for (var k = 0u; k < {{PER}}u; k++) {
     let i = first + k * total;
     if (i >= word(0u)) { return; }
-    {{LOADS}}
-    out[i] = {{EXPR}};
+    {{BODY}}
   }
 }

@@ -1,0 +1,99 @@
+"""Primitive "fused": a fusion.py program as ONE elementwise.wgsl kernel.
+
+Each op the program uses becomes a WGSL function whose body is that op's expression from
+elementwise.EXPRESSIONS (so a fused step computes exactly what the single-op kernel does, NaN and
+inf handling included), and each step a `let` calling it. Values: float -> f32, bool -> u32 0/1
+(what the compare expressions give and `where` takes). Inputs of shape () are read once per
+invocation; the others (contiguous: the runtime materializes broadcast views for every primitive
+but the single elementwise ops) at i, PER_INVOCATION elements per invocation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from ... import fusion
+from .. import OutSpec
+from . import codegen, elementwise
+from .plan import DeviceLimits, KernelPlan
+
+_F32_EXPONENT = 0x7F800000
+
+
+def _signature(op: str) -> tuple[tuple[str, ...], str]:
+    """The WGSL argument types and result type of a program step (fusion.py's value kinds)."""
+    if op == fusion.SELECT:
+        return ("u32", "f32", "f32"), "f32"
+    if op in fusion.UNARY:
+        return ("f32",), "f32"
+    return ("f32", "f32"), ("u32" if op in fusion.COMPARE else "f32")
+
+
+def _function(op: str) -> str:
+    types, result = _signature(op)
+    params = ", ".join(f"{name}: {t}" for name, t in zip("abc", types, strict=False))
+    expr = elementwise.EXPRESSIONS[op](types, result)
+    return f"fn op_{op}({params}) -> {result} {{ return {expr}; }}"
+
+
+def _constant(value: float) -> str:
+    """The float32 the cpu backend rounds `value` to, bit for bit: a decimal literal could round
+    differently, and a non-finite constant expression is a WGSL shader-creation error."""
+    with np.errstate(over="ignore"):  # past float32's range is inf, as the cpu backend stores it
+        bits = int(np.asarray(value, dtype=np.float32).view(np.uint32))
+    if bits & _F32_EXPONENT != _F32_EXPONENT:
+        return f"bitcast<f32>({bits:#010x}u)"
+    if bits & ~_F32_EXPONENT & 0x7FFFFFFF:
+        return "f32_nan()"
+    return "f32_neg_inf()" if bits >> 31 else "f32_inf()"
+
+
+def _arg(ref: fusion.Ref) -> str:
+    where, value = ref
+    if where == "input":
+        return f"x{value}"
+    if where == "step":
+        return f"s{value}"
+    return _constant(value)
+
+
+def plan_fused(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:
+    """out[i] = the program's last step at element i (attrs["program"]: see fusion.py)."""
+    program: fusion.Program = attrs["program"]
+    count = codegen.numel(out.shape)
+    if count == 0:
+        return KernelPlan(())
+    types = tuple(codegen.wgsl_type(dt, op) for dt in out.in_dtypes)
+    hoisted, loads = [], []
+    for k, shape in enumerate(out.in_shapes):
+        # Every input is loaded, used or not: an unused binding would vanish from the pipeline's
+        # automatic layout and the bind group would no longer match it.
+        if shape == ():
+            hoisted.append(f"let x{k} = in_{k}[0];")
+        else:
+            loads.append(f"let x{k} = in_{k}[i];")
+    steps = [
+        f"let s{j} = op_{step_op}({', '.join(_arg(ref) for ref in args)});"
+        for j, (step_op, args) in enumerate(program)
+    ]
+    body = "\n    ".join([*loads, *steps, f"out[i] = s{len(program) - 1};"])
+    functions = "\n".join(_function(name) for name in sorted({step[0] for step in program}))
+    hoisted_text = "\n  ".join(hoisted)
+    # The pipeline cache trusts equal keys to mean equal WGSL; these parts are all that varies.
+    digest = hashlib.sha256("|".join([*types, functions, hoisted_text, body]).encode()).hexdigest()
+    key = f"fused:{len(types)}x{len(program)}:{digest[:16]}"
+    return elementwise.kernel(
+        op,
+        key,
+        types,
+        codegen.wgsl_type(out.dtype, op),
+        [count],
+        elementwise.PER_INVOCATION,
+        body,
+        limits,
+        functions=functions,
+        hoisted=hoisted_text,
+    )
