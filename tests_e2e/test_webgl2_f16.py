@@ -82,6 +82,28 @@ def test_xor_and_the_small_cnn_converge_on_float16(half_page: EnginePage) -> Non
     assert cnn["config_epsilon"] == 1e-7  # the configured value is what checkpoints keep
 
 
+FUSED_STEPS = 100
+FUSED_INCREMENTS = f"""
+from py_in_browser import fusion
+w = pib.tensor(np.ones((8, 16), np.float32))
+lr = pib.tensor(np.float32(1e-4))
+for _ in range({FUSED_STEPS}):
+    w = fusion.fused(lambda w, lr: w + lr, w, lr)
+await w.numpy()
+"""
+
+
+def test_fused_updates_keep_what_float16_rounding_loses(half_page: EnginePage) -> None:
+    """1e-4 is below half an ulp of 1.0 in float16 (2^-11): added 100 times by a fused program
+    it is lost without compensation, and kept (to float32's accuracy) with it."""
+    init(half_page, float32_render=False, compensated_updates=False)
+    plain = np.asarray(half_page.run(FUSED_INCREMENTS))
+    init(half_page, float32_render=False)
+    compensated = np.asarray(half_page.run(FUSED_INCREMENTS))
+    np.testing.assert_array_equal(plain, 1.0)
+    np.testing.assert_allclose(compensated, 1.0 + FUSED_STEPS * 1e-4, rtol=0, atol=1e-5)
+
+
 def _drift(page: EnginePage, reference: list[Any], **limits: Any) -> float:
     init(page, float32_render=False, **limits)
     got = page.run(f"await trajectory('xor', {DRIFT_STEPS})")

@@ -285,6 +285,61 @@ def test_every_warm_up_program_has_a_fragment_shader() -> None:
         assert source.startswith("#version 300 es") and "precision highp float" in source
 
 
+# ---- fused programs -------------------------------------------------------------------------------
+
+
+def _program(fn: Any, count: int) -> Any:
+    from py_in_browser import fusion
+
+    return fusion.trace(fn, count)
+
+
+def test_fused_keys_name_their_program_and_constants_are_bit_exact() -> None:
+    from py_in_browser import fusion
+
+    def token(c: float) -> str:
+        return shaders.fused_token(_program(lambda x, s: fusion.exp(x * c) + s, 2), 2)
+
+    assert token(0.1) == token(0.1)  # equal programs: equal keys, one compiled program
+    assert len({token(0.1), token(0.2), token(0.0), token(-0.0)}) == 4
+    source = shaders.program_source(f"fused4:{token(0.1)}")
+    assert "uintBitsToFloat(0x3dcccccdu)" in source  # float32(0.1), not a decimal literal
+    assert "float op_exp(float a) { return exp(a); }" in source  # the single-op table's entry
+    assert "0x7f800000u" in shaders.program_source(f"fused:{token(1e300)}")  # float32 overflow
+
+
+def test_fused_draws_are_whole_texel_where_layouts_allow_and_pairs_on_compensated_storage() -> None:
+    from py_in_browser import fusion
+
+    backend, _ = fake_backend()
+    program = _program(lambda w, g, lr, on: fusion.where(on, w - g * lr, w), 4)
+    attrs = {"program": program}
+
+    def draw(shape: tuple[int, ...], *inputs: Any) -> tuple[str, Any]:
+        dtypes = tuple("bool" if h.dtype == "bool" else "float32" for h in inputs)
+        out = OutSpec(shape, "float32", tuple(h.shape for h in inputs), dtypes)
+        result = backend.run("fused", list(inputs), attrs, out)
+        return str([c for c in backend._commands if c[0] == "draw"][-1][1]), result
+
+    lr, on = backend.upload(np.array(0.5, np.float32)), backend.upload(np.array(True))
+    w, g = (backend.upload(np.ones((8, 16), np.float32)) for _ in range(2))
+    key, out = draw((8, 16), w, g, lr, on)
+    assert key.startswith("fused4:") and out.lo is None
+    # A bias broadcast over a batch with a period of 5 elements: no whole texels, element form.
+    bias = backend.upload(np.ones((5,), np.float32))
+    wide = backend.run("expand", [bias], {"shape": (3, 5)}, spec((3, 5), (5,)))
+    w = backend.upload(np.ones((3, 5), np.float32))
+    key, _ = draw((3, 5), w, wide, lr, on)
+    assert key.startswith("fused:")
+    # float16 storage: an input with a low part makes the result a compensated pair.
+    backend.compensated = backend.half = True
+    w = backend.upload(np.ones((8, 16), np.float32))
+    g = backend.upload(np.ones((8, 16), np.float32))
+    key, out = draw((8, 16), w, g, lr, on)
+    assert key.endswith("+pair") and out.lo is not None
+    assert "#define PAIR_OUTPUT" in shaders.program_source(key)
+
+
 # ---- optimizers on float16 storage ---------------------------------------------------------------
 
 

@@ -354,7 +354,7 @@ class WebGL2Backend(Backend):
             return vector if vector is not None else (key, uniforms)
         kind, _, arg = key.partition(":")
         same = (layout.width, layout.height, layout.channels)
-        if kind in ("unary", "binary", "where", "cast") and all(
+        if kind in shaders.ELEMENTWISE_KINDS and all(
             (item.width, item.height, item.channels) == same
             or item.size == 1
             or (  # a broadcast view repeating whole texels (see shaders._inputs)

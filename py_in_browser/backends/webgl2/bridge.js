@@ -6,6 +6,7 @@ in vec2 position;
 void main() { gl_Position = vec4(position, 0.0, 1.0); }`;
 
 const FENCE_EVERY_FLUSHES = 4;
+const MAX_INPUTS_PER_DRAW = 8;
 const POLL_MS = 1;
 
 // A profile's timer queries that are not available after this long are discarded, not awaited.
@@ -220,9 +221,11 @@ class Engine {
       if (match) gl.uniform1i(location, Number(match[1]) * 2 + (match[2] ? 1 : 0));
     }
     // Per input k: whether the program samples a low part, and its uniforms' slots (looked up
-    // once here, not by name on every draw).
+    // once here, not by name on every draw). Every slot a draw may fill (backend.py
+    // MAX_INPUTS_PER_DRAW) is looked at: a fused program may leave an input unread, whose
+    // uniforms the compiler then drops, and the inputs after it still need theirs.
     const inputs = [];
-    for (let k = 0; uniforms.has(`u_x${k}`) || uniforms.has(`u_l${k}`); k++) {
+    for (let k = 0; k < MAX_INPUTS_PER_DRAW; k++) {
       inputs.push({ lo: uniforms.has(`u_x${k}_lo`), layout: uniforms.get(`u_l${k}`), hasLo: uniforms.get(`u_has_lo${k}`) });
     }
     this.current.program = null; // useProgram above

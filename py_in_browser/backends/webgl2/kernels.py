@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import KERNELS, OutSpec, register_kernel
-from .shaders import BINARY, UNARY
+from .shaders import BINARY, UNARY, fused_token
 
 NAME = "webgl2"
 
@@ -225,6 +225,10 @@ PLANNERS: dict[str, Planner] = {
     **{op: _elementwise("binary") for op in BINARY},
     "where": lambda op, attrs, out: ("where", []),
     "cast": lambda op, attrs, out: (f"cast:{attrs['dtype']}", []),
+    "fused": lambda op, attrs, out: (
+        f"fused:{fused_token(attrs['program'], len(out.in_shapes))}",
+        [],
+    ),
     "expand": _expand,
     "reshape": _reshape,
     "transpose": _transpose,

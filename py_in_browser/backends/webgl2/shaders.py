@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from ...fusion import Program
 
 # Short elementwise kernels: `a`, `b` (and `c` for where's condition) are the input elements.
 UNARY = {
@@ -31,8 +37,15 @@ BINARY = {
 WHERE = "c != 0.0 ? a : b"
 # Every dtype is stored as float (integers are exact to 2^24 in float32, 2^11 in float16).
 CAST = {"float32": "a", "float64": "a", "int32": "trunc(a)", "bool": "float(a != 0.0)"}
-# Ops whose float16 results carry a compensation texture (see backend.py: weights stay exact).
-PAIR_OPS = ("add", "sub", "where")
+# Ops whose float16 results carry a compensation texture (see backend.py: weights stay exact);
+# "fused" because optimizers compute weight updates with it.
+PAIR_OPS = ("add", "sub", "where", "fused")
+# Kernels applying a function f to the input elements at one index: key "<kind>:<arg>" is the
+# element form, "<kind>4:<arg>" the whole-texel form (see backend._vector_variant).
+ELEMENTWISE_KINDS = ("unary", "binary", "where", "cast", "fused")
+# Fused programs' GLSL functions by token (a hash of the function): the key names the token, so
+# equal keys build equal sources, and a key stays short however long its program.
+_FUSED: dict[str, tuple[str, int]] = {}
 
 # Vector kernels (RGBA in and out, 4 elements per texel fetch) and the defines of each variant.
 VECTOR_KERNELS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -96,24 +109,73 @@ def _inputs(count: int, pair: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _elementwise4(expression: str, count: int) -> str:
-    """The same-layout form: every input texture has the output's width, height and channels, so
-    output texel p reads texel p of each input and applies the expression per component."""
+def _function(kind: str, arg: str) -> tuple[str, int]:
+    """GLSL `float f(...)` of an elementwise kernel over its inputs' elements, and its number of
+    inputs; `a`, `b` (and `c` for where's condition) name them as the tables do."""
+    if kind == "fused":
+        return _FUSED[arg]
+    count = {"unary": 1, "binary": 2, "where": 3, "cast": 1}[kind]
+    expression = (
+        WHERE if kind == "where" else {"unary": UNARY, "binary": BINARY, "cast": CAST}[kind][arg]
+    )
     names = ("a", "b") if count < 3 else ("c", "a", "b")
     params = ", ".join(f"float {n}" for n in names[:count])
+    return f"float f({params}) {{ return {expression}; }}\n", count
+
+
+def _per_texel(count: int) -> str:
+    """The same-layout form: every input texture has the output's width, height and channels (or
+    is one element, or a period of whole texels), so output texel p reads texel p of each input
+    and applies f per component."""
     reads = "".join(f"  vec4 v{k} = x{k}v(p);\n" for k in range(count))
     parts = ", ".join("f(" + ", ".join(f"v{k}.{c}" for k in range(count)) + ")" for c in "xyzw")
     return (
-        f"{_frag('math')}\nfloat f({params}) {{ return {expression}; }}\n"
-        f"vec4 value4(int texel) {{\n  ivec2 p = ivec2(gl_FragCoord.xy);\n{reads}"
-        f"  return vec4({parts});\n}}\n"
+        "vec4 value4(int texel) {\n  ivec2 p = ivec2(gl_FragCoord.xy);\n"
+        f"{reads}  return vec4({parts});\n}}\n"
     )
 
 
-def _elementwise(expression: str, count: int) -> str:
-    names = ("a", "b") if count < 3 else ("c", "a", "b")
-    reads = "".join(f"  float {n} = x{k}(i);\n" for k, n in enumerate(names[:count]))
-    return f"{_frag('math')}\nfloat value(int i) {{\n{reads}  return {expression};\n}}\n"
+def _per_element(count: int) -> str:
+    args = ", ".join(f"x{k}(i)" for k in range(count))
+    return f"float value(int i) {{ return f({args}); }}\n"
+
+
+def _float32_literal(value: float) -> str:
+    """The constant as stored in a float32 program (numpy's rounding, overflow to inf), bit-exact:
+    a decimal literal may round differently in the shader compiler."""
+    with np.errstate(over="ignore"):
+        bits = int(np.array(value, np.float32).view(np.uint32))
+    return f"uintBitsToFloat(0x{bits:08x}u)"
+
+
+def _op_helper(op: str) -> str:
+    if op == "where":
+        return f"float op_where(float c, float a, float b) {{ return {WHERE}; }}\n"
+    if op in UNARY:
+        return f"float op_{op}(float a) {{ return {UNARY[op]}; }}\n"
+    return f"float op_{op}(float a, float b) {{ return {BINARY[op]}; }}\n"
+
+
+def fused_token(program: Program, count: int) -> str:
+    """Registers the GLSL f(i0, ..., i<count-1>) of a fusion program (see fusion.py: steps in
+    order, the last is the result) and returns its token. Bools are floats 0/1 here, as
+    compare results and casts to bool are, so every value is a float."""
+
+    def ref(where: str, value: Any) -> str:
+        if where == "const":
+            return _float32_literal(value)
+        return f"i{value}" if where == "input" else f"s{value}"
+
+    helpers = "".join(_op_helper(op) for op in sorted({op for op, _ in program}))
+    steps = "".join(
+        f"  float s{j} = op_{op}({', '.join(ref(*arg) for arg in args)});\n"
+        for j, (op, args) in enumerate(program)
+    )
+    params = ", ".join(f"float i{k}" for k in range(count))
+    function = f"{helpers}float f({params}) {{\n{steps}  return s{len(program) - 1};\n}}\n"
+    token = hashlib.sha256(function.encode()).hexdigest()[:20]
+    _FUSED[token] = (function, count)
+    return token
 
 
 def _concat(count: int) -> str:
@@ -133,26 +195,18 @@ def _concat(count: int) -> str:
 
 def _body(kind: str, arg: str) -> tuple[str, int]:
     """The op-specific part of a program and its number of inputs."""
-    vector = kind.endswith("4") and kind[:-1] in ("unary", "binary", "where", "cast")
-    if vector:
-        kind = kind[:-1]
-        count = {"unary": 1, "binary": 2, "where": 3, "cast": 1}[kind]
-        expression = {"unary": UNARY, "binary": BINARY, "cast": CAST}.get(kind, {}).get(arg)
-        return "#define TEXEL_KERNEL\n" + _elementwise4(expression or WHERE, count), count
+    base = kind.removesuffix("4")
+    if base in ELEMENTWISE_KINDS:
+        function, count = _function(base, arg)
+        if base != kind:
+            return f"#define TEXEL_KERNEL\n{_frag('math')}\n{function}{_per_texel(count)}", count
+        return f"{_frag('math')}\n{function}{_per_element(count)}", count
     if kind == "transpose4":
         return "#define TEXEL_KERNEL\n" + _frag("transpose4"), 1
     if kind == "fill4":  # a one-element tensor everywhere
         return "#define TEXEL_KERNEL\nvec4 value4(int t) { return vec4(x0v(ivec2(0)).x); }\n", 1
     if kind == "copy4":  # same elements, same channels, another texture shape (reshape, copy)
         return "#define TEXEL_KERNEL\nvec4 value4(int t) { return x0v(texel_at(t, u_l0.x)); }\n", 1
-    if kind == "unary":
-        return _elementwise(UNARY[arg], 1), 1
-    if kind == "binary":
-        return _elementwise(BINARY[arg], 2), 2
-    if kind == "where":
-        return _elementwise(WHERE, 3), 3
-    if kind == "cast":
-        return _elementwise(CAST[arg], 1), 1
     if kind == "reduce":
         return f"#define REDUCE_{arg.upper()}\n{_frag('reduce')}", 1
     if kind == "pool4":  # whole-texel pooling: 4 channels per fragment
@@ -176,7 +230,8 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
 
 @cache
 def program_source(key: str) -> str:
-    """Key "kind[:arg][+pair]", e.g. "binary:add+pair", "reduce:sum", "matmul", "concat:3"."""
+    """Key "kind[:arg][+pair]", e.g. "binary:add+pair", "reduce:sum", "matmul", "concat:3",
+    "fused4:<token>" (a program registered by fused_token)."""
     name, _, variant = key.partition("+")
     kind, _, arg = name.partition(":")
     body, count = _body(kind, arg)
