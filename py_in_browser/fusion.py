@@ -228,6 +228,25 @@ def trace(fn: Callable[..., Value], count: int) -> Program:
     return tuple(builder.steps)
 
 
+# Programs training runs every step, with the kind of each input: "full" (float, the output's
+# shape), "scalar" (float, shape ()) or "gate" (bool, shape ()). Registered by the optimizers;
+# GPU backends compile these at start-up (their kernels hold no constant values).
+_COMMON: dict[tuple[Program, tuple[str, ...]], None] = {}
+INPUT_KINDS = ("full", "scalar", "gate")
+
+
+def register_common(program: Program, input_kinds: tuple[str, ...]) -> None:
+    if any(kind not in INPUT_KINDS for kind in input_kinds):
+        raise ValueError(f"fused: input kinds are {INPUT_KINDS}, got {input_kinds}")
+    step_kinds(program, ["bool" if kind == "gate" else "float" for kind in input_kinds])
+    _COMMON[(program, input_kinds)] = None
+
+
+def common_programs() -> list[tuple[Program, tuple[str, ...]]]:
+    """The registered programs, in registration order, each once."""
+    return list(_COMMON)
+
+
 def fused(fn: Callable[..., Value], *inputs: Any) -> Any:
     """One kernel computing fn elementwise over the tensors `inputs` (see the module docstring)."""
     from .ops import call  # late: ops.py imports this module for the op table

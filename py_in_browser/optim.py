@@ -1,25 +1,50 @@
-"""Optimizers (SGD, RMSprop, Adam, AdamW) with Keras update rules, written in tensor ops.
+"""Optimizers (SGD, RMSprop, Adam, AdamW) with Keras update rules, written as fused programs.
 
 The step counter lives on the device and every update can be gated by a boolean scalar, so a
 GPU backend can replay a whole training step without host round trips; a gated-off step leaves
 weights, slots and the counter untouched (this is how fit keeps the last good weights on NaN).
+
+Each new value (a weight, a slot) is ONE fused elementwise program over the old values, the
+gradient, the step's scalars and the gate (fusion.py): one GPU dispatch per tensor instead of one
+per op. A program that needs a slot's new value (Adam's weight update reads the new m and v)
+recomputes it inline, which costs a few multiplies and saves a buffer round trip.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
 import numpy as np
 
 from . import functional as F
-from .tensor import Tensor, Variable, full
+from . import fusion as fx
+from .fusion import Value
+from .tensor import Tensor, Variable
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one tensor gets its new value each step: `fn` over the tensors named in `reads`
+    ("var", "grad", a slot name, or a step scalar's name), run as one fused program."""
+
+    fn: Callable[..., Value]
+    reads: tuple[str, ...]
+
+
+def _advance(t: Value) -> Value:
+    return t + 1.0
 
 
 class Optimizer:
-    """Base class: per-variable slots, optional clipnorm / global_clipnorm, gated updates."""
+    """Base class: per-variable slots, optional clipnorm / global_clipnorm, gated updates.
+
+    Subclasses give their update as data: `_rules` (per variable: the variable's rule, then one
+    per slot, all reading the OLD values) and `_step_rules` (device scalars computed once per
+    step from the new step count, e.g. Adam's bias corrections)."""
 
     name = "optimizer"
     slot_names: tuple[str, ...] = ()
@@ -73,21 +98,33 @@ class Optimizer:
         self, grads_and_vars: Iterable[tuple[Tensor | None, Variable]], gate: Tensor | None = None
     ) -> None:
         """One update step; with a bool scalar `gate`, the step only takes effect where it is True."""
+        from . import runtime  # late: runtime imports the backends, which import tensors
+
         pairs = list(grads_and_vars)
         variables = [v for _, v in pairs]
         self.build(variables)
         assert self.iterations is not None
         grads = self._clip([g for g, _ in pairs])
         self._applied += 1
-        step = F.add(self.iterations, 1.0)
-        shared = self._step_scalars(step)  # once per step, not once per variable
+        rules = self._rules(runtime.current_backend().min_epsilon)
+        step_rules = self._step_rules()
+        shared: dict[str, Tensor] = {}
+        if step_rules:  # once per step, not once per variable
+            step = fx.fused(_advance, self.iterations)
+            shared = {name: fx.fused(fn, step) for name, fn in step_rules.items()}
         for (var, slots), grad in zip(zip(variables, self.slots, strict=True), grads, strict=True):
             if grad is None:
                 continue
-            new_var, new_slots = self._update(var, grad, slots, shared)
-            for target, value in zip((var, *slots), (new_var, *new_slots), strict=True):
-                target.assign(value if gate is None else F.where(gate, value, target))
-        self.iterations.assign(step if gate is None else F.where(gate, step, self.iterations))
+            named = {
+                "var": var,
+                "grad": grad,
+                **dict(zip(self.slot_names, slots, strict=True)),
+                **shared,
+            }
+            new_values = [gated(r.fn, [named[n] for n in r.reads], gate) for r in rules]
+            for target, value in zip((var, *slots), new_values, strict=True):
+                target.assign(value)
+        self.iterations.assign(gated(_advance, [self.iterations], gate))
 
     def _clip(self, grads: list[Tensor | None]) -> list[Tensor | None]:
         if self.clipnorm is not None:
@@ -102,27 +139,26 @@ class Optimizer:
             ]
         return grads
 
-    def _step_scalars(self, step: Tensor) -> Any:
-        """Device scalars every variable's update of this step uses (Adam's bias corrections),
-        computed once per step: on a GPU each is a dispatch, so not one set per variable."""
-        return step
-
-    def _update(
-        self, var: Tensor, grad: Tensor, slots: list[Variable], shared: Any
-    ) -> tuple[Tensor, list[Tensor]]:
+    def _rules(self, epsilon_floor: float) -> list[Rule]:
+        """The variable's rule, then each slot's (slot_names order). `epsilon_floor`: the
+        smallest epsilon the backend's storage honours (see _storage_epsilon)."""
         raise NotImplementedError
 
-    def _storage_epsilon(self, requested: float, squared: bool = False) -> float:
-        """`requested`, raised to the active backend's `min_epsilon` (its square where epsilon is
-        added under the square root) when the backend's storage cannot honour a smaller one;
-        notes a raise once per optimizer and backend as an "epsilon_clamped" runtime event and a
-        RuntimeWarning. Backends with float32 storage have min_epsilon 0: nothing changes."""
+    def _step_rules(self) -> dict[str, Callable[[Value], Value]]:
+        """Named device scalars every variable's rules may read, each a function of the step
+        count t (1 on the first step). Computed once per step: on a GPU each is a dispatch."""
+        return {}
+
+    def _storage_epsilon(self, requested: float, floor: float) -> float:
+        """`requested`, raised to `floor` (the active backend's `min_epsilon`, or its square
+        where epsilon is added under the square root) when the backend's storage cannot honour
+        a smaller one; notes a raise once per optimizer and backend as an "epsilon_clamped"
+        runtime event and a RuntimeWarning. float32 storage has floor 0: nothing changes."""
         from . import runtime  # late: runtime imports the backends, which import tensors
 
-        backend = runtime.current_backend()
-        floor = backend.min_epsilon**2 if squared else backend.min_epsilon
         if requested >= floor:
             return requested
+        backend = runtime.current_backend()
         if (backend.name, floor) not in self._clamp_noted:
             self._clamp_noted.add((backend.name, floor))
             runtime.record_event(
@@ -137,7 +173,7 @@ class Optimizer:
                 f"{self.name}: epsilon {requested:g} is below what {backend.name}'s storage "
                 f"({backend.storage_format}) can represent; using {floor:g}",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         return floor
 
@@ -154,6 +190,19 @@ def _scale_to_norm(g: Tensor, norm: Tensor, limit: float) -> Tensor:
     return F.mul(g, F.div(limit, F.maximum(norm, limit)))
 
 
+def _gate_rule(rule: Callable[..., Value]) -> Callable[..., Value]:
+    """rule over all inputs but the last, or the first input (the value being replaced) where
+    the last input, a bool scalar, is False."""
+    return lambda *xs: fx.where(xs[-1], rule(*xs[:-1]), xs[0])
+
+
+def gated(rule: Callable[..., Value], inputs: Sequence[Tensor], gate: Tensor | None) -> Tensor:
+    """One fused program computing rule(*inputs), kept at inputs[0] where `gate` is False."""
+    if gate is None:
+        return fx.fused(rule, *inputs)
+    return fx.fused(_gate_rule(rule), *inputs, gate)
+
+
 class SGD(Optimizer):
     """Keras SGD: m = momentum * m - lr * g; w += m (nesterov: w += momentum * m - lr * g)."""
 
@@ -168,15 +217,19 @@ class SGD(Optimizer):
         self.momentum, self.nesterov = float(momentum), nesterov
         self.slot_names = ("momentum",) if self.momentum > 0 else ()
 
-    def _update(
-        self, var: Tensor, grad: Tensor, slots: list[Variable], shared: Any
-    ) -> tuple[Tensor, list[Tensor]]:
-        lr = self.learning_rate
-        if not slots:
-            return F.sub(var, F.mul(grad, lr)), []
-        m = F.add(F.mul(grad, -lr), F.mul(slots[0], self.momentum))
-        delta = F.add(F.mul(grad, -lr), F.mul(m, self.momentum)) if self.nesterov else m
-        return F.add(var, delta), [m]
+    def _rules(self, epsilon_floor: float) -> list[Rule]:
+        lr, momentum, nesterov = self.learning_rate, self.momentum, self.nesterov
+        if not self.slot_names:
+            return [Rule(lambda w, g: w - g * lr, ("var", "grad"))]
+
+        def new_m(m: Value, g: Value) -> Value:
+            return g * -lr + m * momentum
+
+        def new_w(w: Value, m: Value, g: Value) -> Value:
+            m_now = new_m(m, g)
+            return w + (g * -lr + m_now * momentum if nesterov else m_now)
+
+        return [Rule(new_w, ("var", "momentum", "grad")), Rule(new_m, ("momentum", "grad"))]
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "momentum": self.momentum, "nesterov": self.nesterov}
@@ -197,13 +250,17 @@ class RMSprop(Optimizer):
         super().__init__(learning_rate, **kw)
         self.rho, self.epsilon = float(rho), float(epsilon)
 
-    def _update(
-        self, var: Tensor, grad: Tensor, slots: list[Variable], shared: Any
-    ) -> tuple[Tensor, list[Tensor]]:
-        v = F.add(F.mul(slots[0], self.rho), F.mul(F.square(grad), 1.0 - self.rho))
-        eps = self._storage_epsilon(self.epsilon, squared=True)
-        step_size = F.div(F.mul(grad, self.learning_rate), F.sqrt(F.add(v, eps)))
-        return F.sub(var, step_size), [v]
+    def _rules(self, epsilon_floor: float) -> list[Rule]:
+        rho, lr = self.rho, self.learning_rate
+        eps = self._storage_epsilon(self.epsilon, epsilon_floor**2)
+
+        def new_v(v: Value, g: Value) -> Value:
+            return v * rho + g * g * (1.0 - rho)
+
+        def new_w(w: Value, v: Value, g: Value) -> Value:
+            return w - g * lr / fx.sqrt(new_v(v, g) + eps)
+
+        return [Rule(new_w, ("var", "velocity", "grad")), Rule(new_v, ("velocity", "grad"))]
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "rho": self.rho, "epsilon": self.epsilon}
@@ -239,23 +296,38 @@ class Adam(Optimizer):
         super().__init__(learning_rate, **kw)
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
 
-    def _update(
-        self, var: Tensor, grad: Tensor, slots: list[Variable], shared: Any
-    ) -> tuple[Tensor, list[Tensor]]:
+    def _rules(self, epsilon_floor: float) -> list[Rule]:
         b1, b2 = self.beta_1, self.beta_2
-        step_size, correction_2 = shared
-        m = F.add(F.mul(slots[0], b1), F.mul(grad, 1.0 - b1))
-        v = F.add(F.mul(slots[1], b2), F.mul(F.square(grad), 1.0 - b2))
-        eps = self._storage_epsilon(self.epsilon)
-        # lr * m_hat = m * (lr / (1 - b1^t)): one full-size op instead of a div and a mul.
-        update = F.div(F.mul(m, step_size), F.add(F.sqrt(F.div(v, correction_2)), eps))
-        return F.sub(var, update), [m, v]
+        eps = self._storage_epsilon(self.epsilon, epsilon_floor)
+        decayed = self._decayed
 
-    def _step_scalars(self, step: Tensor) -> tuple[Tensor, Tensor]:
-        """lr / (1 - b1^t) and 1 - b2^t, the bias corrections, as device scalars."""
-        correction_1 = F.sub(1.0, F.pow(full((), self.beta_1), step))
-        correction_2 = F.sub(1.0, F.pow(full((), self.beta_2), step))
-        return F.div(self.learning_rate, correction_1), correction_2
+        def new_m(m: Value, g: Value) -> Value:
+            return m * b1 + g * (1.0 - b1)
+
+        def new_v(v: Value, g: Value) -> Value:
+            return v * b2 + g * g * (1.0 - b2)
+
+        def new_w(w: Value, m: Value, v: Value, g: Value, step_size: Value, c2: Value) -> Value:
+            # lr * m_hat = m * (lr / (1 - b1^t)): the correction is one scalar per step.
+            return decayed(w) - new_m(m, g) * step_size / (fx.sqrt(new_v(v, g) / c2) + eps)
+
+        return [
+            Rule(new_w, ("var", "m", "v", "grad", "step_size", "correction_2")),
+            Rule(new_m, ("m", "grad")),
+            Rule(new_v, ("v", "grad")),
+        ]
+
+    def _decayed(self, w: Value) -> Value:
+        """The weight the Adam step starts from (AdamW decays it first)."""
+        return w
+
+    def _step_rules(self) -> dict[str, Callable[[Value], Value]]:
+        """lr / (1 - b1^t) and 1 - b2^t, the bias corrections."""
+        b1, b2, lr = self.beta_1, self.beta_2, self.learning_rate
+        return {
+            "step_size": lambda t: lr / (1.0 - fx.pow(b1, t)),
+            "correction_2": lambda t: 1.0 - fx.pow(b2, t),
+        }
 
     def get_config(self) -> dict[str, Any]:
         return {
@@ -275,12 +347,8 @@ class AdamW(Adam):
         super().__init__(learning_rate, **kw)
         self.weight_decay = float(weight_decay)
 
-    def _update(
-        self, var: Tensor, grad: Tensor, slots: list[Variable], shared: Any
-    ) -> tuple[Tensor, list[Tensor]]:
-        decayed = F.sub(var, F.mul(var, self.learning_rate * self.weight_decay))
-        new_var, new_slots = super()._update(decayed, grad, slots, shared)
-        return new_var, new_slots
+    def _decayed(self, w: Value) -> Value:
+        return w - w * (self.learning_rate * self.weight_decay)
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "weight_decay": self.weight_decay}
@@ -309,5 +377,29 @@ def from_config(config: dict[str, Any]) -> Optimizer:
     options = {k: v for k, v in config.items() if k != "name"}
     return OPTIMIZERS[config["name"]](**options)
 
+
+def _register_common_programs() -> None:
+    """Tells the GPU backends which fused programs training runs every step (each optimizer
+    kind with its defaults; constants are not part of a compiled kernel, so any setting of the
+    same kind reuses them), so they compile them at start-up instead of in the first step."""
+    for optimizer in (
+        SGD(),
+        SGD(momentum=0.9),
+        SGD(momentum=0.9, nesterov=True),
+        RMSprop(),
+        Adam(),
+        AdamW(),
+    ):
+        scalars = set(optimizer._step_rules())
+        for rule in optimizer._rules(epsilon_floor=0.0):
+            kinds = tuple("scalar" if n in scalars else "full" for n in rule.reads)
+            fx.register_common(fx.trace(_gate_rule(rule.fn), len(kinds) + 1), (*kinds, "gate"))
+        for fn in optimizer._step_rules().values():
+            fx.register_common(fx.trace(fn, 1), ("scalar",))
+    fx.register_common(fx.trace(_advance, 1), ("scalar",))
+    fx.register_common(fx.trace(_gate_rule(_advance), 2), ("scalar", "gate"))
+
+
+_register_common_programs()
 
 __all__ = ["SGD", "Adam", "AdamW", "Optimizer", "RMSprop", "from_config", "get"]

@@ -6,6 +6,10 @@ inf handling included), and each step a `let` calling it. Values: float -> f32, 
 (what the compare expressions give and `where` takes). Inputs of shape () are read once per
 invocation; the others (contiguous: the runtime materializes broadcast views for every primitive
 but the single elementwise ops) at i, PER_INVOCATION elements per invocation.
+
+Constants travel in the params (word 4 on), not in the WGSL: the kernel depends only on the
+program's structure, so an optimizer update compiled at start-up with default settings
+(fusion.common_programs) serves any learning rate, and changing one never recompiles.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from .. import OutSpec
 from . import codegen, elementwise
 from .plan import DeviceLimits, KernelPlan
 
-_F32_EXPONENT = 0x7F800000
+_CONSTANTS_AT = 4  # params word of the first constant (word 0 is the element count)
 
 
 def _signature(op: str) -> tuple[tuple[str, ...], str]:
@@ -39,25 +43,10 @@ def _function(op: str) -> str:
     return f"fn op_{op}({params}) -> {result} {{ return {expr}; }}"
 
 
-def _constant(value: float) -> str:
-    """The float32 the cpu backend rounds `value` to, bit for bit: a decimal literal could round
-    differently, and a non-finite constant expression is a WGSL shader-creation error."""
-    with np.errstate(over="ignore"):  # past float32's range is inf, as the cpu backend stores it
-        bits = int(np.asarray(value, dtype=np.float32).view(np.uint32))
-    if bits & _F32_EXPONENT != _F32_EXPONENT:
-        return f"bitcast<f32>({bits:#010x}u)"
-    if bits & ~_F32_EXPONENT & 0x7FFFFFFF:
-        return "f32_nan()"
-    return "f32_neg_inf()" if bits >> 31 else "f32_inf()"
-
-
-def _arg(ref: fusion.Ref) -> str:
-    where, value = ref
-    if where == "input":
-        return f"x{value}"
-    if where == "step":
-        return f"s{value}"
-    return _constant(value)
+def _constant_bits(value: float) -> int:
+    """The float32 the cpu backend rounds `value` to, bit for bit (past float32's range: inf)."""
+    with np.errstate(over="ignore"):
+        return int(np.asarray(value, dtype=np.float32).view(np.uint32))
 
 
 def plan_fused(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:
@@ -75,8 +64,21 @@ def plan_fused(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimit
             hoisted.append(f"let x{k} = in_{k}[0];")
         else:
             loads.append(f"let x{k} = in_{k}[i];")
+    constants: list[int] = []
+
+    def arg(ref: fusion.Ref) -> str:
+        where, value = ref
+        if where == "input":
+            return f"x{value}"
+        if where == "step":
+            return f"s{value}"
+        word = _CONSTANTS_AT + len(constants)
+        hoisted.append(f"let k{len(constants)} = bitcast<f32>(word({word}u));")
+        constants.append(_constant_bits(value))
+        return f"k{len(constants) - 1}"
+
     steps = [
-        f"let s{j} = op_{step_op}({', '.join(_arg(ref) for ref in args)});"
+        f"let s{j} = op_{step_op}({', '.join(arg(ref) for ref in args)});"
         for j, (step_op, args) in enumerate(program)
     ]
     body = "\n    ".join([*loads, *steps, f"out[i] = s{len(program) - 1};"])
@@ -90,7 +92,7 @@ def plan_fused(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimit
         key,
         types,
         codegen.wgsl_type(out.dtype, op),
-        [count],
+        [count, 0, 0, 0, *constants],
         elementwise.PER_INVOCATION,
         body,
         limits,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from ... import fusion
 from .. import OutSpec
 from . import kernels
 from .plan import DeviceLimits
@@ -72,6 +73,18 @@ def _calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
     calls.append(("max_pool2d", pool, OutSpec((2, 4, 4, 8), _F32, ((2, 8, 8, 8),), (_F32,))))
     grad = OutSpec((2, 8, 8, 8), _F32, ((2, 8, 8, 8), (2, 4, 4, 8), (2, 4, 4, 8)), (_F32,) * 3)
     calls.append(("max_pool2d_grad", pool, grad))
+    return calls + _fused_calls()
+
+
+def _fused_calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
+    """The optimizers' update programs (fusion.common_programs): their kernels depend only on
+    which inputs are scalars, so one call each compiles what every step of a training run uses."""
+    calls = []
+    for program, kinds in fusion.common_programs():
+        shapes = tuple(_SQUARE if kind == "full" else () for kind in kinds)
+        dtypes = tuple("bool" if kind == "gate" else _F32 for kind in kinds)
+        out = OutSpec(_SQUARE if "full" in kinds else (), _F32, shapes, dtypes)
+        calls.append(("fused", {"program": program}, out))
     return calls
 
 
