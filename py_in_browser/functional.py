@@ -50,7 +50,7 @@ def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
         return x
     if len(x.shape) < len(shape):
         x = call("reshape", x, shape=(1,) * (len(shape) - len(x.shape)) + x.shape)
-    return call("expand", x, shape=shape)
+    return x if x.shape == shape else call("expand", x, shape=shape)
 
 
 def _broadcast(*xs: Tensor) -> list[Tensor]:

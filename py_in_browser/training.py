@@ -507,7 +507,9 @@ async def predict(model: Sequential, x: Any, batch_size: int = 32) -> Tensor:
     forward = tidy(lambda xb: model(xb if isinstance(xb, Tensor) else tensor(xb), training=False))
     parts: list[Tensor] = []
     for start in range(0, samples, batch_size):
-        parts.append(forward(source[start : start + batch_size]))
+        # One batch covering every sample is the source itself: no slice copy on the device.
+        whole = start == 0 and samples <= batch_size
+        parts.append(forward(source if whole else source[start : start + batch_size]))
         await asyncio.sleep(0)
     if source is not x and isinstance(source, Tensor):  # a cast made here
         source.dispose()
