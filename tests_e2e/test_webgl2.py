@@ -141,6 +141,70 @@ def test_tensors_wider_than_max_texture_size_are_relaid_out(engine_page: EngineP
     assert all("MAX_TEXTURE_SIZE 64" in message for message in result["refused"])
 
 
+BLOCK_MATMULS = """
+from py_in_browser.backends.webgl2 import backend as webgl2_backend
+from py_in_browser.ops import call
+rng = np.random.default_rng(7)
+cases = {  # name: (a, b, transpose_b); M a multiple of 4, K of 4, N of 8 (4x2) or only 4 (4x1)
+    "nn_batched": ((2, 8, 12), (2, 12, 16), False),
+    "nt_batched": ((2, 8, 12), (2, 16, 12), True),
+    "nn_n12": ((8, 12), (12, 12), False),
+    "nt_n12": ((4, 8), (12, 8), True),
+}
+arrays = {name: [rng.standard_normal(s).astype(np.float32) for s in shapes[:2]]
+          for name, shapes in cases.items()}
+got = {}
+for buffers in (8, 4):
+    await pib.init(backend="webgl2", limits={"max_draw_buffers": buffers})
+    backend = pib.runtime.current_backend()
+    draw, blocks = backend._draw, []
+    def spy(key, *args):
+        if key.startswith("matmul_block:"):
+            blocks.append(key)
+        draw(key, *args)
+    backend._draw = spy
+    webgl2_backend.BLOCK_MATMUL_AT = 0
+    try:
+        for name, (a, b) in arrays.items():
+            product = call("matmul", pib.tensor(a), pib.tensor(b), transpose_a=False,
+                           transpose_b=cases[name][2])
+            got[f"{name}@{buffers}"] = await product.numpy()
+    finally:
+        webgl2_backend.BLOCK_MATMUL_AT = 2**21
+    got[f"blocks@{buffers}"] = blocks
+await pib.init(backend="webgl2")
+got
+"""
+
+
+def test_block_matmuls_match_numpy(engine_page: EnginePage) -> None:
+    check_block_matmuls(engine_page)
+
+
+def check_block_matmuls(engine_page: EnginePage) -> None:
+    """Products run as 4x2 and 4x1 blocks (threshold lowered so small shapes take that path),
+    batched, with b plain and transposed, against numpy."""
+    got = engine_page.run(BLOCK_MATMULS)
+    rng = np.random.default_rng(7)
+    cases = {
+        "nn_batched": ((2, 8, 12), (2, 12, 16), False),
+        "nt_batched": ((2, 8, 12), (2, 16, 12), True),
+        "nn_n12": ((8, 12), (12, 12), False),
+        "nt_n12": ((4, 8), (12, 8), True),
+    }
+    for name, (sa, sb, transpose_b) in cases.items():
+        a, b = (rng.standard_normal(s).astype(np.float32) for s in (sa, sb))
+        want = a @ (np.swapaxes(b, -1, -2) if transpose_b else b)
+        for buffers in (8, 4):
+            np.testing.assert_allclose(got[f"{name}@{buffers}"], want, rtol=F32_RTOL, atol=1e-5)
+    assert got["blocks@8"] == [
+        f"matmul_block:{v}" for v in ("nn_4x2", "nt_4x2", "nn_4x1", "nt_4x1")
+    ]
+    assert got["blocks@4"] == [
+        f"matmul_block:{v}" for v in ("nn_4x1", "nt_4x1", "nn_4x1", "nt_4x1")
+    ]
+
+
 PRIMITIVES_IN_PAGE = "from py_in_browser.ops import OPS\nsorted(OPS)"
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from py_in_browser import runtime
 from py_in_browser.backends import OutSpec
-from py_in_browser.backends.webgl2 import shaders
+from py_in_browser.backends.webgl2 import matmul_block, shaders
 from py_in_browser.backends.webgl2.backend import (
     REPLAY_COPY_LABEL,
     WebGL2Backend,
@@ -243,7 +243,7 @@ def test_signatures_ignore_texture_ids_but_see_constants() -> None:
         builder.uploads.append((first_id, data))
         builder.order.append(("upload", 0))
         builder.draws.append(
-            ["draw", "unary:exp", first_id + 1, -1, 4, [[first_id, -1, 4]], [], "exp"]
+            ["draw", "unary:exp", first_id + 1, [], 4, [[first_id, -1, 4]], [], "exp"]
         )
         builder.order.append(("draw", 0))
         return signature(builder, [], [])
@@ -280,7 +280,8 @@ def test_context_loss_is_a_clear_error_and_one_runtime_event() -> None:
 
 
 def test_every_warm_up_program_has_a_fragment_shader() -> None:
-    for key in shaders.warmup_keys():
+    blocks = matmul_block.warmup_keys(8) + matmul_block.warmup_keys(4)
+    for key in shaders.warmup_keys() + blocks:
         source = shaders.program_source(key)
         assert source.startswith("#version 300 es") and "precision highp float" in source
 
@@ -338,6 +339,15 @@ def test_fused_draws_are_whole_texel_where_layouts_allow_and_pairs_on_compensate
     key, out = draw((8, 16), w, g, lr, on)
     assert key.endswith("+pair") and out.lo is not None
     assert "#define PAIR_OUTPUT" in shaders.program_source(key)
+
+
+def test_block_shapes_tile_the_output_within_the_draw_buffers() -> None:
+    assert matmul_block.shape_for(1024, 1024, 8) == (4, 2)
+    assert matmul_block.shape_for(1024, 1024, 4) == (4, 1)  # the WebGL2 minimum
+    assert matmul_block.shape_for(64, 12, 8) == (4, 1)  # 12 columns: 3 texels, not pairs
+    assert matmul_block.shape_for(6, 16, 8) is None  # rows not a multiple of 4
+    source = shaders.program_source("matmul_block:nt_4x2")
+    assert "layout(location = 7) out vec4 o_7;" in source and "o_8" not in source
 
 
 # ---- optimizers on float16 storage ---------------------------------------------------------------

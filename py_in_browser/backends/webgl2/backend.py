@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ import numpy as np
 
 from ... import _js, runtime
 from .. import Backend, OutSpec
-from . import kernels, shaders
+from . import kernels, matmul_block, shaders
 from .layout import Layout, choose_layout
 from .recording import Recording, RecordingBuilder, replay_program, signature, texture_ids
 from .textures import Command, Texture, TexturePool
@@ -27,6 +28,9 @@ HALF_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
 HALF_MIN_EPSILON = HALF_SMALLEST_NORMAL**0.5
 # (1, K) @ (K, N) products with K at least this are cut into K slices (see _matmul_split_k).
 SPLIT_K_AT = 2048
+# Aligned whole-texel products of at least this many multiply-adds (B * M * N * K) run as blocks
+# (see matmul_block.py): below it the extra interleave draw and targets cost more than they save.
+BLOCK_MATMUL_AT = 2**21
 # Reductions of at least this many values into at most this many outputs run in two passes.
 SPLIT_REDUCTION_AT = 2048
 SPLIT_REDUCTION_OUTPUTS = 1024
@@ -69,6 +73,7 @@ class WebGL2Backend(Backend):
         self.pool = TexturePool(self._commands)
         self.probed: dict[str, Any] = {}
         self.max_side = 0
+        self.draw_buffers = 1  # render targets one draw can write (block matmuls)
         self.half = False
         self.compensated = False
         self.js_calls = 0  # Python -> JS calls made (flushes, reads, warm-up)
@@ -104,6 +109,10 @@ class WebGL2Backend(Backend):
             int(self.probed["max_texture_size"]),
             int(self.limits.get("max_texture_size", self.probed["max_texture_size"])),
         )
+        self.draw_buffers = min(
+            int(self.probed["max_draw_buffers"]),
+            int(self.limits.get("max_draw_buffers", self.probed["max_draw_buffers"])),
+        )
         float32 = bool(self.probed["float32_render"]) and self.limits.get("float32_render", True)
         if not float32 and not self.probed["float16_render"]:
             raise RuntimeError("webgl2: neither float32 nor float16 textures are renderable")
@@ -115,7 +124,7 @@ class WebGL2Backend(Backend):
 
     async def warm_up(self) -> None:
         """Compiles every program a training step needs before the first step runs."""
-        keys = shaders.warmup_keys()
+        keys = shaders.warmup_keys() + matmul_block.warmup_keys(self.draw_buffers)
         if self.compensated:
             keys += [f"binary:{op}+pair" for op in ("add", "sub")] + ["where+pair"]
         self.js_calls += 1
@@ -126,6 +135,7 @@ class WebGL2Backend(Backend):
         caps = super().capabilities()
         caps.update(
             max_texture_size=self.max_side,
+            max_draw_buffers=self.draw_buffers,
             device_max_texture_size=self.probed.get("max_texture_size"),
             float32_render=not self.half,
             device_float32_render=self.probed.get("float32_render"),
@@ -245,6 +255,11 @@ class WebGL2Backend(Backend):
                 return alias
         key, uniforms = kernels.plan(op, attrs, out)
         key, uniforms = self._vector_variant(op, attrs, out, inputs, key, uniforms)
+        blocks = {"matmul4:nn_aligned": "nn", "matmul4:nt_aligned": "nt"}.get(key)
+        if blocks is not None:
+            blocked = self._matmul_blocked(blocks, inputs, out, uniforms)
+            if blocked is not None:
+                return blocked
         carried = inputs[1:] if op == "where" else inputs
         pair = (
             self.compensated
@@ -305,16 +320,20 @@ class WebGL2Backend(Backend):
         uniforms: list[kernels.Uniform],
         label: str,
         pair: bool,
+        more_targets: Sequence[Handle] = (),
     ) -> None:
-        """Queues one draw of program `key` into handle's texture(s)."""
+        """Queues one draw of program `key` into handle's texture(s), and into more_targets'
+        (render targets 1, 2, ... after handle's low part, if any) for block kernels."""
         if key not in self._known_programs:
             self._new_programs[key] = shaders.program_source(key)
             self._known_programs.add(key)
+        extra = [handle.lo] if handle.lo else []
+        extra += [h.texture for h in more_targets]
         draw = [
             "draw",
             key,
             handle.texture.id,
-            handle.lo.id if handle.lo else -1,
+            [t.id for t in extra],
             handle.texture.layout.size,
             [
                 [h.texture.id, h.lo.id if h.lo and pair else -1, h.texture.layout.size]
@@ -411,6 +430,32 @@ class WebGL2Backend(Backend):
         summed = self.run("reduce_sum", [partial], {"axes": (0,), "keepdims": True}, total)
         self.free(partial)
         return Handle(summed.texture, summed.lo, out.shape, out.dtype)
+
+    def _matmul_blocked(
+        self, variant: str, inputs: list[Handle], out: OutSpec, uniforms: list[kernels.Uniform]
+    ) -> Handle | None:
+        """A large aligned product as blocks (matmul_block.py): one draw into rows * cols
+        targets, then one interleaving them into the output."""
+        m, n = out.shape[-2], out.shape[-1]
+        k = out.in_shapes[0][-1]
+        shape = matmul_block.shape_for(m, n, self.draw_buffers)
+        if shape is None or math.prod(out.shape) * k < BLOCK_MATMUL_AT:
+            return None
+        rows, cols = shape
+        block = (math.prod(out.shape[:-1]) // rows, n // cols)
+        # The interleave maps texture rows to output rows: both layouts must be row-aligned.
+        if choose_layout(out.shape, self.max_side).width * 4 != n:
+            return None
+        if choose_layout(block, self.max_side).width * 4 * cols != n:
+            return None
+        targets = [self._allocate(block, out.dtype, False) for _ in range(rows * cols)]
+        key = f"matmul_block:{variant}_{rows}x{cols}"
+        self._draw(key, targets[0], inputs, uniforms, "matmul", False, targets[1:])
+        handle = self._allocate(out.shape, out.dtype, False)
+        self._draw(f"matmul_interleave:{rows}x{cols}", handle, targets, [], "matmul", False)
+        for target in targets:
+            self.free(target)
+        return handle
 
     def _matmul_transposed_a(
         self, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
@@ -532,7 +577,7 @@ class WebGL2Backend(Backend):
                         "draw",
                         key,
                         dst.id,
-                        -1,
+                        [],
                         out_size,
                         [[src.id, -1, size]],
                         uniforms,

@@ -123,6 +123,8 @@ class Engine {
     this.recordings = new Map(); // id -> {commands, constants}: recorded train steps
     this.flushes = 0;
     this.framebuffer = gl.createFramebuffer();
+    // Render targets one draw can write (block kernels use up to 8; WebGL2 guarantees 4).
+    this.maxTargets = Math.min(gl.getParameter(gl.MAX_DRAW_BUFFERS), gl.getParameter(gl.MAX_COLOR_ATTACHMENTS), 8);
     this.vertexShader = this.compileShader(gl.VERTEX_SHADER, VERTEX_SHADER);
     // One triangle covering the viewport: every output texel gets exactly one fragment.
     this.vao = gl.createVertexArray();
@@ -169,6 +171,7 @@ class Engine {
     return JSON.stringify({
       max_texture_size: gl.getParameter(gl.MAX_TEXTURE_SIZE),
       max_texture_units: gl.getParameter(gl.MAX_TEXTURE_IMAGE_UNITS),
+      max_draw_buffers: this.maxTargets,
       float32_render: Boolean(this.ext.colorBufferFloat) && this.framebufferComplete(gl.RGBA32F),
       float16_render: Boolean(this.ext.colorBufferFloat || this.ext.colorBufferHalf) && this.framebufferComplete(gl.RGBA16F),
       // 24-bit float mantissas; ints that index any texel of a 16384^2 texture (2^28) at least.
@@ -333,11 +336,12 @@ class Engine {
     this.current.units = []; // bound on whichever unit was active
   }
 
-  // ["draw", key, outId, outLoId, size, [[id, loId, size], ...], [[name, kind, values], ...], label]
+  // ["draw", key, outId, [moreIds], size, [[id, loId, size], ...], [[name, kind, values], ...], label]
+  // moreIds: render targets 1, 2, ... (a float16 low part, or a block kernel's other targets).
   // GL state is only changed where this draw differs from the last one (program, bound
-  // textures, the low-part attachment, viewport): redundant calls cost a command-buffer round
+  // textures, the extra attachments, viewport): redundant calls cost a command-buffer round
   // and, under ANGLE, framebuffer revalidation per draw.
-  draw([, key, outId, outLoId, size, inputs, uniforms]) {
+  draw([, key, outId, moreIds, size, inputs, uniforms]) {
     const gl = this.gl;
     const entry = this.programs.get(key);
     const { program, uniforms: slots } = entry;
@@ -365,18 +369,29 @@ class Engine {
       gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, out.texture, 0);
       this.current.target = out.texture;
     }
-    const lo = outLoId >= 0 ? this.textures.get(outLoId).texture : null;
-    if (this.current.lo !== lo) {
-      gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT1, gl.TEXTURE_2D, lo, 0);
-      gl.drawBuffers(lo ? [gl.COLOR_ATTACHMENT0, gl.COLOR_ATTACHMENT1] : [gl.COLOR_ATTACHMENT0]);
-      this.current.lo = lo;
-    }
+    this.attachMore(moreIds.map((id) => this.textures.get(id).texture));
     if (this.current.width !== out.width || this.current.height !== out.height) {
       gl.viewport(0, 0, out.width, out.height);
       this.current.width = out.width;
       this.current.height = out.height;
     }
     gl.drawArrays(gl.TRIANGLES, 0, 3);
+  }
+
+  // Attaches `more` at COLOR_ATTACHMENT1.. and draws into all of them; detaches what the last
+  // draw had beyond (or, after resetState, everything that may be attached there).
+  attachMore(more) {
+    const gl = this.gl;
+    const now = this.current.more;
+    if (now && now.length === more.length && now.every((t, i) => t === more[i])) return;
+    const count = now ? Math.max(now.length, more.length) : this.maxTargets - 1;
+    for (let i = 0; i < count; i++) {
+      if (!now || now[i] !== more[i]) {
+        gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT1 + i, gl.TEXTURE_2D, more[i] || null, 0);
+      }
+    }
+    gl.drawBuffers([gl.COLOR_ATTACHMENT0, ...more.map((_, i) => gl.COLOR_ATTACHMENT1 + i)]);
+    this.current.more = more;
   }
 
   bindUnit(unit, texture) {
@@ -398,7 +413,7 @@ class Engine {
 
   // Forgets the cached GL state (after code that changes bindings behind draw's back).
   resetState() {
-    this.current = { program: null, units: [], framebufferBound: false, target: null, lo: undefined, width: -1, height: -1 };
+    this.current = { program: null, units: [], framebufferBound: false, target: null, more: null, width: -1, height: -1 };
   }
 
   setUniform(slots, name, values) {
@@ -424,8 +439,7 @@ class Engine {
     gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
     gl.bufferData(gl.PIXEL_PACK_BUFFER, bytes, gl.STREAM_READ);
     gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebuffer);
-    gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT1, gl.TEXTURE_2D, null, 0);
-    gl.drawBuffers([gl.COLOR_ATTACHMENT0]);
+    this.attachMore([]);
     gl.readBuffer(gl.COLOR_ATTACHMENT0);
     let offset = 0;
     for (const id of ids) {

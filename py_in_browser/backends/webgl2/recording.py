@@ -37,8 +37,7 @@ def texture_ids(builder: RecordingBuilder) -> set[int]:
     ids = {tex for tex, _ in builder.uploads}
     for draw in builder.draws:
         ids.add(draw[2])
-        if draw[3] >= 0:
-            ids.add(draw[3])
+        ids.update(draw[3])  # more render targets: a low part, or a block kernel's others
         for tex, lo, _ in draw[5]:
             ids.add(tex)
             if lo >= 0:
@@ -69,11 +68,9 @@ def signature(builder: RecordingBuilder, inputs: list[Any], state: list[tuple[An
             is_input = name(tex).startswith("input")
             steps.append(["upload", name(tex), "" if is_input else data.tobytes().hex()])
         else:
-            _, key, out, out_lo, size, ins, uniforms = builder.draws[index][:7]  # not the label
+            _, key, out, more, size, ins, uniforms = builder.draws[index][:7]  # not the label
             roles = [[name(t), name(lo) if lo >= 0 else "", n] for t, lo, n in ins]
-            steps.append(
-                [key, name(out), name(out_lo) if out_lo >= 0 else "", size, roles, uniforms]
-            )
+            steps.append([key, name(out), [name(t) for t in more], size, roles, uniforms])
     return json.dumps(steps)
 
 

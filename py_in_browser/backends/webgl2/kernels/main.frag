@@ -1,5 +1,9 @@
 // One fragment per output texel: 1 element (R) or 4 consecutive elements (RGBA). Vector kernels
-// (TEXEL_KERNEL) compute the texel's elements together in value4(texel).
+// (TEXEL_KERNEL) compute the texel's elements together in value4(texel); block kernels
+// (BLOCK_KERNEL) write one texel into each of several render targets themselves.
+#ifdef BLOCK_KERNEL
+void main() { write_block(ivec2(gl_FragCoord.xy)); }
+#else
 void main() {
   int texel = int(gl_FragCoord.y) * u_out.x + int(gl_FragCoord.x);
 #ifdef TEXEL_KERNEL
@@ -20,3 +24,4 @@ void main() {
   o_value = result;
 #endif
 }
+#endif
