@@ -371,13 +371,36 @@ def test_vec4_gemm_for_aligned_row_major_operands(gpu: WgpuNativeBackend, a_shap
     (only,) = kernels.plan("matmul", attrs, spec).dispatches
     assert only.key.startswith("gemm_vec4:")
     assert_matches_cpu(gpu, "matmul", [a, b], **attrs)
-    # Transposed or unaligned operands keep the scalar kernel.
-    for transposed in ({"transpose_a": True}, {"transpose_b": True}):
-        t_attrs = {**attrs, **transposed}
-        (other,) = kernels.plan("matmul", t_attrs, spec).dispatches
-        assert other.key.startswith("gemm:")
+    # A transposed B or unaligned operands keep the scalar kernel.
+    (other,) = kernels.plan("matmul", {**attrs, "transpose_b": True}, spec).dispatches
+    assert other.key.startswith("gemm:")
     unaligned = OutSpec((33, 66), "float32", ((33, 36), (36, 66)), ("float32",) * 2)
     assert kernels.plan("matmul", attrs, unaligned).dispatches[0].key.startswith("gemm:")
+
+
+@pytest.mark.parametrize(
+    "a_stored, b_shape",
+    [
+        ((64, 784), (64, 128)),  # a dense layer's weight gradient x^T g: full tiles
+        ((20, 36), (20, 68)),  # edge tiles in M and N, K shorter than a slab
+        ((2, 40, 44), (2, 40, 64)),  # batched, K not a multiple of the slab
+        ((5000, 32), (5000, 64)),  # few tiles, long K: split-K
+    ],
+)
+def test_vec4_gemm_with_a_transposed(gpu: WgpuNativeBackend, a_stored, b_shape) -> None:
+    """A^T @ B with A stored K x M reads A as vec4s along M (the scalar kernel was 3x slower)."""
+    a, b = normal(*a_stored, seed=17), normal(*b_shape, seed=18)
+    attrs = {"transpose_a": True, "transpose_b": False}
+    m = a_stored[-1]
+    spec = OutSpec(
+        (*a_stored[:-2], m, b_shape[-1]), "float32", (a.shape, b.shape), ("float32",) * 2
+    )
+    assert kernels.plan("matmul", attrs, spec).dispatches[0].key == "gemm_vec4:4x2:ta"
+    assert_matches_cpu(gpu, "matmul", [a, b], **attrs)
+    # Fewer than 32 rows of C, or rows not whole vec4s: the scalar kernel.
+    for stored in ((16, 28), (16, 34)):
+        narrow = OutSpec((stored[1], 64), "float32", (stored, (16, 64)), ("float32",) * 2)
+        assert kernels.plan("matmul", attrs, narrow).dispatches[0].key.startswith("gemm:")
 
 
 def test_vec4_gemm_of_few_rows_splits_long_k(gpu: WgpuNativeBackend) -> None:
@@ -394,6 +417,28 @@ def test_vec4_gemm_of_few_rows_splits_long_k(gpu: WgpuNativeBackend) -> None:
 def test_vec4_gemm_of_a_large_square_product(gpu: WgpuNativeBackend) -> None:
     a, b = normal(256, 256, seed=13), normal(256, 256, seed=14)
     assert_matches_cpu(gpu, "matmul", [a, b], transpose_a=False, transpose_b=False)
+
+
+def test_gemms_with_fewer_workgroups_than_tiles_loop_over_them(gpu: WgpuNativeBackend) -> None:
+    """A software adapter launches at most resident_workgroups GEMM workgroups, each looping
+    over tiles: every GEMM form (vec4 plain and A-transposed, scalar, split-K, convolutions)
+    still computes every tile."""
+    capped = WgpuNativeBackend(gpu.device, DeviceLimits(resident_workgroups=3))
+    plain = {"transpose_a": False, "transpose_b": False}
+    spec = OutSpec((96, 128), "float32", ((96, 64), (64, 128)), ("float32",) * 2)
+    (product,) = kernels.plan("matmul", plain, spec, capped.device_limits).dispatches
+    assert product.workgroups == (3, 1, 1)
+    assert_matches_cpu(capped, "matmul", [normal(96, 64), normal(64, 128, seed=1)], **plain)
+    assert_matches_cpu(capped, "matmul", [normal(2, 33, 20), normal(2, 20, 7, seed=2)], **plain)
+    assert_matches_cpu(capped, "matmul", [normal(5, 6000), normal(6000, 3, seed=3)], **plain)
+    transposed = {"transpose_a": True, "transpose_b": False}
+    assert_matches_cpu(capped, "matmul", [normal(64, 96), normal(64, 128, seed=4)], **transposed)
+    x, w = normal(2, 9, 9, 3, seed=5), normal(3, 3, 3, 8, seed=6)
+    geo = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
+    assert_matches_cpu(capped, "conv2d", [x, w], **geo)
+    y = run_primitive(CPU, "conv2d", [x, w], **geo)
+    assert_matches_cpu(capped, "conv2d_backprop_filter", [x, y], filter_shape=w.shape, **geo)
+    assert_matches_cpu(capped, "conv2d_backprop_input", [y, w], input_shape=x.shape, **geo)
 
 
 CONV_GEOMETRIES = [

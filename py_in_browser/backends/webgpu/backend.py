@@ -40,6 +40,19 @@ def webgpu_available() -> bool:
     return _js.in_browser() and getattr(_js.js_global("navigator"), "gpu", None) is not None
 
 
+# Workgroups per CPU thread a software adapter keeps resident: enough to balance uneven tiles.
+RESIDENT_PER_THREAD = 4
+
+
+def _resident_workgroups(info: dict[str, Any]) -> int:
+    """DeviceLimits.resident_workgroups: a cap for adapters that run on the CPU (SwiftShader,
+    or any the browser marks as fallback), 0 (no cap) for real GPUs."""
+    software = info["software"]
+    if software["fallback"] or info["adapter"].get("architecture") == "swiftshader":
+        return RESIDENT_PER_THREAD * max(1, int(software["threads"]))
+    return 0
+
+
 def gpu_nbytes(shape: tuple[int, ...]) -> int:
     """Bytes on the GPU: every element type is 4 bytes (bool as u32), and a buffer at least 4."""
     return 4 * max(1, int(np.prod(shape, dtype=np.int64)))
@@ -92,6 +105,9 @@ class WebGPUBackend(Backend):
             field: min(int(device[js_name]), int(self.limits.get(field, device[js_name])))
             for field, js_name in _LIMIT_NAMES.items()
         }
+        values["resident_workgroups"] = int(
+            self.limits.get("resident_workgroups", _resident_workgroups(info))
+        )
         self.device_limits = DeviceLimits(**values)
         self.max_buffer_size = min(
             int(device["maxBufferSize"]), int(self.limits.get("max_buffer_size", 1 << 62))
@@ -125,6 +141,7 @@ class WebGPUBackend(Backend):
             max_compute_workgroups_per_dimension=limits.max_workgroups_per_dimension,
             max_compute_workgroup_storage_size=limits.max_workgroup_storage_size,
             max_compute_invocations_per_workgroup=limits.max_invocations_per_workgroup,
+            resident_workgroups=limits.resident_workgroups,
             timestamp_query=self.timestamps,
             adapter=self.adapter,
             supports_replay=True,

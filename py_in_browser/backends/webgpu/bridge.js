@@ -62,7 +62,9 @@ class Engine {
   info() {
     const limits = Object.fromEntries(LIMITS.map((name) => [name, this.device.limits[name]]));
     const { vendor, architecture, description } = this.adapterInfo;
-    return JSON.stringify({ limits, timestamps: this.timestamps, adapter: { vendor, architecture, description } });
+    // A fallback (software) adapter runs workgroups on this many CPU threads at most.
+    const software = { fallback: Boolean(this.adapterInfo.isFallbackAdapter), threads: navigator.hardwareConcurrency || 1 };
+    return JSON.stringify({ limits, timestamps: this.timestamps, adapter: { vendor, architecture, description }, software });
   }
 
   stats() {

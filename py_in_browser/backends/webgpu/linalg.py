@@ -42,8 +42,28 @@ VEC4_VECS = 2
 VEC4_TILE_K = 32
 
 
-def vec4_body(rows: int, vecs: int) -> dict[str, str]:
-    """The unrolled accumulator code of gemm_vec4.wgsl: declarations, one K step of 4, stores."""
+# How an invocation stages its A_LOADS vec4s of a slab (r: slab row, c: vec4 column): rows of A
+# along K, or, with A transposed (stored K x M), rows of K along M.
+_A_STAGING = {
+    False: "  let a_r = lid / TILE_K4;\n  let a_c = lid % TILE_K4;",
+    True: "  let a_r = lid / (TILE_M / 4u);\n  let a_c = lid % (TILE_M / 4u);",
+}
+_A_ROW = {False: "a_r + i * (64u / TILE_K4)", True: "a_r + i * (64u / (TILE_M / 4u))"}
+_A_TILE = {False: "tile_a[r * TILE_K4 + a_c]", True: "tile_a[r * (TILE_M / 4u) + a_c]"}
+_A_GLOBAL = {
+    False: "a[a_base + (row0 + r) * a_row4 + kv0 + a_c]",
+    True: "a[a_base + (k0 + r) * a_col4 + row0 / 4u + a_c]",
+}
+_A_INSIDE = {
+    False: "row0 + r < p.m && kv0 + a_c < k4",
+    True: "k0 + r < k_end && row0 / 4u + a_c < p.m / 4u",
+}
+
+
+def vec4_body(rows: int, vecs: int, a_transposed: bool = False) -> dict[str, str]:
+    """The generated parts of gemm_vec4.wgsl: A staging, the unrolled accumulators (declared,
+    one K step of 4, stored). With A transposed, rows must be 4: an invocation's 4 rows of C
+    are then one vec4 of the staged A, read once per k."""
     accs = [(i, v) for i in range(rows) for v in range(vecs)]
     declare = [f"  var acc{i}_{v} = vec4<f32>(0.0);" for i, v in accs]
     compute = [
@@ -51,30 +71,53 @@ def vec4_body(rows: int, vecs: int) -> dict[str, str]:
         for j in range(4)
         for v in range(vecs)
     ]
+    if a_transposed:
+        assert rows == 4, "a transposed A tile gives each invocation one vec4 of 4 rows"
+        compute += [
+            f"      let a{j} = tile_a[(kv * 4u + {j}u) * (TILE_M / 4u) + ty];" for j in range(4)
+        ]
+        lanes = [[f"a{j}.{'xyzw'[i]}" for j in range(4)] for i in range(rows)]
+    else:
+        compute += [
+            f"      let a{i} = tile_a[(ty * ROWS + {i}u) * TILE_K4 + kv];" for i in range(rows)
+        ]
+        lanes = [[f"a{i}.{lane}" for lane in "xyzw"] for i in range(rows)]
     for i in range(rows):
-        compute.append(f"      let a{i} = tile_a[(ty * ROWS + {i}u) * TILE_K4 + kv];")
         for v in range(vecs):
-            for j, lane in enumerate("xyzw"):
+            for j in range(4):
                 compute.append(
-                    f"      acc{i}_{v} = fma(vec4<f32>(a{i}.{lane}), b{j}_{v}, acc{i}_{v});"
+                    f"      acc{i}_{v} = fma(vec4<f32>({lanes[i][j]}), b{j}_{v}, acc{i}_{v});"
                 )
     store = [
         f"  store(c_base, row0 + ty * ROWS + {i}u, col0_4 + tx + {8 * v}u, acc{i}_{v});"
         for i, v in accs
     ]
-    return {"DECLARE": "\n".join(declare), "COMPUTE": "\n".join(compute), "STORE": "\n".join(store)}
+    t = a_transposed
+    row = f"        let r = {_A_ROW[t]};"
+    return {
+        "A_STAGING": _A_STAGING[t],
+        "A_LOAD_FULL": f"{row}\n        {_A_TILE[t]} = {_A_GLOBAL[t]};",
+        "A_LOAD_EDGE": f"{row}\n        var v = vec4<f32>(0.0);\n"
+        f"        if ({_A_INSIDE[t]}) {{ v = {_A_GLOBAL[t]}; }}\n        {_A_TILE[t]} = v;",
+        "DECLARE": "\n".join(declare),
+        "COMPUTE": "\n".join(compute),
+        "STORE": "\n".join(store),
+    }
 
 
-def _vec4_fits(g: Gemm, load_a: str, load_b: str) -> bool:
-    """Row-major operands whose rows are whole vec4s and a C at least as wide as a tile."""
-    return (
-        (load_a, load_b) == ("strided_a", "strided_b")
-        and g.a_col == 1
-        and g.b_col == 1
-        and g.k % 4 == 0
-        and g.n % 4 == 0
-        and g.n >= 32 * VEC4_VECS
-    )
+def _vec4_layout(g: Gemm, load_a: str, load_b: str) -> str | None:
+    """ "plain" for row-major operands whose rows are whole vec4s and a C at least as wide as a
+    tile; "a_transposed" for the same with A stored K x M (M a multiple of 4, at least 32 rows
+    of C so each invocation owns 4); None otherwise (gemm.wgsl's scalar loaders)."""
+    if (load_a, load_b) != ("strided_a", "strided_b") or g.b_col != 1:
+        return None
+    if g.k % 4 or g.n % 4 or g.n < 32 * VEC4_VECS:
+        return None
+    if g.a_col == 1:
+        return "plain"
+    if g.a_row == 1 and g.m % 4 == 0 and g.m >= 8 * VEC4_ROWS and g.a_batch % 4 == 0:
+        return "a_transposed"
+    return None
 
 
 @dataclass(frozen=True)
@@ -121,7 +164,8 @@ def gemm_plan(
     codegen.require_float32(op, out)
     if g.m * g.n * g.batches == 0:
         return KernelPlan(())
-    if _vec4_fits(g, load_a, load_b):
+    layout = _vec4_layout(g, load_a, load_b)
+    if layout is not None:
         row_count = VEC4_ROWS if g.m >= 8 * VEC4_ROWS else 1
         rows, cols = 8 * row_count, 32 * VEC4_VECS
         tiles_m, tiles_n = math.ceil(g.m / rows), math.ceil(g.n / cols)
@@ -132,9 +176,9 @@ def gemm_plan(
             "gemm_vec4.wgsl",
             ROWS=str(row_count),
             VECS=str(VEC4_VECS),
-            **vec4_body(row_count, VEC4_VECS),
+            **vec4_body(row_count, VEC4_VECS, layout == "a_transposed"),
         )
-        key = f"gemm_vec4:{row_count}x{VEC4_VECS}"
+        key = f"gemm_vec4:{row_count}x{VEC4_VECS}" + (":ta" if layout == "a_transposed" else "")
         return _product_and_sum(op, g, key, wgsl, (tiles_m, tiles_n, splits, per_split), limits)
     rows, cols = tile_shape(g.m, g.n)
     tiles_m, tiles_n = math.ceil(g.m / rows), math.ceil(g.n / cols)
@@ -153,7 +197,10 @@ def _product_and_sum(
     tiles_m, tiles_n, splits, per_split = grid
     words = [g.m, g.n, g.k, tiles_m, tiles_n, g.batches, splits, per_split, *astuple(g)[4:]]
     bindings = [BufferRef("input", 0), BufferRef("input", 1)]
-    workgroups = codegen.grid(op, tiles_m * tiles_n * splits * g.batches, limits)
+    tiles = tiles_m * tiles_n * splits * g.batches
+    # The kernels loop over tiles, so fewer workgroups than tiles is fine (DeviceLimits).
+    resident = limits.resident_workgroups
+    workgroups = codegen.grid(op, min(tiles, resident) if resident else tiles, limits)
     if splits == 1:
         product = codegen.dispatch(key, wgsl, [*bindings, codegen.OUTPUT], words, workgroups)
         return KernelPlan((product,))

@@ -1,5 +1,7 @@
 // Matrix product C[batch] = A[batch] @ B[batch] for row-major operands whose K and N are
-// multiples of 4 (matmul without transposes: dense layers' forward pass, big square products).
+// multiples of 4 (matmul without transposes: dense layers' forward pass, big square products),
+// or with A transposed (stored K x M, M a multiple of 4: a dense layer's weight gradient x^T g),
+// where the A slab is staged as K rows of M vec4s and each invocation's 4 rows are one vec4.
 // Every global and shared-memory access moves a vec4, so a CPU adapter (SwiftShader) issues a
 // quarter of the loads gemm.wgsl's scalar loaders need. 64 invocations as 8x8 compute a tile of
 // TILE_M x TILE_N: ROWS rows times VECS vec4 columns each, held in ROWS * VECS vec4 accumulators
@@ -33,15 +35,23 @@ const TILE_K4: u32 = TILE_K / 4u;
 const A_LOADS: u32 = TILE_M * TILE_K4 / 64u;
 const B_LOADS: u32 = TILE_K * TILE_N4 / 64u;
 
-var<workgroup> tile_a: array<vec4<f32>, TILE_M * TILE_K4>;  // TILE_M rows x 8 vec4s of K
+// TILE_M rows x 8 vec4s of K; with A transposed, 32 rows of K x TILE_M / 4 vec4s of M.
+var<workgroup> tile_a: array<vec4<f32>, TILE_M * TILE_K4>;
 var<workgroup> tile_b: array<vec4<f32>, TILE_K * TILE_N4>;  // 32 rows of K x TILE_N4 vec4s
 
+// A workgroup computes tiles group, group + G, ... (G: workgroups launched; fewer than tiles on a
+// software adapter, see linalg.py). The tile index is uniform per workgroup, so the barriers
+// stay in uniform control flow.
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-  let group = workgroup_linear(wid, nwg);
-  // Uniform per workgroup, so the barriers below stay in uniform control flow.
-  if (group >= p.tiles_m * p.tiles_n * p.batches * p.splits) { return; }
+  let tiles = p.tiles_m * p.tiles_n * p.batches * p.splits;
+  for (var group = workgroup_linear(wid, nwg); group < tiles; group += nwg.x * nwg.y * nwg.z) {
+    tile(group, lid);
+  }
+}
+
+fn tile(group: u32, lid: u32) {
   let tile_n = group % p.tiles_n;
   let tile_m = (group / p.tiles_n) % p.tiles_m;
   let batch = (group / (p.tiles_n * p.tiles_m)) % p.batches;
@@ -56,11 +66,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let a_base = batch * (p.a_batch / 4u);
   let b_base = batch * (p.b_batch / 4u);
   let a_row4 = p.a_row / 4u;
+  let a_col4 = p.a_col / 4u;  // with A transposed: vec4s from one K row of A to the next
   let b_row4 = p.b_row / 4u;
   // Staging: invocation lid loads A vec4s (lid + 64 i) of the tile (row-major, TILE_K4 per row)
   // and B vec4s likewise (TILE_N4 per row).
-  let a_r = lid / TILE_K4;
-  let a_c = lid % TILE_K4;
+{{A_STAGING}}
   let b_r = lid / TILE_N4;
   let b_c = lid % TILE_N4;
   let full_mn = row0 + TILE_M <= p.m && (col0_4 + TILE_N4) * 4u <= p.n;
@@ -72,8 +82,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let kv0 = k0 / 4u;
     if (full_mn && k0 + TILE_K <= k_end) {
       for (var i = 0u; i < A_LOADS; i++) {
-        let r = a_r + i * (64u / TILE_K4);
-        tile_a[r * TILE_K4 + a_c] = a[a_base + (row0 + r) * a_row4 + kv0 + a_c];
+{{A_LOAD_FULL}}
       }
       for (var i = 0u; i < B_LOADS; i++) {
         let r = b_r + i * (64u / TILE_N4);
@@ -81,10 +90,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       }
     } else {
       for (var i = 0u; i < A_LOADS; i++) {
-        let r = a_r + i * (64u / TILE_K4);
-        var v = vec4<f32>(0.0);
-        if (row0 + r < p.m && kv0 + a_c < k4) { v = a[a_base + (row0 + r) * a_row4 + kv0 + a_c]; }
-        tile_a[r * TILE_K4 + a_c] = v;
+{{A_LOAD_EDGE}}
       }
       for (var i = 0u; i < B_LOADS; i++) {
         let r = b_r + i * (64u / TILE_N4);
