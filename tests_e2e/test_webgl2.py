@@ -141,68 +141,89 @@ def test_tensors_wider_than_max_texture_size_are_relaid_out(engine_page: EngineP
     assert all("MAX_TEXTURE_SIZE 64" in message for message in result["refused"])
 
 
-BLOCK_MATMULS = """
+# (op, input shapes, attrs, block program at 8 draw buffers): rows (M, or the output width) a
+# multiple of 4; 8 columns per block at 8 buffers where N (CO) is a multiple of 8, else 4;
+# inputs of 1024+ elements or with 4k channels are RGBA, which whole-texel kernels need.
+BLOCK_CASES: list[tuple[str, tuple[tuple[int, ...], ...], dict[str, Any], str]] = [
+    ("matmul", ((2, 8, 12), (2, 12, 16)), {"transpose_b": False}, "matmul_block:nn_4x2"),
+    ("matmul", ((2, 8, 12), (2, 16, 12)), {"transpose_b": True}, "matmul_block:nt_4x2"),
+    ("matmul", ((8, 12), (12, 12)), {"transpose_b": False}, "matmul_block:nn_4x1"),
+    ("matmul", ((4, 8), (12, 8)), {"transpose_b": True}, "matmul_block:nt_4x1"),
+    (
+        "conv2d",
+        ((1, 12, 32, 3), (3, 3, 3, 16)),
+        {"pads": ((1, 1), (1, 1))},
+        "conv2d_block:scalar_4x2",
+    ),
+    ("conv2d", ((2, 5, 4, 8), (3, 3, 8, 8)), {"pads": ((1, 1), (1, 1))}, "conv2d_block:vec_4x2"),
+    (
+        "conv2d",
+        ((1, 8, 15, 4), (2, 2, 4, 12)),
+        {"pads": ((0, 1), (0, 1)), "strides": (2, 2)},
+        "conv2d_block:vec_4x1",
+    ),
+]
+BLOCKS = """
 from py_in_browser.backends.webgl2 import backend as webgl2_backend
 from py_in_browser.ops import call
 rng = np.random.default_rng(7)
-cases = {  # name: (a, b, transpose_b); M a multiple of 4, K of 4, N of 8 (4x2) or only 4 (4x1)
-    "nn_batched": ((2, 8, 12), (2, 12, 16), False),
-    "nt_batched": ((2, 8, 12), (2, 16, 12), True),
-    "nn_n12": ((8, 12), (12, 12), False),
-    "nt_n12": ((4, 8), (12, 8), True),
-}
-arrays = {name: [rng.standard_normal(s).astype(np.float32) for s in shapes[:2]]
-          for name, shapes in cases.items()}
-got = {}
+inputs = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _, shapes, _, _ in CASES]
+got = {"inputs": inputs}
 for buffers in (8, 4):
     await pib.init(backend="webgl2", limits={"max_draw_buffers": buffers})
     backend = pib.runtime.current_backend()
-    draw, blocks = backend._draw, []
+    draw, programs = backend._draw, []
     def spy(key, *args):
-        if key.startswith("matmul_block:"):
-            blocks.append(key)
+        if "_block:" in key:
+            programs.append(key)
         draw(key, *args)
     backend._draw = spy
-    webgl2_backend.BLOCK_MATMUL_AT = 0
+    threshold, webgl2_backend.BLOCKS_AT = webgl2_backend.BLOCKS_AT, 0
     try:
-        for name, (a, b) in arrays.items():
-            product = call("matmul", pib.tensor(a), pib.tensor(b), transpose_a=False,
-                           transpose_b=cases[name][2])
-            got[f"{name}@{buffers}"] = await product.numpy()
+        results = []
+        for (op, _, attrs, _), arrays in zip(CASES, inputs):
+            defaults = {"transpose_a": False} if op == "matmul" else {"strides": (1, 1)}
+            out = call(op, *(pib.tensor(a) for a in arrays), **{**defaults, **attrs})
+            results.append(await out.numpy())
     finally:
-        webgl2_backend.BLOCK_MATMUL_AT = 2**21
-    got[f"blocks@{buffers}"] = blocks
+        webgl2_backend.BLOCKS_AT = threshold
+    got[buffers] = {"results": results, "programs": programs}
 await pib.init(backend="webgl2")
 got
 """
 
 
-def test_block_matmuls_match_numpy(engine_page: EnginePage) -> None:
-    check_block_matmuls(engine_page)
+def _conv2d(x: np.ndarray, w: np.ndarray, strides: Any, pads: Any) -> np.ndarray:
+    xp = np.pad(x.astype(np.float64), ((0, 0), pads[0], pads[1], (0, 0)))
+    (kh, kw), (sh, sw) = w.shape[:2], strides
+    oh, ow = (xp.shape[1] - kh) // sh + 1, (xp.shape[2] - kw) // sw + 1
+    out = np.zeros((x.shape[0], oh, ow, w.shape[3]))
+    for i in range(kh):
+        for j in range(kw):
+            out += xp[:, i : i + sh * oh : sh, j : j + sw * ow : sw, :] @ w[i, j]
+    return out
 
 
-def check_block_matmuls(engine_page: EnginePage) -> None:
-    """Products run as 4x2 and 4x1 blocks (threshold lowered so small shapes take that path),
-    batched, with b plain and transposed, against numpy."""
-    got = engine_page.run(BLOCK_MATMULS)
-    rng = np.random.default_rng(7)
-    cases = {
-        "nn_batched": ((2, 8, 12), (2, 12, 16), False),
-        "nt_batched": ((2, 8, 12), (2, 16, 12), True),
-        "nn_n12": ((8, 12), (12, 12), False),
-        "nt_n12": ((4, 8), (12, 8), True),
-    }
-    for name, (sa, sb, transpose_b) in cases.items():
-        a, b = (rng.standard_normal(s).astype(np.float32) for s in (sa, sb))
-        want = a @ (np.swapaxes(b, -1, -2) if transpose_b else b)
-        for buffers in (8, 4):
-            np.testing.assert_allclose(got[f"{name}@{buffers}"], want, rtol=F32_RTOL, atol=1e-5)
-    assert got["blocks@8"] == [
-        f"matmul_block:{v}" for v in ("nn_4x2", "nt_4x2", "nn_4x1", "nt_4x1")
-    ]
-    assert got["blocks@4"] == [
-        f"matmul_block:{v}" for v in ("nn_4x1", "nt_4x1", "nn_4x1", "nt_4x1")
-    ]
+def check_blocks(engine_page: EnginePage) -> None:
+    """Products and convolutions run as 4x2 and 4x1 blocks (threshold lowered so small shapes
+    take that path; 4 draw buffers via limits), against numpy: batched, b plain and transposed,
+    scalar and whole-texel input channels, strides and edge padding."""
+    got = engine_page.run(f"CASES = {BLOCK_CASES!r}\n{BLOCKS}")
+    for index, (op, _, attrs, _) in enumerate(BLOCK_CASES):
+        a, b = (np.asarray(x, np.float32) for x in got["inputs"][index])
+        if op == "matmul":
+            want = a @ (np.swapaxes(b, -1, -2) if attrs["transpose_b"] else b)
+        else:
+            want = _conv2d(a, b, attrs.get("strides", (1, 1)), attrs["pads"])
+        for buffers in ("8", "4"):
+            result = got[buffers]["results"][index]
+            np.testing.assert_allclose(result, want, rtol=F32_RTOL, atol=1e-5, err_msg=op)
+    assert got["8"]["programs"] == [case[3] for case in BLOCK_CASES]
+    assert got["4"]["programs"] == [case[3][:-1] + "1" for case in BLOCK_CASES]
+
+
+def test_block_kernels_match_numpy(engine_page: EnginePage) -> None:
+    check_blocks(engine_page)
 
 
 PRIMITIVES_IN_PAGE = "from py_in_browser.ops import OPS\nsorted(OPS)"

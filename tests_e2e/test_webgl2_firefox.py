@@ -10,7 +10,7 @@ import pytest
 from tests_e2e import webgl2_trajectories
 from tests_e2e.engine_page import EnginePage
 from tests_e2e.op_oracle import assert_op_table_matches
-from tests_e2e.test_webgl2 import F32_RTOL, TRAJECTORY_ATOL, check_block_matmuls
+from tests_e2e.test_webgl2 import F32_RTOL, TRAJECTORY_ATOL, check_blocks
 
 pytestmark = pytest.mark.firefox
 
@@ -49,5 +49,5 @@ def test_a_fused_program_may_leave_inputs_unread_in_firefox(engine_page: EngineP
     np.testing.assert_array_equal(got, np.arange(15, dtype=np.float32).reshape(3, 5) * 2.0)
 
 
-def test_block_matmuls_match_numpy_in_firefox(engine_page: EnginePage) -> None:
-    check_block_matmuls(engine_page)  # several render targets per draw, on another GL stack
+def test_block_kernels_match_numpy_in_firefox(engine_page: EnginePage) -> None:
+    check_blocks(engine_page)  # several render targets per draw, on another GL stack

@@ -15,7 +15,7 @@ import pytest
 
 from py_in_browser import runtime
 from py_in_browser.backends import OutSpec
-from py_in_browser.backends.webgl2 import matmul_block, shaders
+from py_in_browser.backends.webgl2 import blocks, shaders
 from py_in_browser.backends.webgl2.backend import (
     REPLAY_COPY_LABEL,
     WebGL2Backend,
@@ -280,8 +280,8 @@ def test_context_loss_is_a_clear_error_and_one_runtime_event() -> None:
 
 
 def test_every_warm_up_program_has_a_fragment_shader() -> None:
-    blocks = matmul_block.warmup_keys(8) + matmul_block.warmup_keys(4)
-    for key in shaders.warmup_keys() + blocks:
+    block_keys = blocks.warmup_keys(8) + blocks.warmup_keys(4)
+    for key in shaders.warmup_keys() + block_keys:
         source = shaders.program_source(key)
         assert source.startswith("#version 300 es") and "precision highp float" in source
 
@@ -342,10 +342,10 @@ def test_fused_draws_are_whole_texel_where_layouts_allow_and_pairs_on_compensate
 
 
 def test_block_shapes_tile_the_output_within_the_draw_buffers() -> None:
-    assert matmul_block.shape_for(1024, 1024, 8) == (4, 2)
-    assert matmul_block.shape_for(1024, 1024, 4) == (4, 1)  # the WebGL2 minimum
-    assert matmul_block.shape_for(64, 12, 8) == (4, 1)  # 12 columns: 3 texels, not pairs
-    assert matmul_block.shape_for(6, 16, 8) is None  # rows not a multiple of 4
+    assert blocks.shape_for(1024, 1024, 8) == (4, 2)
+    assert blocks.shape_for(1024, 1024, 4) == (4, 1)  # the WebGL2 minimum
+    assert blocks.shape_for(64, 12, 8) == (4, 1)  # 12 columns: 3 texels, not pairs
+    assert blocks.shape_for(6, 16, 8) is None  # rows not a multiple of 4
     source = shaders.program_source("matmul_block:nt_4x2")
     assert "layout(location = 7) out vec4 o_7;" in source and "o_8" not in source
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ... import _js, runtime
 from .. import Backend, OutSpec
-from . import kernels, matmul_block, shaders
+from . import blocks, kernels, shaders
 from .layout import Layout, choose_layout
 from .recording import Recording, RecordingBuilder, replay_program, signature, texture_ids
 from .textures import Command, Texture, TexturePool
@@ -28,9 +28,16 @@ HALF_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
 HALF_MIN_EPSILON = HALF_SMALLEST_NORMAL**0.5
 # (1, K) @ (K, N) products with K at least this are cut into K slices (see _matmul_split_k).
 SPLIT_K_AT = 2048
-# Aligned whole-texel products of at least this many multiply-adds (B * M * N * K) run as blocks
-# (see matmul_block.py): below it the extra interleave draw and targets cost more than they save.
-BLOCK_MATMUL_AT = 2**21
+# Whole-texel products and convolutions of at least this many multiply-adds run as blocks (see
+# blocks.py): below it the extra interleave draw and targets cost more than they save.
+BLOCKS_AT = 2**20
+# Whole-texel kernels that have a block form: (block program, its variant, profile label).
+BLOCK_PROGRAMS = {
+    "matmul4:nn_aligned": ("matmul_block", "nn", "matmul"),
+    "matmul4:nt_aligned": ("matmul_block", "nt", "matmul"),
+    "conv2d4:vec": ("conv2d_block", "vec", "conv2d"),
+    "conv2d4:scalar": ("conv2d_block", "scalar", "conv2d"),
+}
 # Reductions of at least this many values into at most this many outputs run in two passes.
 SPLIT_REDUCTION_AT = 2048
 SPLIT_REDUCTION_OUTPUTS = 1024
@@ -124,7 +131,7 @@ class WebGL2Backend(Backend):
 
     async def warm_up(self) -> None:
         """Compiles every program a training step needs before the first step runs."""
-        keys = shaders.warmup_keys() + matmul_block.warmup_keys(self.draw_buffers)
+        keys = shaders.warmup_keys() + blocks.warmup_keys(self.draw_buffers)
         if self.compensated:
             keys += [f"binary:{op}+pair" for op in ("add", "sub")] + ["where+pair"]
         self.js_calls += 1
@@ -255,9 +262,8 @@ class WebGL2Backend(Backend):
                 return alias
         key, uniforms = kernels.plan(op, attrs, out)
         key, uniforms = self._vector_variant(op, attrs, out, inputs, key, uniforms)
-        blocks = {"matmul4:nn_aligned": "nn", "matmul4:nt_aligned": "nt"}.get(key)
-        if blocks is not None:
-            blocked = self._matmul_blocked(blocks, inputs, out, uniforms)
+        if key in BLOCK_PROGRAMS:
+            blocked = self._blocked(key, inputs, out, uniforms)
             if blocked is not None:
                 return blocked
         carried = inputs[1:] if op == "where" else inputs
@@ -431,28 +437,31 @@ class WebGL2Backend(Backend):
         self.free(partial)
         return Handle(summed.texture, summed.lo, out.shape, out.dtype)
 
-    def _matmul_blocked(
-        self, variant: str, inputs: list[Handle], out: OutSpec, uniforms: list[kernels.Uniform]
+    def _blocked(
+        self, key: str, inputs: list[Handle], out: OutSpec, uniforms: list[kernels.Uniform]
     ) -> Handle | None:
-        """A large aligned product as blocks (matmul_block.py): one draw into rows * cols
+        """A large product or convolution as blocks (blocks.py): one draw into rows * cols
         targets, then one interleaving them into the output."""
-        m, n = out.shape[-2], out.shape[-1]
-        k = out.in_shapes[0][-1]
-        shape = matmul_block.shape_for(m, n, self.draw_buffers)
-        if shape is None or math.prod(out.shape) * k < BLOCK_MATMUL_AT:
+        program, variant, label = BLOCK_PROGRAMS[key]
+        rows, columns = out.shape[-2], out.shape[-1]  # matmul: M, N; conv2d: OW, CO
+        a, b = out.in_shapes
+        inner = a[-1] if label == "matmul" else math.prod(b[:-1])  # K; KH * KW * CI
+        shape = blocks.shape_for(rows, columns, self.draw_buffers)
+        if shape is None or math.prod(out.shape) * inner < BLOCKS_AT:
             return None
-        rows, cols = shape
-        block = (math.prod(out.shape[:-1]) // rows, n // cols)
-        # The interleave maps texture rows to output rows: both layouts must be row-aligned.
-        if choose_layout(out.shape, self.max_side).width * 4 != n:
+        block_rows, cols = shape
+        block = (math.prod(out.shape[:-1]) // block_rows, columns // cols)
+        # The matmul block kernel addresses its targets by texture row and column.
+        aligned = choose_layout(block, self.max_side).width * 4 * cols == columns
+        if label == "matmul" and not aligned:
             return None
-        if choose_layout(block, self.max_side).width * 4 * cols != n:
-            return None
-        targets = [self._allocate(block, out.dtype, False) for _ in range(rows * cols)]
-        key = f"matmul_block:{variant}_{rows}x{cols}"
-        self._draw(key, targets[0], inputs, uniforms, "matmul", False, targets[1:])
+        targets = [self._allocate(block, out.dtype, False) for _ in range(block_rows * cols)]
+        key = f"{program}:{variant}_{block_rows}x{cols}"
+        self._draw(key, targets[0], inputs, uniforms, label, False, targets[1:])
         handle = self._allocate(out.shape, out.dtype, False)
-        self._draw(f"matmul_interleave:{rows}x{cols}", handle, targets, [], "matmul", False)
+        interleave = f"block_interleave:{block_rows}x{cols}"
+        cols4 = [kernels.ints("u_cols4", [columns // 4])]
+        self._draw(interleave, handle, targets, cols4, label, False)
         for target in targets:
             self.free(target)
         return handle

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ...fusion import Program
-from . import matmul_block
+from . import blocks
 
 # Short elementwise kernels: `a`, `b` (and `c` for where's condition) are the input elements.
 UNARY = {
@@ -223,12 +223,13 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _concat(int(arg)), int(arg)
     if kind == "strided":
         return _frag("strided"), 1
-    if kind in ("matmul_block", "matmul_interleave"):  # "nn_4x2", "4x2": see matmul_block.py
+    if kind in ("matmul_block", "conv2d_block", "block_interleave"):  # "nn_4x2", "4x2"
         variant, _, shape = arg.rpartition("_")
         rows, cols = (int(d) for d in shape.split("x"))
-        if kind == "matmul_interleave":
-            return matmul_block.interleave_source(rows, cols), rows * cols
-        return matmul_block.block_source(variant, rows, cols), 2
+        if kind == "block_interleave":
+            return blocks.interleave_source(rows, cols), rows * cols
+        source = blocks.matmul_source if kind == "matmul_block" else blocks.conv2d_source
+        return source(variant, rows, cols), 2
     if kind in VECTOR_KERNELS:  # "matmul4:nn", "conv2d4:vec", ...: whole-texel kernels
         defines = "".join(f"#define {d}\n" for d in VECTOR_KERNELS[kind][arg])
         return f"#define TEXEL_KERNEL\n{defines}{_frag(kind)}", 2

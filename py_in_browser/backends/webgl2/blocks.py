@@ -1,0 +1,182 @@
+"""Block kernels: each fragment computes ROWS output rows x COLS output texels (4 columns each)
+into ROWS * COLS render targets, then one interleave draw puts the targets' texels in place.
+
+Why: the one-texel kernels (matmul4.frag, conv2d4.frag) fetch 1 texel of a (an input pixel)
+and 4 of b (the filter) per 16 multiply-adds; a 4 x 2 block fetches 4 and 8 per 128 (10.7 per
+fetch instead of 3.2). Where texel fetches dominate (SwiftShader, and bandwidth-bound GPUs)
+that is 2-3x faster on large products. A fragment writes one texel per render target, so the
+block's texels go to separate targets (MRT: up to MAX_DRAW_BUFFERS) and a cheap draw (one fetch
+per output texel) interleaves them.
+
+Both outputs are matrices of whole texels: a product's rows are batch * M + m, a convolution's
+are its output pixels (n, oh, ow) and its columns the output channels. Target t = i * COLS + j
+holds row block r / ROWS, texel column block c / COLS of rows r = ROWS * (r / ROWS) + i and
+texel columns c = COLS * (c / COLS) + j, at texel index (r / ROWS) * (texel columns / COLS) +
+c / COLS (interleave_source reads it back from there).
+"""
+
+from __future__ import annotations
+
+# Block shapes (rows, texel columns), best first; one fits every WebGL2 device (4 draw buffers).
+SHAPES = ((4, 2), (4, 1))
+
+
+def shape_for(rows: int, columns: int, draw_buffers: int) -> tuple[int, int] | None:
+    """The first block shape tiling `rows` x `columns` outputs within the draw buffers (rows:
+    a product's M, a convolution's output width, so that no block spans two matrices/rows)."""
+    for block_rows, cols in SHAPES:
+        if (
+            block_rows * cols <= draw_buffers
+            and rows % block_rows == 0
+            and columns % (4 * cols) == 0
+        ):
+            return block_rows, cols
+    return None
+
+
+def warmup_keys(draw_buffers: int) -> list[str]:
+    """The programs of the best block shape the device allows (others compile on first use)."""
+    rows, cols = next((r, c) for r, c in SHAPES if r * c <= draw_buffers)
+    shape = f"{rows}x{cols}"
+    programs = ("matmul_block:nn", "matmul_block:nt", "conv2d_block:vec", "conv2d_block:scalar")
+    return [f"{p}_{shape}" for p in programs] + [f"block_interleave:{shape}"]
+
+
+def _names(rows: int, cols: int) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(rows) for j in range(cols)]
+
+
+def _block(rows: int, cols: int, uniforms: str, body: str) -> str:
+    """write_block around `body`, which adds to the accumulators c<i>_<j> (row i, texel column j
+    of the block); target i * cols + j gets c<i>_<j>."""
+    outputs = "".join(f"layout(location = {t}) out vec4 o_{t};\n" for t in range(1, rows * cols))
+    clear = "".join(f"  vec4 c{i}_{j} = vec4(0.0);\n" for i, j in _names(rows, cols))
+    writes = "".join(
+        f"  {'o_value' if t == 0 else f'o_{t}'} = c{i}_{j};\n"
+        for t, (i, j) in enumerate(_names(rows, cols))
+    )
+    return (
+        f"#define BLOCK_KERNEL\n{uniforms}{outputs}void write_block(ivec2 p) {{\n"
+        f"{clear}{body}{writes}}}\n"
+    )
+
+
+def matmul_source(variant: str, rows: int, cols: int) -> str:
+    """Program "matmul_block:<nn|nt>_<rows>x<cols>": target texel p holds output row
+    p.y * rows + i (batch * M + m), texel column p.x * cols + j. a is (B, M, K), one matrix row
+    per texture row; b is (B, K, N) (nn) or (B, N, K) (nt), likewise; so are the targets."""
+    fetch_a = "".join(
+        f"    vec4 a{i} = texelFetch(u_x0, ivec2(k, row + {i}), 0);\n" for i in range(rows)
+    )
+    if variant == "nn":
+        # b rows kb + 4k .. kb + 4k + 3 at texel columns col + j: element (k + q, 4(col + j) + c).
+        start = "  int kb = batch * u_k;\n"
+        fetch_b = "    int r = kb + 4 * k;\n" + "".join(
+            f"    vec4 b{j}_{q} = texelFetch(u_x1, ivec2(col + {j}, r + {q}), 0);\n"
+            for j in range(cols)
+            for q in range(4)
+        )
+        update = "".join(
+            f"    c{i}_{j} += a{i}.x * b{j}_0 + a{i}.y * b{j}_1 + a{i}.z * b{j}_2 + a{i}.w * b{j}_3;\n"
+            for i, j in _names(rows, cols)
+        )
+    else:
+        # b rows nb + 4j + q are output columns 4(col + j) + q; texel k holds their k-th 4 elements.
+        start = "  int nb = batch * u_n + 4 * col;\n"
+        fetch_b = "".join(
+            f"    vec4 b{j}_{q} = texelFetch(u_x1, ivec2(k, nb + {4 * j + q}), 0);\n"
+            for j in range(cols)
+            for q in range(4)
+        )
+        update = "".join(
+            f"    c{i}_{j} += vec4(dot(a{i}, b{j}_0), dot(a{i}, b{j}_1), dot(a{i}, b{j}_2), "
+            f"dot(a{i}, b{j}_3));\n"
+            for i, j in _names(rows, cols)
+        )
+    body = (
+        f"  int row = p.y * {rows};  // batch * M + m of the block's first row\n"
+        f"  int col = p.x * {cols};  // its first output texel column\n"
+        f"  int batch = row / u_m;\n{start}"
+        f"  for (int k = 0; k < u_k / 4; ++k) {{\n{fetch_a}{fetch_b}{update}  }}\n"
+    )
+    return _block(rows, cols, "uniform int u_m;\nuniform int u_n;\nuniform int u_k;\n", body)
+
+
+def conv2d_source(variant: str, rows: int, cols: int) -> str:
+    """Program "conv2d_block:<vec|scalar>_<rows>x<cols>" (NHWC input, HWIO filters, as
+    conv2d4.frag): the block is `rows` neighbouring output pixels of one output row (the output
+    width is a multiple of rows) x `cols` texels of output channels. Target texel index
+    x = (first pixel / rows) * (CO / 4 / cols) + texel column / cols, at any target layout.
+    vec: input channels a multiple of 4, read a texel at a time; scalar: one element each."""
+    pixels = range(rows)
+    where = "".join(
+        f"      int iw{i} = iw + {i} * u_stride.y;\n"
+        f"      bool in{i} = iw{i} >= 0 && iw{i} < u_x.z;\n"
+        f"      int xb{i} = (xrow + clamp(iw{i}, 0, u_x.z - 1)) * u_x.w;\n"
+        for i in pixels
+    )
+    # Filter row (kh, kw, ci): texel co4 + j at pw advanced j texels.
+    fetch_w = "".join(
+        f"        vec4 w{j}_{q} = texelFetch(u_x1, {'advance(pw, ivec2(' + str(j) + ', 0), ww)' if j else 'pw'}, 0);\n"
+        + ("" if j < cols - 1 else "        pw = advance(pw, sw, ww);\n")
+        for q in range(4 if variant == "vec" else 1)
+        for j in range(cols)
+    )
+    if variant == "vec":
+        cursors = "".join(f"      ivec2 px{i} = texel_at(xb{i} / 4, wx);\n" for i in pixels)
+        fetch_x = "".join(
+            f"        vec4 v{i} = in{i} ? texelFetch(u_x0, px{i}, 0) : vec4(0.0);\n"
+            f"        px{i} = advance(px{i}, ivec2(1, 0), wx);\n"
+            for i in pixels
+        )
+        update = "".join(
+            f"        c{i}_{j} += v{i}.x * w{j}_0 + v{i}.y * w{j}_1 + v{i}.z * w{j}_2 + v{i}.w * w{j}_3;\n"
+            for i, j in _names(rows, cols)
+        )
+        loop = f"{cursors}      for (int ci = 0; ci < u_w.z; ci += 4) {{\n{fetch_x}{fetch_w}{update}      }}\n"
+    else:
+        fetch_x = "".join(f"        float v{i} = in{i} ? x0(xb{i} + ci) : 0.0;\n" for i in pixels)
+        update = "".join(f"        c{i}_{j} += v{i} * w{j}_0;\n" for i, j in _names(rows, cols))
+        loop = f"      for (int ci = 0; ci < u_w.z; ++ci) {{\n{fetch_x}{fetch_w}{update}      }}\n"
+    body = (
+        "  int index = p.y * u_out.x + p.x;\n"
+        "  if (index * 4 >= u_out_size) return;  // past the last texel of a squarish target\n"
+        "  int co4n = u_w.w / 4;\n"
+        f"  int blocks = co4n / {cols};\n"
+        f"  int co4 = (index % blocks) * {cols};\n"
+        f"  int pix = (index / blocks) * {rows};\n"
+        "  int ow = pix % u_o.y;\n  int t = pix / u_o.y;\n  int oh = t % u_o.x;\n  int n = t / u_o.x;\n"
+        "  int wx = u_l0.x;\n  int ww = u_l1.x;\n  ivec2 sw = texel_step(co4n, ww);\n"
+        "  for (int kh = 0; kh < u_w.x; ++kh) {\n"
+        "    int ih = oh * u_stride.x - u_pad.x + kh;\n"
+        "    if (ih < 0 || ih >= u_x.y) continue;\n"
+        "    int xrow = (n * u_x.y + ih) * u_x.z;\n"
+        "    for (int kw = 0; kw < u_w.y; ++kw) {\n"
+        "      int iw = ow * u_stride.y - u_pad.y + kw;\n"
+        f"{where}"
+        "      ivec2 pw = texel_at((kh * u_w.y + kw) * u_w.z * co4n + co4, ww);\n"
+        f"{loop}    }}\n  }}\n"
+    )
+    uniforms = (
+        "uniform ivec4 u_x;  // input N, H, W, C\nuniform ivec4 u_w;  // filter KH, KW, CI, CO\n"
+        "uniform ivec2 u_o;  // output OH, OW\nuniform ivec2 u_stride;\nuniform ivec2 u_pad;\n"
+    )
+    return _block(rows, cols, uniforms, body)
+
+
+def interleave_source(rows: int, cols: int) -> str:
+    """Program "block_interleave:<rows>x<cols>": output texel (row r, texel column c; u_cols4
+    texel columns) from target (r % rows) * cols + c % cols, texel (r / rows) * (u_cols4 /
+    cols) + c / cols. Samplers cannot be indexed by a varying value in GLSL ES 3.00, hence the
+    chain of fetches."""
+    chain = "".join(
+        f"  if (t == {t}) return texelFetch(u_x{t}, q, 0);\n" for t in range(rows * cols - 1)
+    )
+    last = rows * cols - 1
+    return (
+        "#define TEXEL_KERNEL\nuniform int u_cols4;\nvec4 value4(int texel) {\n"
+        "  int r = texel / u_cols4;\n  int c = texel % u_cols4;\n"
+        f"  int t = (r % {rows}) * {cols} + c % {cols};\n"
+        f"  ivec2 q = texel_at((r / {rows}) * (u_cols4 / {cols}) + c / {cols}, u_l0.x);\n{chain}"
+        f"  return texelFetch(u_x{last}, q, 0);\n}}\n"
+    )
