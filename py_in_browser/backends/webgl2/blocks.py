@@ -115,12 +115,12 @@ def conv2d_source(variant: str, rows: int, cols: int) -> str:
         f"      int xb{i} = (xrow + clamp(iw{i}, 0, u_x.z - 1)) * u_x.w;\n"
         for i in pixels
     )
-    # Filter row (kh, kw, ci): texel co4 + j at pw advanced j texels.
+    # Filter rows (kh, kw, ci + q), a step of sw texels each: texels co4 .. co4 + cols - 1.
+    at = ["pw", *(f"advance(pw, ivec2({j}, 0), ww)" for j in range(1, cols))]
     fetch_w = "".join(
-        f"        vec4 w{j}_{q} = texelFetch(u_x1, {'advance(pw, ivec2(' + str(j) + ', 0), ww)' if j else 'pw'}, 0);\n"
-        + ("" if j < cols - 1 else "        pw = advance(pw, sw, ww);\n")
+        "".join(f"        vec4 w{j}_{q} = texelFetch(u_x1, {at[j]}, 0);\n" for j in range(cols))
+        + "        pw = advance(pw, sw, ww);\n"
         for q in range(4 if variant == "vec" else 1)
-        for j in range(cols)
     )
     if variant == "vec":
         cursors = "".join(f"      ivec2 px{i} = texel_at(xb{i} / 4, wx);\n" for i in pixels)
