@@ -226,6 +226,48 @@ def test_block_kernels_match_numpy(engine_page: EnginePage) -> None:
     check_blocks(engine_page)
 
 
+PADDED_MATMULS = """
+from py_in_browser.backends.webgl2 import backend as webgl2_backend
+from py_in_browser.ops import call
+rng = np.random.default_rng(3)
+backend = pib.runtime.current_backend()
+padded = backend._matmul_padded
+taken = []
+def spy(*args):
+    result = padded(*args)
+    taken.append(result is not None)
+    return result
+backend._matmul_padded = spy
+threshold, webgl2_backend.PAD_MATMUL_AT = webgl2_backend.PAD_MATMUL_AT, 0
+try:
+    got = []
+    for sa, sb, ta, tb in CASES:
+        a, b = (rng.standard_normal(s).astype(np.float32) for s in (sa, sb))
+        out = call("matmul", pib.tensor(a), pib.tensor(b), transpose_a=ta, transpose_b=tb)
+        got.append([a, b, await out.numpy()])
+finally:
+    webgl2_backend.PAD_MATMUL_AT = threshold
+    backend._matmul_padded = padded
+{"got": got, "taken": taken}
+"""
+PADDED_CASES = [  # (a, b, transpose_a, transpose_b): K, N (and M if a is transposed) not all 4k
+    ((3, 5), (5, 7), False, False),
+    ((8, 12), (12, 10), False, False),
+    ((2, 6, 10), (2, 9, 10), False, True),
+    ((10, 6), (10, 7), True, False),
+]
+
+
+def test_products_of_partial_texels_are_padded_to_whole_texels(engine_page: EnginePage) -> None:
+    """Zero-padded to multiples of 4, run whole-texel, sliced back: against numpy."""
+    result = engine_page.run(f"CASES = {PADDED_CASES!r}\n{PADDED_MATMULS}")
+    assert sum(result["taken"]) == len(PADDED_CASES)  # (the padded products then decline)
+    for (_, _, ta, tb), (a, b, got) in zip(PADDED_CASES, result["got"], strict=True):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        want = (np.swapaxes(a, -1, -2) if ta else a) @ (np.swapaxes(b, -1, -2) if tb else b)
+        np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-5)
+
+
 PRIMITIVES_IN_PAGE = "from py_in_browser.ops import OPS\nsorted(OPS)"
 
 

@@ -31,6 +31,9 @@ SPLIT_K_AT = 2048
 # Whole-texel products and convolutions of at least this many multiply-adds run as blocks (see
 # blocks.py): below it the extra interleave draw and targets cost more than they save.
 BLOCKS_AT = 2**20
+# Products of at least this many multiply-adds whose dimensions are not whole texels are padded
+# to whole texels (see _matmul_padded); below it the pad and slice draws cost more.
+PAD_MATMUL_AT = 2**15
 # Whole-texel kernels that have a block form: (block program, its variant, profile label).
 BLOCK_PROGRAMS = {
     "matmul4:nn_aligned": ("matmul_block", "nn", "matmul"),
@@ -249,7 +252,9 @@ class WebGL2Backend(Backend):
         if op == "matmul" and self._transpose_first(attrs, out, inputs):
             return self._matmul_transposed_a(inputs, attrs, out)
         if op == "matmul":
-            split = self._matmul_split_k(inputs, attrs, out)
+            split = self._matmul_split_k(inputs, attrs, out) or self._matmul_padded(
+                inputs, attrs, out
+            )
             if split is not None:
                 return split
         if op in ("reduce_sum", "reduce_max") and out.dtype in FLOAT_DTYPES:
@@ -465,6 +470,55 @@ class WebGL2Backend(Backend):
         for target in targets:
             self.free(target)
         return handle
+
+    def _matmul_padded(
+        self, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
+    ) -> Handle | None:
+        """A product whose inner, column (or, with a transposed, row) count is not a multiple
+        of 4 runs on the element kernel, two element reads per multiply-add (a W2 logits layer
+        of 10 units took 10x the time per multiply-add of a whole-texel product). Zero-padding
+        those dims to multiples of 4 (zeros add nothing to the sums), the whole-texel product,
+        then a slice of the result is cheaper from PAD_MATMUL_AT multiply-adds on."""
+        ta, tb = attrs["transpose_a"], attrs["transpose_b"]
+        a = out.in_shapes[0]
+        m, n = out.shape[-2], out.shape[-1]
+        k = a[-2] if ta else a[-1]
+        dense = all(h.texture.layout.size == math.prod(h.shape) for h in inputs)
+        up = {d: -d % 4 for d in (m, n, k)}  # padding to the next multiple of 4
+        needed = up[k] or up[n] or (ta and up[m])
+        if (ta and tb) or not dense or not needed or math.prod(out.shape) * k < PAD_MATMUL_AT:
+            return None
+        pads_a = (up[k], up[m]) if ta else (0, up[k])  # (rows, columns) of a as stored
+        pads_b = (up[n], up[k]) if tb else (up[k], up[n])
+        padded = [
+            self._pad_matrix(h, pad, dtype)
+            for h, pad, dtype in zip(inputs, (pads_a, pads_b), out.in_dtypes, strict=True)
+        ]
+        rows = m + (up[m] if ta else 0)
+        shape = (*out.shape[:-2], rows, n + up[n])
+        spec = OutSpec(shape, out.dtype, tuple(h.shape for h in padded), out.in_dtypes)
+        product = self.run("matmul", padded, attrs, spec)
+        for handle in padded:
+            if handle not in inputs:
+                self.free(handle)
+        if shape == out.shape:
+            return product
+        begin = {"begin": (0,) * len(shape)}
+        result = self.run(
+            "slice", [product], begin, OutSpec(out.shape, out.dtype, (shape,), (out.dtype,))
+        )
+        self.free(product)
+        return result
+
+    def _pad_matrix(self, handle: Handle, pads: tuple[int, int], dtype: str) -> Handle:
+        """The matrix (batch) `handle` with pads[0] zero rows and pads[1] zero columns added."""
+        if pads == (0, 0):
+            return handle
+        *batch, rows, cols = handle.shape
+        shape = (*batch, rows + pads[0], cols + pads[1])
+        paddings = [(0, 0)] * len(batch) + [(0, pads[0]), (0, pads[1])]
+        spec = OutSpec(shape, dtype, (handle.shape,), (dtype,))
+        return self.run("pad", [handle], {"paddings": paddings, "value": 0.0}, spec)
 
     def _matmul_transposed_a(
         self, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
