@@ -29,6 +29,24 @@ def test_capabilities_are_probed(engine_page: EnginePage) -> None:
     assert caps["max_texture_size"] >= 4096
 
 
+def test_training_compiles_no_program_after_the_warm_up(engine_page: EnginePage) -> None:
+    """start() compiled what a CNN's training step draws, the optimizer's fused updates
+    included although its learning rate is not the default (constants are uniforms)."""
+    compiled_late = engine_page.run(
+        """
+from py_in_browser import runtime
+from py_in_browser.testing import workloads
+backend = runtime.current_backend()
+before = set(backend._known_programs)
+x, y = workloads.synthetic_images(8, size=8, seed=0)
+model = workloads.small_cnn(size=8, seed=0)
+await model.fit(x, y, epochs=1, batch_size=4)
+sorted(set(backend._known_programs) - before)
+"""
+    )
+    assert compiled_late == []
+
+
 def test_op_table_matches_numpy_on_float32(engine_page: EnginePage) -> None:
     worst = assert_op_table_matches(engine_page, rtol=F32_RTOL)
     print("webgl2 f32 worst relative error per case:", worst)

@@ -15,7 +15,7 @@ import pytest
 
 from py_in_browser import runtime
 from py_in_browser.backends import OutSpec
-from py_in_browser.backends.webgl2 import blocks, shaders
+from py_in_browser.backends.webgl2 import blocks, kernels, shaders
 from py_in_browser.backends.webgl2.backend import (
     REPLAY_COPY_LABEL,
     WebGL2Backend,
@@ -295,18 +295,38 @@ def _program(fn: Any, count: int) -> Any:
     return fusion.trace(fn, count)
 
 
-def test_fused_keys_name_their_program_and_constants_are_bit_exact() -> None:
+def test_fused_programs_are_keyed_by_structure_with_bit_exact_constants_in_a_uniform() -> None:
     from py_in_browser import fusion
 
-    def token(c: float) -> str:
-        return shaders.fused_token(_program(lambda x, s: fusion.exp(x * c) + s, 2), 2)
+    def plan(c: float) -> tuple[str, list[Any]]:
+        program = _program(lambda x, s: fusion.exp(x * c) + s, 2)
+        spec = OutSpec((4,), "float32", ((4,), ()), ("float32", "float32"))
+        return kernels.plan("fused", {"program": program}, spec)
 
-    assert token(0.1) == token(0.1)  # equal programs: equal keys, one compiled program
-    assert len({token(0.1), token(0.2), token(0.0), token(-0.0)}) == 4
-    source = shaders.program_source(f"fused4:{token(0.1)}")
-    assert "uintBitsToFloat(0x3dcccccdu)" in source  # float32(0.1), not a decimal literal
+    (key, uniforms), (other, _) = plan(0.1), plan(0.2)
+    assert key == other  # one compiled program for any constant (an optimizer's learning rate)
+    assert uniforms == [kernels.ints("u_c", [0x3DCCCCCD])]  # float32(0.1), bit for bit
+    assert plan(1e300)[1] == [kernels.ints("u_c", [0x7F800000])]  # float32 overflow: inf
+    assert plan(-0.0)[1] != plan(0.0)[1]
+    source = shaders.program_source(key.replace("fused:", "fused4:"))
+    assert "uniform int u_c[1];" in source and "intBitsToFloat(u_c[0])" in source
     assert "float op_exp(float a) { return exp(a); }" in source  # the single-op table's entry
-    assert "0x7f800000u" in shaders.program_source(f"fused:{token(1e300)}")  # float32 overflow
+
+
+def test_the_optimizers_update_programs_are_warmed_up() -> None:
+    """Their keys do not depend on settings, so start() compiles what training will draw."""
+    from py_in_browser import fusion, optim
+
+    keys = set(shaders.fused_warmup_keys())
+    for optimizer in (optim.Adam(0.05, beta_1=0.8), optim.SGD(0.3, momentum=0.5)):
+        for rule in optimizer._rules(epsilon_floor=0.0):
+            scalars = set(optimizer._step_rules())
+            shapes = [() if n in scalars else (8, 16) for n in rule.reads] + [()]
+            program = fusion.trace(optim._gate_rule(rule.fn), len(shapes))
+            dtypes = ["float32"] * (len(shapes) - 1) + ["bool"]
+            spec = OutSpec((8, 16), "float32", tuple(shapes), tuple(dtypes))
+            key, _ = kernels.plan("fused", {"program": program}, spec)
+            assert key in keys and key.replace("fused:", "fused4:") in keys
 
 
 def test_fused_draws_are_whole_texel_where_layouts_allow_and_pairs_on_compensated_storage() -> None:

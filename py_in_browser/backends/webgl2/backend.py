@@ -134,9 +134,11 @@ class WebGL2Backend(Backend):
 
     async def warm_up(self) -> None:
         """Compiles every program a training step needs before the first step runs."""
-        keys = shaders.warmup_keys() + blocks.warmup_keys(self.draw_buffers)
+        fused = shaders.fused_warmup_keys()
+        keys = shaders.warmup_keys() + blocks.warmup_keys(self.draw_buffers) + fused
         if self.compensated:
             keys += [f"binary:{op}+pair" for op in ("add", "sub")] + ["where+pair"]
+            keys += [f"{key}+pair" for key in fused]
         self.js_calls += 1
         await self._engine.compile(json.dumps({k: shaders.program_source(k) for k in keys}))
         self._known_programs.update(keys)
@@ -394,7 +396,8 @@ class WebGL2Backend(Backend):
             )
             for item in ins
         ):
-            return (f"{kind}4:{arg}" if arg else f"{kind}4"), []
+            # Elementwise uniforms (a fused program's constants) serve both forms.
+            return (f"{kind}4:{arg}" if arg else f"{kind}4"), uniforms
         if op == "reshape" and ins[0].channels == layout.channels and ins[0].size == layout.size:
             return "copy4", []
         return key, uniforms

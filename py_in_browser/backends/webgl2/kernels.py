@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import KERNELS, OutSpec, register_kernel
-from .shaders import BINARY, UNARY, fused_token
+from .shaders import BINARY, UNARY, fused_constant_bits, fused_token
 
 NAME = "webgl2"
 
@@ -216,6 +216,11 @@ def _pool(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
     ]
 
 
+def _fused(program: Any, count: int) -> Plan:
+    bits = fused_constant_bits(program)
+    return f"fused:{fused_token(program, count)}", [ints("u_c", bits)] if bits else []
+
+
 def _elementwise(kind: str) -> Planner:
     return lambda op, attrs, out: (f"{kind}:{op}", [])
 
@@ -225,10 +230,7 @@ PLANNERS: dict[str, Planner] = {
     **{op: _elementwise("binary") for op in BINARY},
     "where": lambda op, attrs, out: ("where", []),
     "cast": lambda op, attrs, out: (f"cast:{attrs['dtype']}", []),
-    "fused": lambda op, attrs, out: (
-        f"fused:{fused_token(attrs['program'], len(out.in_shapes))}",
-        [],
-    ),
+    "fused": lambda op, attrs, out: _fused(attrs["program"], len(out.in_shapes)),
     "expand": _expand,
     "reshape": _reshape,
     "transpose": _transpose,

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import fusion
 from ...fusion import Program
 from . import blocks
 
@@ -141,12 +142,13 @@ def _per_element(count: int) -> str:
     return f"float value(int i) {{ return f({args}); }}\n"
 
 
-def _float32_literal(value: float) -> str:
-    """The constant as stored in a float32 program (numpy's rounding, overflow to inf), bit-exact:
-    a decimal literal may round differently in the shader compiler."""
+def fused_constant_bits(program: Program) -> list[int]:
+    """The program's constants in order of use, as the int32 bit patterns of their float32
+    values (numpy's rounding, overflow to inf): they reach the shader as a uniform, exactly and
+    inf/NaN included, so the compiled program does not depend on them (see fused_token)."""
+    values = [value for _, args in program for where, value in args if where == "const"]
     with np.errstate(over="ignore"):
-        bits = int(np.array(value, np.float32).view(np.uint32))
-    return f"uintBitsToFloat(0x{bits:08x}u)"
+        return np.array(values, np.float32).view(np.int32).tolist()
 
 
 def _op_helper(op: str) -> str:
@@ -160,11 +162,16 @@ def _op_helper(op: str) -> str:
 def fused_token(program: Program, count: int) -> str:
     """Registers the GLSL f(i0, ..., i<count-1>) of a fusion program (see fusion.py: steps in
     order, the last is the result) and returns its token. Bools are floats 0/1 here, as
-    compare results and casts to bool are, so every value is a float."""
+    compare results and casts to bool are, so every value is a float. Constants are read from
+    the uniform u_c (fused_constant_bits): programs differing only in constants (optimizers
+    with other learning rates) share one compiled program, which the warm-up can compile."""
+    constants = 0
 
     def ref(where: str, value: Any) -> str:
+        nonlocal constants
         if where == "const":
-            return _float32_literal(value)
+            constants += 1
+            return f"intBitsToFloat(u_c[{constants - 1}])"
         return f"i{value}" if where == "input" else f"s{value}"
 
     helpers = "".join(_op_helper(op) for op in sorted({op for op, _ in program}))
@@ -173,7 +180,8 @@ def fused_token(program: Program, count: int) -> str:
         for j, (op, args) in enumerate(program)
     )
     params = ", ".join(f"float i{k}" for k in range(count))
-    function = f"{helpers}float f({params}) {{\n{steps}  return s{len(program) - 1};\n}}\n"
+    uniform = f"uniform int u_c[{constants}];\n" if constants else ""
+    function = f"{uniform}{helpers}float f({params}) {{\n{steps}  return s{len(program) - 1};\n}}\n"
     token = hashlib.sha256(function.encode()).hexdigest()[:20]
     _FUSED[token] = (function, count)
     return token
@@ -246,6 +254,16 @@ def program_source(key: str) -> str:
     pair = variant == "pair"
     defines = "#define PAIR_OUTPUT\nlayout(location = 1) out vec4 o_lo;\n" if pair else ""
     return f"{_frag('header')}{defines}{_inputs(count, pair)}{body}\n{_frag('main')}"
+
+
+def fused_warmup_keys() -> list[str]:
+    """The optimizers' update programs (fusion.common_programs) in both forms: which one a draw
+    takes depends on the layouts of its tensors."""
+    keys = []
+    for program, kinds in fusion.common_programs():
+        token = fused_token(program, len(kinds))
+        keys += [f"fused:{token}", f"fused4:{token}"]
+    return keys
 
 
 def warmup_keys() -> list[str]:
