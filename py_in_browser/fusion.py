@@ -225,7 +225,138 @@ def trace(fn: Callable[..., Value], count: int) -> Program:
         raise TypeError("fused: the function must return a value computed from its inputs")
     if result.ref[0] != "step":  # an input returned as is: still one step, so a new tensor
         builder.emit("add", result, 0.0)
-    return tuple(builder.steps)
+    return _live_steps(tuple(builder.steps))
+
+
+def _live_steps(program: Program) -> Program:
+    """The steps the result depends on, renumbered (tracing may emit values it never uses)."""
+    live = {len(program) - 1}
+    for index in range(len(program) - 1, -1, -1):
+        if index in live:
+            live.update(v for where, v in program[index][1] if where == "step")
+    number = {old: new for new, old in enumerate(sorted(live))}
+
+    def renumber(ref: Ref) -> Ref:
+        return ("step", number[ref[1]]) if ref[0] == "step" else ref
+
+    return tuple(
+        (op, tuple(renumber(ref) for ref in args))
+        for index, (op, args) in enumerate(program)
+        if index in live
+    )
+
+
+# ---- gradients: a fused program's VJP is fused programs too ------------------------------------
+
+Deriv = Value | float | None  # d step / d input: None for zero, a float for a constant
+
+
+def vjp_program(program: Program, input_kinds: Sequence[str], k: int) -> Program | None:
+    """The program g * d(result)/d(input k) over the inputs followed by g (the result's
+    gradient), by forward differentiation of the steps; None when the result does not depend
+    on input k (a bool, or only through comparisons). The rules are the op table's VJPs."""
+    if input_kinds[k] != "float":
+        return None
+    count = len(input_kinds)
+
+    def gradient(*xs: Value) -> Value | None:
+        builder = xs[0]._builder
+        emit = builder.emit
+        inputs, g = xs[:count], xs[count]
+        values: list[Value] = []
+        derivs: list[Deriv] = []
+
+        def value(ref: Ref) -> Operand:
+            where, v = ref
+            return inputs[v] if where == "input" else values[v] if where == "step" else float(v)
+
+        def deriv(ref: Ref) -> Deriv:
+            where, v = ref
+            if where == "input":
+                return 1.0 if v == k else None
+            return derivs[v] if where == "step" else None
+
+        def times(d: Deriv, factor: Operand) -> Deriv:
+            if d is None:
+                return None
+            return factor if isinstance(d, float) and d == 1.0 else emit("mul", d, factor)
+
+        def over(d: Deriv, divisor: Operand) -> Deriv:
+            return None if d is None else emit("div", d, divisor)
+
+        def negate(d: Deriv) -> Deriv:
+            return None if d is None else emit("neg", d)
+
+        def plus(d1: Deriv, d2: Deriv) -> Deriv:
+            return d2 if d1 is None else d1 if d2 is None else emit("add", d1, d2)
+
+        def select(cond: Value, d1: Deriv, d2: Deriv) -> Deriv:
+            if d1 is None and d2 is None:
+                return None
+            return emit("where", cond, 0.0 if d1 is None else d1, 0.0 if d2 is None else d2)
+
+        for op, args in program:
+            v = emit(op, *(value(r) for r in args))
+            values.append(v)
+            a, *rest = (value(r) for r in args)
+            da, *drest = (deriv(r) for r in args)
+            d: Deriv
+            if op == "neg":
+                d = negate(da)
+            elif op == "exp":
+                d = times(da, v)
+            elif op == "log":
+                d = over(da, a)
+            elif op == "sqrt":
+                d = over(da, emit("add", v, v))
+            elif op == "tanh":
+                d = times(da, emit("sub", 1.0, emit("mul", v, v)))
+            elif op == "sigmoid":
+                d = times(da, emit("sub", v, emit("mul", v, v)))
+            elif op == "relu":
+                d = select(emit("less", 0.0, a), da, None)
+            elif op == "erf":  # 2/sqrt(pi) exp(-a^2)
+                bell = emit("exp", emit("neg", emit("mul", a, a)))
+                d = times(da, emit("mul", bell, 1.1283791670955126))
+            elif op in ("add", "sub"):
+                db = drest[0]
+                d = plus(da, db if op == "add" else negate(db))
+            elif op == "mul":
+                d = plus(times(da, rest[0]), times(drest[0], a))
+            elif op == "div":
+                d = plus(over(da, rest[0]), negate(over(times(drest[0], v), rest[0])))
+            elif op == "pow":
+                lowered = emit("pow", a, emit("sub", rest[0], 1.0))
+                d = plus(
+                    times(da, emit("mul", rest[0], lowered)),
+                    times(drest[0], emit("mul", v, emit("log", a))),
+                )
+            elif op == "maximum":  # ties send the gradient to the second input, as the op table
+                d = select(emit("less", rest[0], a), da, drest[0])
+            elif op == SELECT:
+                assert isinstance(a, Value)  # a condition is an input or a comparison
+                d = select(a, drest[0], drest[1])
+            else:  # comparisons: bool results carry no gradient
+                d = None
+            derivs.append(d)
+        last = derivs[-1]
+        return None if last is None else emit("mul", g, last)
+
+    builder = _Builder()
+    result = gradient(*(Value(builder, ("input", i)) for i in range(count + 1)))
+    return None if result is None else _live_steps(tuple(builder.steps))
+
+
+def used_inputs(program: Program) -> tuple[Program, list[int]]:
+    """The program over only the inputs it reads, renumbered, and which inputs those are (a
+    gradient program often ignores some: fewer bindings, and the input limit holds)."""
+    used = sorted({v for _, args in program for where, v in args if where == "input"})
+    number = {old: new for new, old in enumerate(used)}
+
+    def renumber(ref: Ref) -> Ref:
+        return ("input", number[ref[1]]) if ref[0] == "input" else ref
+
+    return tuple((op, tuple(renumber(r) for r in args)) for op, args in program), used
 
 
 # Programs training runs every step, with the kind of each input: "full" (float, the output's

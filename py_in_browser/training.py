@@ -21,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import math
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import functional as F
-from . import replay
+from . import fusion, replay
 from .autograd import GradientTape
 from .callbacks import Callback, History, call_hook
 from .nn import layers as layer_lib
@@ -198,12 +199,20 @@ def train_step(model: Sequential, xb: Any, yb: Any, state: FitState) -> Tensor:
     return loss
 
 
+def _loss_total(samples: float) -> Callable[[fusion.Value, fusion.Value], fusion.Value]:
+    """The running loss sum after a batch of `samples` whose mean loss is batch_loss."""
+    return lambda total, batch_loss: total + batch_loss * samples
+
+
+# Every step runs it (with its batch's size, a constant outside the compiled kernel).
+fusion.register_common(fusion.trace(_loss_total(1.0), 2), ("scalar", "scalar"))
+
+
 def _accumulate(model: Sequential, state: FitState, yb: Tensor, pred: Tensor, loss: Tensor) -> None:
-    n = yb.shape[0]
-    state.loss_sum.assign(F.add(state.loss_sum, F.mul(loss, float(n))))
+    state.loss_sum.assign(fusion.fused(_loss_total(float(yb.shape[0])), state.loss_sum, loss))
     for metric, total in zip(model.resolved_metrics(), state.metric_sums, strict=True):
         total.assign(F.add(total, metric.correct(yb, pred)))
-    state.seen += n
+    state.seen += yb.shape[0]
 
 
 def _batch_tensors(model: Sequential, xb: Any, yb: Any) -> tuple[Tensor, Tensor]:

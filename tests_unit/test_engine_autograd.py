@@ -76,3 +76,22 @@ def test_tensor_basics_and_errors() -> None:
         bool(t)
     with pytest.raises(TypeError, match="dtype must be one of"):
         pib.tensor([1], dtype="float16")
+
+
+def test_gradients_of_gradients_flow_through_fused_activation_gradients() -> None:
+    """sigmoid's and tanh's gradients are fused programs; their own gradient (the fused VJP)
+    gives the analytic second derivatives."""
+    x = np.array([-1.5, -0.2, 0.4, 2.0])
+    s, t = 1 / (1 + np.exp(-x)), np.tanh(x)
+    xt = pib.tensor(x, dtype="float64")
+    with pib.GradientTape() as outer:
+        outer.watch(xt)
+        with pib.GradientTape() as inner:
+            inner.watch(xt)
+            total = pib.sum(pib.sigmoid(xt)) + pib.sum(pib.tanh(xt))
+        first = inner.gradient(total, xt)
+        first_total = pib.sum(first)
+    second = outer.gradient(first_total, xt)
+    np.testing.assert_allclose(asyncio.run(first.numpy()), s * (1 - s) + 1 - t * t, rtol=1e-12)
+    want = s * (1 - s) * (1 - 2 * s) - 2 * t * (1 - t * t)
+    np.testing.assert_allclose(asyncio.run(second.numpy()), want, rtol=1e-10)

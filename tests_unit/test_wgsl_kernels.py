@@ -120,8 +120,9 @@ def test_op_table_compiles_few_pipelines(active_gpu: WgpuNativeBackend) -> None:
     runtime._state["backend"] = fresh
     for case in CASES:
         run_case(case)
-    # Broadcast operands add a variant per (op, which inputs are views): still a few dozen.
-    assert 0 < len(fresh.pipelines) <= 56, sorted(fresh.pipelines)
+    # Broadcast operands add a variant per (op, which inputs are views), and each fused program
+    # one per gradient program: still a few dozen.
+    assert 0 < len(fresh.pipelines) <= 64, sorted(fresh.pipelines)
 
 
 def test_warm_up_kernels_compile_and_cover_training(gpu: WgpuNativeBackend) -> None:

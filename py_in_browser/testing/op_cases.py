@@ -236,7 +236,6 @@ CASES: list[OpCase] = [
         ((3, 4), (3, 4), (), (3, 4)),
         {"program": "every_op"},
         kinds=("normal", "normal", "normal", "bool"),
-        grad=False,
     ),
     _C(
         "fused_gated_adam",
@@ -244,7 +243,6 @@ CASES: list[OpCase] = [
         ((5, 7), (5, 7), (5, 7), (5, 7), (), (), ()),
         {"program": "gated_adam"},
         kinds=("normal", "normal", "positive", "normal", "positive", "positive", "true"),
-        grad=False,
     ),
     _C("neg", "neg", ((3, 4),)),
     _C("exp", "exp", ((3, 4),)),
