@@ -206,6 +206,28 @@ def test_broadcast_scalars_and_same_layout_reshapes_share_their_texture() -> Non
     assert pooled == one.texture.nbytes + matrix.texture.nbytes  # each pooled once
 
 
+def test_trailing_broadcasts_are_read_in_place_with_a_repeat() -> None:
+    """A per-row value over columns ((64, 1) -> (64, 10), softmax's max and sum) is a view with
+    repeat 10: no draw, element kernels only, and read back as numpy broadcasts it."""
+    backend, _ = fake_backend()
+    column = backend.upload(np.arange(6, dtype=np.float32).reshape(6, 1))
+    queued = len(backend._commands)
+    rows = backend.run("expand", [column], {"shape": (6, 10)}, spec((6, 10), (6, 1)))
+    assert len(backend._commands) == queued and rows.texture.id == column.texture.id
+    assert rows.repeat == 10
+    both = backend.upload(np.ones((1, 6, 1), np.float32))
+    tiled = backend.run("expand", [both], {"shape": (2, 6, 3)}, spec((2, 6, 3), (1, 6, 1)))
+    assert (tiled.texture.id, tiled.repeat) == (both.texture.id, 3)
+    middle = backend.upload(np.ones((6, 1, 4), np.float32))  # a broadcast between two dims
+    copied = backend.run("expand", [middle], {"shape": (6, 2, 4)}, spec((6, 2, 4), (6, 1, 4)))
+    assert copied.texture.id != middle.texture.id and copied.repeat == 1
+    matrix = backend.upload(np.ones((6, 10), np.float32))
+    backend.run("add", [matrix, rows], {}, spec((6, 10), (6, 10), (6, 10)))
+    draw = [c for c in backend._commands if c[0] == "draw"][-1]
+    assert not draw[1].startswith("binary4:")  # whole-texel kernels cannot read a repeat
+    assert draw[5][1] == [column.texture.id, -1, 6, 10]
+
+
 def test_draws_carry_their_primitive_as_the_profile_label() -> None:
     backend, engine = fake_backend()
     a = backend.upload(np.ones((4, 4), np.float32))

@@ -60,6 +60,9 @@ class Handle:
     lo: Texture | None
     shape: tuple[int, ...]
     dtype: str
+    # Element i of the tensor is element (i // repeat) % size of the texture: an expand along
+    # trailing dims ((64, 1) -> (64, 10)) read in place (see _periodic_view and element()).
+    repeat: int = 1
 
 
 class WebGLContextLostError(RuntimeError):
@@ -316,14 +319,19 @@ class WebGL2Backend(Backend):
         element() and x<k>v in shaders.py), or a reshape whose natural layout is source's
         texture layout. Textures shared this way are counted, so free() pools them once."""
         layout = source.texture.layout
-        if op == "expand" and _leading_broadcast(source.shape, out.shape, layout.size):
+        repeat = 1
+        if op == "expand":
+            periodic = _periodic_view(source.shape, out.shape, layout.size)
+            if periodic is None or source.repeat != 1:
+                return None
             choose_layout(out.shape, self.max_side)  # what reads it densely must hold it
-        elif op != "reshape" or choose_layout(out.shape, self.max_side) != layout:
+            repeat = periodic
+        elif source.repeat != 1 or choose_layout(out.shape, self.max_side) != layout:
             return None
         for texture in (source.texture, source.lo):
             if texture is not None:
                 self._shared[texture.id] = self._shared.get(texture.id, 0) + 1
-        return Handle(source.texture, source.lo, out.shape, out.dtype)
+        return Handle(source.texture, source.lo, out.shape, out.dtype, repeat)
 
     def _draw(
         self,
@@ -349,7 +357,7 @@ class WebGL2Backend(Backend):
             [t.id for t in extra],
             handle.texture.layout.size,
             [
-                [h.texture.id, h.lo.id if h.lo and pair else -1, h.texture.layout.size]
+                [h.texture.id, h.lo.id if h.lo and pair else -1, h.texture.layout.size, h.repeat]
                 for h in inputs
             ],
             [list(u) for u in uniforms],
@@ -375,6 +383,8 @@ class WebGL2Backend(Backend):
         kernels.vector_plan and shaders.VECTOR_KERNELS), else the element kernel planned."""
         layout = choose_layout(out.shape, self.max_side)
         ins = [h.texture.layout for h in inputs]
+        if any(h.repeat != 1 for h in inputs):
+            return key, uniforms  # a trailing broadcast view: element kernels read it in place
         if op in kernels.VECTOR_OPS:
             if any(h.texture.layout.size != math.prod(h.shape) for h in inputs):
                 return key, uniforms  # a broadcast view: element kernels read it periodically
@@ -751,8 +761,8 @@ class WebGL2Backend(Backend):
         for texture in textures:
             values += _unpack(flat[offset : offset + texture.layout.texels * 4], texture.layout)
             offset += texture.layout.texels * 4
-        if values.size != math.prod(handle.shape):  # a broadcast scalar
-            values = np.broadcast_to(values, handle.shape).copy()
+        # A broadcast view reads as the kernels read it: each element `repeat` times, cyclically.
+        values = np.resize(np.repeat(values, handle.repeat), math.prod(handle.shape))
         return _to_dtype(values.reshape(handle.shape), handle.dtype)
 
     # ---- context loss: a clear error and a runtime event; recovery is a later issue ----
@@ -776,16 +786,24 @@ class WebGL2Backend(Backend):
         self._engine.loseContext()
 
 
-def _leading_broadcast(source: tuple[int, ...], shape: tuple[int, ...], elements: int) -> bool:
-    """Whether expanding `source` (held in a texture of `elements` elements) to `shape` only
-    repeats it whole: one element, or new/size-1 leading dims before its own (a bias over a
-    batch). Kernels then read element i of the result as element i % elements of the source."""
+def _periodic_view(source: tuple[int, ...], shape: tuple[int, ...], elements: int) -> int | None:
+    """Whether expanding `source` (held in a texture of `elements` elements) to `shape` reads
+    element i of the result as element (i // repeat) % elements of the source, and that repeat:
+    size-1 dims broadcast before its own (a bias over a batch: repeat 1) and after them (a
+    per-row value over columns, (64, 1) -> (64, 10): repeat 10). None when another dim is
+    broadcast in between."""
     if elements == 1:
-        return True
-    dims = list(source)
-    while dims and dims[0] == 1:
+        return 1
+    aligned = (1,) * (len(shape) - len(source)) + tuple(source)
+    dims = list(zip(aligned, shape, strict=True))
+    while dims and dims[0][0] == 1:
         dims.pop(0)
-    return math.prod(dims) == elements and tuple(dims) == tuple(shape[len(shape) - len(dims) :])
+    repeat = 1
+    while dims and dims[-1][0] == 1:
+        repeat *= dims.pop()[1]
+    if any(s != n for s, n in dims) or math.prod(s for s, _ in dims) != elements:
+        return None
+    return repeat
 
 
 def _dtype_name(array: np.ndarray) -> str:

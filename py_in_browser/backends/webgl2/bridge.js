@@ -336,7 +336,7 @@ class Engine {
     this.current.units = []; // bound on whichever unit was active
   }
 
-  // ["draw", key, outId, [moreIds], size, [[id, loId, size], ...], [[name, kind, values], ...], label]
+  // ["draw", key, outId, [moreIds], size, [[id, loId, size, repeat], ...], [[name, kind, values], ...], label]
   // moreIds: render targets 1, 2, ... (a float16 low part, or a block kernel's other targets).
   // GL state is only changed where this draw differs from the last one (program, bound
   // textures, the extra attachments, viewport): redundant calls cost a command-buffer round
@@ -350,12 +350,12 @@ class Engine {
       this.current.program = program;
     }
     const out = this.textures.get(outId);
-    inputs.forEach(([id, loId, inputSize], k) => {
+    inputs.forEach(([id, loId, inputSize, repeat = 1], k) => {
       const input = this.textures.get(id);
       this.bindUnit(2 * k, input.texture);
       const slot = entry.inputs[k];
       if (slot && slot.lo) this.bindUnit(2 * k + 1, (loId >= 0 ? this.textures.get(loId) : input).texture);
-      if (slot && slot.layout) this.setSlot(slot.layout, [input.width, input.channels, inputSize]);
+      if (slot && slot.layout) this.setSlot(slot.layout, [input.width, input.channels, inputSize, repeat]);
       if (slot && slot.hasLo) this.setSlot(slot.hasLo, [loId >= 0 ? 1 : 0]);
     });
     if (entry.out) this.setSlot(entry.out, [out.width, out.channels]);

@@ -38,7 +38,7 @@ def texture_ids(builder: RecordingBuilder) -> set[int]:
     for draw in builder.draws:
         ids.add(draw[2])
         ids.update(draw[3])  # more render targets: a low part, or a block kernel's others
-        for tex, lo, _ in draw[5]:
+        for tex, lo, *_ in draw[5]:
             ids.add(tex)
             if lo >= 0:
                 ids.add(lo)
@@ -69,7 +69,7 @@ def signature(builder: RecordingBuilder, inputs: list[Any], state: list[tuple[An
             steps.append(["upload", name(tex), "" if is_input else data.tobytes().hex()])
         else:
             _, key, out, more, size, ins, uniforms = builder.draws[index][:7]  # not the label
-            roles = [[name(t), name(lo) if lo >= 0 else "", n] for t, lo, n in ins]
+            roles = [[name(t), name(lo) if lo >= 0 else "", *rest] for t, lo, *rest in ins]
             steps.append([key, name(out), [name(t) for t in more], size, roles, uniforms])
     return json.dumps(steps)
 

@@ -83,7 +83,7 @@ def _inputs(count: int, pair: bool) -> str:
     element everywhere, or a period of whole texels."""
     lines = []
     for k in range(count):
-        lines.append(f"uniform sampler2D u_x{k};\nuniform ivec3 u_l{k};")
+        lines.append(f"uniform sampler2D u_x{k};\nuniform ivec4 u_l{k};")
         where = (
             f"ivec2 x{k}_at(ivec2 p) {{\n  int n = u_l{k}.z;\n"
             f"  if (n >= u_out_size || n == 1) return n == 1 ? ivec2(0) : p;\n"

@@ -11,10 +11,12 @@ layout(location = 0) out vec4 o_value;
 const float INF = uintBitsToFloat(0x7f800000u);
 const float NAN = uintBitsToFloat(0x7fc00000u);
 
-// Element i of a tensor whose layout is (texture width, channels per texel, elements). An
-// index past the elements wraps: a broadcast along leading dims (an expand of one element, or
-// of a bias over a batch) is not materialized, it reads its source periodically.
-float element(sampler2D tex, ivec3 layout_, int i) {
+// Element i of a tensor whose layout is (texture width, channels per texel, elements, repeat).
+// A view broadcast by expand is not materialized, it reads its source periodically: an index
+// past the elements wraps (new or size-1 leading dims: a bias over a batch, one element), and
+// with repeat r each source element stands for r consecutive ones (size-1 trailing dims).
+float element(sampler2D tex, ivec4 layout_, int i) {
+  if (layout_.w > 1) i /= layout_.w;
   if (i >= layout_.z) i %= layout_.z;
   int t = i / layout_.y;
   vec4 texel = texelFetch(tex, ivec2(t % layout_.x, t / layout_.x), 0);
