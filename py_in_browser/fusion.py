@@ -359,18 +359,41 @@ def used_inputs(program: Program) -> tuple[Program, list[int]]:
     return tuple((op, tuple(renumber(r) for r in args)) for op, args in program), used
 
 
-# Programs training runs every step, with the kind of each input: "full" (float, the output's
-# shape), "scalar" (float, shape ()) or "gate" (bool, shape ()). Registered by the optimizers;
-# GPU backends compile these at start-up (their kernels hold no constant values).
+# Programs training runs every step, with the kind of each input, registered by the optimizers,
+# losses and activation gradients; GPU backends compile these at start-up (their kernels hold
+# no constant values, and depend only on the structure and on how each input is read):
+INPUT_KINDS = {
+    "full": "float, the output's shape",
+    "rows": "float, a (..., 1) value broadcast along the last axis (a view)",
+    "filled": "float, one value broadcast to the output's shape (a view)",
+    "scalar": "float, shape ()",
+    "mask": "bool, the output's shape",
+    "gate": "bool, shape ()",
+}
 _COMMON: dict[tuple[Program, tuple[str, ...]], None] = {}
-INPUT_KINDS = ("full", "scalar", "gate")
 
 
-def register_common(program: Program, input_kinds: tuple[str, ...]) -> None:
+def register_common(
+    program: Program,
+    input_kinds: tuple[str, ...],
+    gradient_kind: str | None = None,
+    wrt: tuple[int, ...] = (),
+) -> None:
+    """Registers a program; with `gradient_kind` (how the result's gradient arrives) also the
+    programs of its VJP for the inputs `wrt`, which the backward pass of every step runs."""
     if any(kind not in INPUT_KINDS for kind in input_kinds):
-        raise ValueError(f"fused: input kinds are {INPUT_KINDS}, got {input_kinds}")
-    step_kinds(program, ["bool" if kind == "gate" else "float" for kind in input_kinds])
+        raise ValueError(f"fused: input kinds are {list(INPUT_KINDS)}, got {input_kinds}")
+    values = ["bool" if kind in ("gate", "mask") else "float" for kind in input_kinds]
+    step_kinds(program, values)
     _COMMON[(program, input_kinds)] = None
+    if gradient_kind is None:
+        return
+    for k in wrt:
+        gradient = vjp_program(program, values, k)
+        if gradient is not None:
+            compact, used = used_inputs(gradient)
+            kinds = (*input_kinds, gradient_kind)
+            register_common(compact, tuple(kinds[i] for i in used))
 
 
 def common_programs() -> list[tuple[Program, tuple[str, ...]]]:

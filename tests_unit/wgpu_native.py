@@ -130,7 +130,7 @@ class WgpuNativeBackend(Backend):
             return self._alias(src, out.shape, strides)
         temporaries = []
         if any(h.strides is not None for h in inputs):
-            if op in elementwise.EXPRESSIONS:
+            if op in elementwise.EXPRESSIONS or op == "fused":
                 attrs = {**attrs, "input_strides": tuple(h.strides for h in inputs)}
             else:
                 dense = {id(h): self._materialize(h) for h in inputs if h.strides is not None}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .. import functional as F
-from ..tensor import Tensor
+from .. import fusion
+from ..tensor import Tensor, tensor
 
 _EPS = 1e-7  # Keras' backend epsilon: probabilities are clipped to [eps, 1 - eps]
 
@@ -56,15 +58,50 @@ class BinaryCrossentropy(Loss):
         return F.neg(F.mean(per))
 
 
+def _shifted_exp(x: fusion.Value, row_max: fusion.Value) -> fusion.Value:
+    return fusion.exp(x - row_max)
+
+
+def _weighted_terms(rows: float) -> Callable[..., fusion.Value]:
+    """target * -log_softmax(x) / rows, with log_softmax = x - max - log(sum exp(x - max))."""
+    return lambda t, x, m, s: t * (m + fusion.log(s) - x) * (1.0 / rows)
+
+
+def _masked_terms(rows: float) -> Callable[..., fusion.Value]:
+    """The same for a one-hot target given as a bool mask (sparse labels)."""
+    return lambda t, x, m, s: fusion.where(t, (m + fusion.log(s) - x) * (1.0 / rows), 0.0)
+
+
+def softmax_cross_entropy(target: Tensor, logits: Tensor) -> Tensor:
+    """mean over rows of sum_j target_j * -log_softmax(logits)_j as three reductions and two
+    fused programs (the rows' max and sum read in place as broadcast views): a third of the
+    kernels of the op-by-op form, forward and backward. `target` is float weights or a bool
+    one-hot mask of the logits' shape."""
+    shape = logits.shape
+    row_max = F.broadcast_to(F.stop_gradient(F.max(logits, -1, keepdims=True)), shape)
+    total = F.sum(fusion.fused(_shifted_exp, logits, row_max), -1, keepdims=True)
+    rows = float(np.prod(shape[:-1], dtype=np.int64))
+    terms = _masked_terms(rows) if target.dtype == "bool" else _weighted_terms(rows)
+    return F.sum(fusion.fused(terms, target, logits, row_max, F.broadcast_to(total, shape)))
+
+
+# Every training step with a logits loss runs these, forward and backward (see fusion.py).
+# Gradients flow to the logits and the row sums, never to the target or the (stopped) row max.
+fusion.register_common(fusion.trace(_shifted_exp, 2), ("full", "rows"), "rows", wrt=(0,))
+for _terms, _target in ((_weighted_terms(1.0), "full"), (_masked_terms(1.0), "mask")):
+    _kinds = (_target, "full", "rows", "rows")
+    fusion.register_common(fusion.trace(_terms, 4), _kinds, "filled", wrt=(1, 3))
+
+
 class CategoricalCrossentropy(Loss):
     name = "categorical_crossentropy"
 
     def __call__(self, y_true: Tensor, y_pred: Tensor) -> Tensor:
+        if self.from_logits:
+            return softmax_cross_entropy(y_true, y_pred)
         return F.mean(F.neg(F.sum(F.mul(y_true, self._log_probs(y_pred)), axis=-1)))
 
     def _log_probs(self, y_pred: Tensor) -> Tensor:
-        if self.from_logits:
-            return F.log_softmax(y_pred, axis=-1)
         # Keras renormalises probabilities, then clips before the log.
         p = F.div(y_pred, F.sum(y_pred, axis=-1, keepdims=True))
         return F.log(F.clip(p, _EPS, 1.0 - _EPS))
@@ -76,6 +113,9 @@ class SparseCategoricalCrossentropy(CategoricalCrossentropy):
 
     def __call__(self, y_true: Tensor, y_pred: Tensor) -> Tensor:
         labels = F.reshape(y_true, (y_true.shape[0],))
+        if self.from_logits:  # the one-hot target as a bool mask, never a float tensor
+            ramp = tensor(np.arange(y_pred.shape[-1]), dtype=labels.dtype)
+            return softmax_cross_entropy(F.equal(F.reshape(labels, (-1, 1)), ramp), y_pred)
         onehot = F.one_hot(labels, y_pred.shape[-1], dtype=y_pred.dtype)
         return super().__call__(onehot, y_pred)
 

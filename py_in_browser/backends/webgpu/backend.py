@@ -273,7 +273,7 @@ class WebGPUBackend(Backend):
             return self._materialize(source, out.shape)
         temporaries: list[GpuHandle] = []
         if any(h.strides is not None for h in inputs):
-            if op in elementwise.EXPRESSIONS:  # the kernel reads broadcast views in place
+            if op in elementwise.EXPRESSIONS or op == "fused":  # views are read in place
                 attrs = {**attrs, "input_strides": tuple(h.strides for h in inputs)}
             else:
                 temporaries = [self._materialize(h) for h in inputs if h.strides is not None]

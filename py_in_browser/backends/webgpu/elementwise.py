@@ -89,10 +89,10 @@ _NAMES = "abc"
 PER_INVOCATION = 4  # elements per invocation of a kernel whose inputs are all contiguous
 # Params of a kernel with broadcast inputs: count in row 0, then per input a block of words:
 # rank, 3 unused, MAX_RANK dims, MAX_RANK strides (the axes merged where they walk evenly).
-_BLOCK = 4 + 2 * codegen.MAX_RANK
+BLOCK = 4 + 2 * codegen.MAX_RANK
 
 
-def _input_mode(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> tuple[str, list[int]]:
+def input_mode(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> tuple[str, list[int]]:
     """How an input's elements are found from the output index i: "c" at i itself, "b" by a
     strided walk over its merged axes (no axes for a scalar); and its params block."""
     if strides is None:
@@ -112,7 +112,7 @@ def _input_mode(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> tupl
 
 
 def _load(k: int, mode: str) -> str:
-    index = "i" if mode == "c" else f"strided_offset(i, {4 + _BLOCK * k}u)"
+    index = "i" if mode == "c" else f"strided_offset(i, {4 + BLOCK * k}u)"
     return f"let {_NAMES[k]} = in_{k}[{index}];"
 
 
@@ -132,9 +132,9 @@ def plan_elementwise(
     strides = attrs.get("input_strides") or (None,) * arity
     modes, words = "", [count, 0, 0, 0]
     for k in range(arity):
-        mode, block = _input_mode(out.shape, strides[k])
+        mode, block = input_mode(out.shape, strides[k])
         modes += mode
-        words += block or [0] * _BLOCK
+        words += block or [0] * BLOCK
     plain = modes == "c" * arity
     if plain:
         words = [count]

@@ -4,8 +4,8 @@ Each op the program uses becomes a WGSL function whose body is that op's express
 elementwise.EXPRESSIONS (so a fused step computes exactly what the single-op kernel does, NaN and
 inf handling included), and each step a `let` calling it. Values: float -> f32, bool -> u32 0/1
 (what the compare expressions give and `where` takes). Inputs of shape () are read once per
-invocation; the others (contiguous: the runtime materializes broadcast views for every primitive
-but the single elementwise ops) at i, PER_INVOCATION elements per invocation.
+invocation; dense ones at i, PER_INVOCATION elements per invocation; broadcast views (an expand,
+never materialized) by a strided walk, one element per invocation.
 
 Constants travel in the params (word 4 on), not in the WGSL: the kernel depends only on the
 program's structure, so an optimizer update compiled at start-up with default settings
@@ -57,11 +57,23 @@ def plan_fused(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimit
         return KernelPlan(())
     types = tuple(codegen.wgsl_type(dt, op) for dt in out.in_dtypes)
     hoisted, loads = [], []
+    # Broadcast views (attrs["input_strides"], as for the single elementwise ops) are read in
+    # place by a strided walk whose params block per input precedes the constants.
+    strides = attrs.get("input_strides") or (None,) * len(types)
+    modes = [elementwise.input_mode(out.shape, st) for st in strides]
+    strided = any(
+        mode == "b" for (mode, _), shape in zip(modes, out.in_shapes, strict=True) if shape
+    )
+    blocks = [w for _, block in modes for w in (block or [0] * elementwise.BLOCK)]
+    constants_at = _CONSTANTS_AT + (len(blocks) if strided else 0)
     for k, shape in enumerate(out.in_shapes):
         # Every input is loaded, used or not: an unused binding would vanish from the pipeline's
         # automatic layout and the bind group would no longer match it.
         if shape == ():
             hoisted.append(f"let x{k} = in_{k}[0];")
+        elif modes[k][0] == "b":
+            offset = _CONSTANTS_AT + elementwise.BLOCK * k
+            loads.append(f"let x{k} = in_{k}[strided_offset(i, {offset}u)];")
         else:
             loads.append(f"let x{k} = in_{k}[i];")
     constants: list[int] = []
@@ -72,7 +84,7 @@ def plan_fused(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimit
             return f"x{value}"
         if where == "step":
             return f"s{value}"
-        word = _CONSTANTS_AT + len(constants)
+        word = constants_at + len(constants)
         hoisted.append(f"let k{len(constants)} = bitcast<f32>(word({word}u));")
         constants.append(_constant_bits(value))
         return f"k{len(constants) - 1}"
@@ -92,8 +104,8 @@ def plan_fused(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimit
         key,
         types,
         codegen.wgsl_type(out.dtype, op),
-        [count, 0, 0, 0, *constants],
-        elementwise.PER_INVOCATION,
+        [count, 0, 0, 0, *(blocks if strided else []), *constants],
+        1 if strided else elementwise.PER_INVOCATION,  # strided loads stay one per invocation
         body,
         limits,
         functions=functions,

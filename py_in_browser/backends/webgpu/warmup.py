@@ -79,12 +79,16 @@ def _calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
 def _fused_calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
     """The optimizers' update programs (fusion.common_programs): their kernels depend only on
     which inputs are scalars, so one call each compiles what every step of a training run uses."""
+    views = {"rows": (1, 0), "filled": (0, 0)}  # element strides over _SQUARE (fusion.py)
     calls = []
     for program, kinds in fusion.common_programs():
-        shapes = tuple(_SQUARE if kind == "full" else () for kind in kinds)
-        dtypes = tuple("bool" if kind == "gate" else _F32 for kind in kinds)
-        out = OutSpec(_SQUARE if "full" in kinds else (), _F32, shapes, dtypes)
-        calls.append(("fused", {"program": program}, out))
+        shapes = tuple(() if kind in ("scalar", "gate") else _SQUARE for kind in kinds)
+        dtypes = tuple("bool" if kind in ("gate", "mask") else _F32 for kind in kinds)
+        out = OutSpec(_SQUARE if _SQUARE in shapes else (), _F32, shapes, dtypes)
+        attrs: dict[str, Any] = {"program": program}
+        if any(kind in views for kind in kinds):
+            attrs["input_strides"] = tuple(views.get(kind) for kind in kinds)
+        calls.append(("fused", attrs, out))
     return calls
 
 
