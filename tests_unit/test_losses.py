@@ -29,3 +29,15 @@ def test_logits_cross_entropy_matches_the_log_softmax_form(sparse: bool) -> None
     log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     assert abs(float(asyncio.run(loss.numpy())) + np.mean(np.sum(onehot * log_probs, -1))) < 1e-12
     np.testing.assert_allclose(grad, (np.exp(log_probs) - onehot) / 6, atol=1e-12)
+
+
+def test_mean_squared_error_and_its_gradient() -> None:
+    rng = np.random.default_rng(3)
+    pred, true = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    x = pib.tensor(pred, dtype="float64")
+    with pib.GradientTape() as tape:
+        tape.watch(x)
+        loss = losses.MeanSquaredError()(pib.tensor(true, dtype="float64"), x)
+    grad = asyncio.run(tape.gradient(loss, x).numpy())
+    assert abs(float(asyncio.run(loss.numpy())) - np.mean((pred - true) ** 2)) < 1e-12
+    np.testing.assert_allclose(grad, 2 * (pred - true) / pred.size, atol=1e-12)

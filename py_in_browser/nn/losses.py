@@ -35,11 +35,20 @@ class Loss:
             )
 
 
+def _squared_error(count: float) -> Callable[..., fusion.Value]:
+    """A term of the mean squared error over `count` elements."""
+    return lambda p, t: (p - t) * (p - t) * (1.0 / count)
+
+
 class MeanSquaredError(Loss):
+    """mean((y_pred - y_true)^2) as one fused program and one sum (one kernel for its gradient)."""
+
     name = "mse"
 
     def __call__(self, y_true: Tensor, y_pred: Tensor) -> Tensor:
-        return F.mean(F.square(F.sub(y_pred, y_true)))
+        target = F.broadcast_to(y_true, F.broadcast_shapes(y_true.shape, y_pred.shape))
+        pred = F.broadcast_to(y_pred, target.shape)
+        return F.sum(fusion.fused(_squared_error(float(np.prod(pred.shape))), pred, target))
 
 
 class BinaryCrossentropy(Loss):
@@ -86,6 +95,7 @@ def softmax_cross_entropy(target: Tensor, logits: Tensor) -> Tensor:
 
 
 # Every training step with a logits loss runs these, forward and backward (see fusion.py).
+fusion.register_common(fusion.trace(_squared_error(1.0), 2), ("full", "full"), "filled", wrt=(0,))
 # Gradients flow to the logits and the row sums, never to the target or the (stopped) row max.
 fusion.register_common(fusion.trace(_shifted_exp, 2), ("full", "rows"), "rows", wrt=(0,))
 for _terms, _target in ((_weighted_terms(1.0), "full"), (_masked_terms(1.0), "mask")):
