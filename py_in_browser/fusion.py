@@ -21,6 +21,12 @@ output's shape or shape () (a scalar read at every element), so no expand is eve
 
 Write programs with `fused(fn, *tensors)`: fn receives one symbolic Value per tensor and returns
 a Value built with Python operators (+ - * / and unary -) and the functions below.
+
+Programs are differentiable: the VJP of a program is, per float input, another program
+(vjp_program), so the activation gradients, losses and optimizers built on them keep gradients
+of gradients working. Constants never enter a compiled kernel (GPU backends pass them as
+params or uniforms), so programs registered with register_common are compiled at start-up and
+serve any learning rate or batch size.
 """
 
 from __future__ import annotations
