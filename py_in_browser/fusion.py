@@ -110,16 +110,6 @@ def infer(
     return (full.pop() if full else ()), (floats.pop() if floats else "float32")
 
 
-def uses(program: Program) -> list[list[int]]:
-    """For each step, the steps that read it (backends free or inline by this)."""
-    readers: list[list[int]] = [[] for _ in program]
-    for index, (_, args) in enumerate(program):
-        for where, value in args:
-            if where == "step":
-                readers[value].append(index)
-    return readers
-
-
 class Value:
     """A symbolic value while a program is traced: operators append steps to its builder."""
 
