@@ -26,7 +26,8 @@ run: setup
 
 # Debian's Chromium and Firefox ESR, Xvfb for Firefox's WebGL2, lavapipe for Vulkan-backed WebGPU.
 browsers:
-	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/firefox-esr ] || ! command -v Xvfb >/dev/null; then \
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/firefox-esr ] || ! command -v Xvfb >/dev/null \
+		|| ! ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1; then \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium firefox-esr xvfb mesa-vulkan-drivers; \
 	fi

@@ -247,7 +247,7 @@ def _live_steps(program: Program) -> Program:
 Deriv = Value | float | None  # d step / d input: None for zero, a float for a constant
 
 
-def vjp_program(program: Program, input_kinds: Sequence[str], k: int) -> Program | None:
+def vjp_program(program: Program, input_kinds: tuple[str, ...], k: int) -> Program | None:
     """The program g * d(result)/d(input k) over the inputs followed by g (the result's
     gradient), by forward differentiation of the steps; None when the result does not depend
     on input k (a bool, or only through comparisons). The rules are the op table's VJPs."""
@@ -379,7 +379,7 @@ def register_common(
     programs of its VJP for the inputs `wrt`, which the backward pass of every step runs."""
     if any(kind not in INPUT_KINDS for kind in input_kinds):
         raise ValueError(f"fused: input kinds are {list(INPUT_KINDS)}, got {input_kinds}")
-    values = ["bool" if kind in ("gate", "mask") else "float" for kind in input_kinds]
+    values = tuple("bool" if kind in ("gate", "mask") else "float" for kind in input_kinds)
     step_kinds(program, values)
     _COMMON[(program, input_kinds)] = None
     if gradient_kind is None:

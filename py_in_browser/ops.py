@@ -235,7 +235,7 @@ _define("where", 3, _where_infer, _where_vjp)
 def _fused_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
     """Per float input, the fused program g * d(result)/d(input) (fusion.vjp_program), summed to
     () for a scalar input read at every element; so gradients of gradients work as well."""
-    kinds = ["bool" if x.dtype == "bool" else "float" for x in xs]
+    kinds = tuple("bool" if x.dtype == "bool" else "float" for x in xs)
 
     def thunk(program: fusion.Program, scalar: bool) -> Thunk:
         def gradient() -> Tensor:

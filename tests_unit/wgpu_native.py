@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from py_in_browser.backends import Backend, OutSpec
-from py_in_browser.backends.webgpu import elementwise, kernels, views
+from py_in_browser.backends.webgpu import kernels, views
 from py_in_browser.backends.webgpu.plan import BufferRef, DeviceLimits, Dispatch
 
 NAME = "wgpu-native"
@@ -120,7 +120,7 @@ class WgpuNativeBackend(Backend):
         return pipeline
 
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Any:
-        """As the browser runtime: reshape aliases, expand is a view that elementwise kernels read
+        """As the browser runtime: reshape aliases, expand is a view that some kernels read
         in place, other kernels get views materialized."""
         if op == "reshape" and inputs[0].strides is None:
             return self._alias(inputs[0], out.shape, None)
@@ -130,7 +130,7 @@ class WgpuNativeBackend(Backend):
             return self._alias(src, out.shape, strides)
         temporaries = []
         if any(h.strides is not None for h in inputs):
-            if op in elementwise.EXPRESSIONS or op == "fused":
+            if kernels.reads_views_in_place(op):
                 attrs = {**attrs, "input_strides": tuple(h.strides for h in inputs)}
             else:
                 dense = {id(h): self._materialize(h) for h in inputs if h.strides is not None}

@@ -215,18 +215,11 @@ class WebGL2Backend(Backend):
             self._stage(handle.lo, values - hi)
 
     def upload(self, array: np.ndarray) -> Handle:
-        values = np.asarray(array, dtype=np.float32)
         is_float = array.dtype.kind == "f"
         handle = self._allocate(
             tuple(array.shape), _dtype_name(array), self.compensated and is_float
         )
-        if handle.lo is None:
-            self._stage(handle.texture, values)
-        else:
-            # Compensated float16: the half-rounded value and exactly what rounding lost.
-            hi = values.astype(np.float16).astype(np.float32)
-            self._stage(handle.texture, hi)
-            self._stage(handle.lo, values - hi)
+        self._stage_array(handle, array)
         self._maybe_flush()
         return handle
 

@@ -142,13 +142,13 @@ def _per_element(count: int) -> str:
     return f"float value(int i) {{ return f({args}); }}\n"
 
 
-def fused_constant_bits(program: Program) -> list[int]:
+def fused_constant_bits(program: Program) -> tuple[int, ...]:
     """The program's constants in order of use, as the int32 bit patterns of their float32
     values (numpy's rounding, overflow to inf): they reach the shader as a uniform, exactly and
     inf/NaN included, so the compiled program does not depend on them (see fused_token)."""
     values = [value for _, args in program for where, value in args if where == "const"]
     with np.errstate(over="ignore"):
-        return np.array(values, np.float32).view(np.int32).tolist()
+        return tuple(np.array(values, np.float32).view(np.int32).tolist())
 
 
 def _op_helper(op: str) -> str:
@@ -159,6 +159,8 @@ def _op_helper(op: str) -> str:
     return f"float op_{op}(float a, float b) {{ return {BINARY[op]}; }}\n"
 
 
+@cache  # planned on every draw: built and hashed once per structure (constants are uniforms,
+# so programs equal up to -0.0 vs 0.0 or NaN constants rightly share one token)
 def fused_token(program: Program, count: int) -> str:
     """Registers the GLSL f(i0, ..., i<count-1>) of a fusion program (see fusion.py: steps in
     order, the last is the result) and returns its token. Bools are floats 0/1 here, as

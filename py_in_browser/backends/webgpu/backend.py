@@ -11,7 +11,7 @@ import numpy as np
 
 from ... import _js
 from .. import Backend, OutSpec
-from . import elementwise, kernels, views, warmup
+from . import kernels, views, warmup
 from .commands import BufferPool, CommandList, dispatch_record
 from .plan import BufferRef, DeviceLimits
 from .recording import GpuHandle, Recording, RecordingBuilder, signature
@@ -273,7 +273,7 @@ class WebGPUBackend(Backend):
             return self._materialize(source, out.shape)
         temporaries: list[GpuHandle] = []
         if any(h.strides is not None for h in inputs):
-            if op in elementwise.EXPRESSIONS or op == "fused":  # views are read in place
+            if kernels.reads_views_in_place(op):
                 attrs = {**attrs, "input_strides": tuple(h.strides for h in inputs)}
             else:
                 temporaries = [self._materialize(h) for h in inputs if h.strides is not None]

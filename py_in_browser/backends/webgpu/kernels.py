@@ -42,6 +42,12 @@ MAX_CACHED_PLANS = 4096
 _PLANS: dict[Any, KernelPlan] = {}
 
 
+def reads_views_in_place(op: str) -> bool:
+    """Whether `op`'s kernel reads broadcast views (attrs["input_strides"]) itself; runtimes
+    materialize views into dense buffers for every other kernel."""
+    return op in elementwise.EXPRESSIONS or op == "fused"
+
+
 def all_primitive_names() -> frozenset[str]:
     """The primitives this module can plan (the coverage test compares it with the op table)."""
     return frozenset(PLANNERS)

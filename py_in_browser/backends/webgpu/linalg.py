@@ -174,6 +174,7 @@ def gemm_plan(
         splits = math.ceil(g.k / per_split)
         wgsl = codegen.render(
             "gemm_vec4.wgsl",
+            TILE_LOOP=codegen.template("tile_loop.wgsl"),
             ROWS=str(row_count),
             VECS=str(VEC4_VECS),
             **vec4_body(row_count, VEC4_VECS, layout == "a_transposed"),
@@ -184,7 +185,12 @@ def gemm_plan(
     tiles_m, tiles_n = math.ceil(g.m / rows), math.ceil(g.n / cols)
     splits, per_split = _splits(tiles_m * tiles_n * g.batches, g.k)
     wgsl = codegen.render(
-        "gemm.wgsl", LOAD_A=load_a, LOAD_B=load_b, TILE_M=str(rows), TILE_N=str(cols)
+        "gemm.wgsl",
+        TILE_LOOP=codegen.template("tile_loop.wgsl"),
+        LOAD_A=load_a,
+        LOAD_B=load_b,
+        TILE_M=str(rows),
+        TILE_N=str(cols),
     )
     key = f"gemm:{load_a}:{load_b}:{rows}x{cols}"
     return _product_and_sum(op, g, key, wgsl, (tiles_m, tiles_n, splits, per_split), limits)

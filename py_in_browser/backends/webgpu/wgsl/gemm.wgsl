@@ -121,19 +121,10 @@ var<workgroup> tile_a: array<f32, TILE_M * TILE_K>;  // TILE_M rows x 16 columns
 var<workgroup> tile_b: array<f32, TILE_K * TILE_N>;  // 16 rows x TILE_N columns of B
 var<workgroup> a_rows: array<vec4<i32>, TILE_M>;  // {{LOAD_A}}_row of the tile's rows
 
-// A workgroup computes tiles group, group + G, ... (G: workgroups launched; fewer than tiles on a
-// software adapter, see linalg.py). The tile index is uniform per workgroup, so the barriers
-// stay in uniform control flow; the next tile writes a_rows while others may still compute,
-// which reads only tile_a and tile_b.
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-  let tiles = p.tiles_m * p.tiles_n * p.batches * p.splits;
-  for (var group = workgroup_linear(wid, nwg); group < tiles; group += nwg.x * nwg.y * nwg.z) {
-    tile(group, lid);
-  }
-}
+{{TILE_LOOP}}
 
+// Looping over tiles, the next tile writes a_rows while others may still compute the last one,
+// which reads only tile_a and tile_b.
 fn tile(group: u32, lid: u32) {
   let tile_n = group % p.tiles_n;
   let tile_m = (group / p.tiles_n) % p.tiles_m;
