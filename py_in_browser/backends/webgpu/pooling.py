@@ -9,6 +9,35 @@ from . import codegen
 from .plan import BufferRef, DeviceLimits, KernelPlan
 
 
+def _bindings(*names: str) -> str:
+    """Read-only storage bindings for `names`, then the read-write dx."""
+    lines = [
+        f"@group(0) @binding({k}) var<storage, read> {n}: array<f32>;" for k, n in enumerate(names)
+    ]
+    lines.append(f"@group(0) @binding({len(names)}) var<storage, read_write> dx: array<f32>;")
+    return "\n".join(lines)
+
+
+_GRADIENT_AT = "output_index(n, u32(oh), u32(ow), ch)"
+# What each op fills into pool2d.wgsl (forward) or pool2d_grad.wgsl (gradients).
+_FILLS: dict[str, dict[str, str]] = {
+    "max_pool2d": {"INIT": "f32_neg_inf()", "ACCUMULATE": "f32_max_nan(acc, v)", "RESULT": "acc"},
+    "avg_pool2d": {"INIT": "0.0", "ACCUMULATE": "acc + v", "RESULT": "acc / window_size(oh, ow)"},
+    "max_pool2d_grad": {
+        "BINDINGS": _bindings("x", "g"),
+        "FUNCTIONS": codegen.template("first_max_tap.wgsl"),
+        "ROUTES": "first_max_tap(n, u32(oh), u32(ow), ch) == kh * p.k_w + kw",
+        "SHARE": f"g[{_GRADIENT_AT}]",
+    },
+    "avg_pool2d_grad": {
+        "BINDINGS": _bindings("g"),
+        "FUNCTIONS": "",
+        "ROUTES": "true",
+        "SHARE": f"g[{_GRADIENT_AT}] / window_size(u32(oh), u32(ow))",
+    },
+}
+
+
 def _pool(
     op: str,
     attrs: dict[str, Any],
@@ -28,9 +57,10 @@ def _pool(
     words = [count, image[0], image[1], image[2], image[3], pooled[1], pooled[2], kh, kw]
     words += [sh, sw, pad_top, pad_left]
     wgsl = codegen.render(
-        f"{op}.wgsl",
+        "pool2d_grad.wgsl" if op.endswith("_grad") else "pool2d.wgsl",
         POOL_COMMON=codegen.template("pool_common.wgsl"),
         PARAMS_BINDING=str(inputs + 1),
+        **_FILLS[op],
     )
     bindings = [BufferRef("input", i) for i in range(inputs)] + [codegen.OUTPUT]
     workgroups = codegen.grid(op, codegen.groups_for(count), limits)

@@ -1,10 +1,13 @@
-// avg_pool2d_grad: one invocation per input element gathers g / window size from every output
-// window covering it (a gather, so no atomics and a deterministic sum order).
+// Pooling gradient (pooling.py fills it per op): one invocation per input element gathers, from
+// every output window covering it that ROUTES its gradient here, that window's SHARE of g (a
+// gather: no atomics, a deterministic sum order). max routes to the window's first maximum
+// (row-major, padding as -inf, NaN first: numpy's argmax), as TensorFlow and PyTorch do; avg
+// shares g / window size with every real input.
 {{POOL_COMMON}}
 
-@group(0) @binding(0) var<storage, read> g: array<f32>;
-@group(0) @binding(1) var<storage, read_write> dx: array<f32>;
+{{BINDINGS}}
 
+{{FUNCTIONS}}
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -20,9 +23,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let oh = window_at(h, p.pad_top, kh, p.stride_h, p.out_h);
     for (var kw = 0u; kw < p.k_w; kw++) {
       let ow = window_at(w, p.pad_left, kw, p.stride_w, p.out_w);
-      if (oh >= 0 && ow >= 0) {
-        let o = output_index(n, u32(oh), u32(ow), ch);
-        total += g[o] / window_size(u32(oh), u32(ow));
+      if (oh >= 0 && ow >= 0 && {{ROUTES}}) {
+        total += {{SHARE}};
       }
     }
   }

@@ -1,4 +1,6 @@
-// max_pool2d: one invocation per output element; padding never wins, NaN propagates (numpy).
+// Pooling forward (pooling.py fills it per op): one invocation per output element folds the real
+// inputs of its window with ACCUMULATE from INIT, then stores RESULT (max: padding never wins,
+// NaN propagates as in numpy; avg: the mean over the window's real inputs).
 {{POOL_COMMON}}
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -15,15 +17,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let ow = at.z;
   let ch = at.w;
   let origin = window_origin(oh, ow);
-  var best = f32_neg_inf();
+  var acc = {{INIT}};
   for (var kh = 0u; kh < p.k_h; kh++) {
     for (var kw = 0u; kw < p.k_w; kw++) {
       let h = origin.x + i32(kh);
       let w = origin.y + i32(kw);
       if (in_image(h, w)) {
-        best = f32_max_nan(best, x[input_index(n, u32(h), u32(w), ch)]);
+        let v = x[input_index(n, u32(h), u32(w), ch)];
+        acc = {{ACCUMULATE}};
       }
     }
   }
-  y[i] = best;
+  y[i] = {{RESULT}};
 }
