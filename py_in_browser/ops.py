@@ -234,24 +234,25 @@ _define("where", 3, _where_infer, _where_vjp)
 
 def _fused_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
     """Per float input, the fused program g * d(result)/d(input) (fusion.vjp_program), summed to
-    () for a scalar input read at every element; so gradients of gradients work as well."""
+    () for a scalar input read at every element; so gradients of gradients work as well. Each is
+    derived only when the tape asks for that input (losses never differentiate their targets);
+    an input reaching the result only through comparisons gets zeros."""
     kinds = tuple("bool" if x.dtype == "bool" else "float" for x in xs)
 
-    def thunk(program: fusion.Program, scalar: bool) -> Thunk:
+    def thunk(k: int) -> Thunk:
         def gradient() -> Tensor:
+            program = fusion.vjp_program(a["program"], kinds, k)
+            if program is None:
+                return _full_like(xs[k], 0.0)
             compact, used = fusion.used_inputs(program)
             grad = call("fused", *[(*xs, g)[i] for i in used], program=compact)
-            if scalar and grad.shape != ():
+            if xs[k].shape == () and grad.shape != ():
                 return call("reduce_sum", grad, axes=tuple(range(grad.ndim)), keepdims=False)
             return grad
 
         return gradient
 
-    programs = [fusion.vjp_program(a["program"], kinds, k) for k in range(len(xs))]
-    return [
-        None if program is None else thunk(program, x.shape == ())
-        for program, x in zip(programs, xs, strict=True)
-    ]
+    return [None if kind == "bool" else thunk(k) for k, kind in enumerate(kinds)]
 
 
 _define(

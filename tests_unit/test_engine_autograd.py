@@ -95,3 +95,14 @@ def test_gradients_of_gradients_flow_through_fused_activation_gradients() -> Non
     np.testing.assert_allclose(asyncio.run(first.numpy()), s * (1 - s) + 1 - t * t, rtol=1e-12)
     want = s * (1 - s) * (1 - 2 * s) - 2 * t * (1 - t * t)
     np.testing.assert_allclose(asyncio.run(second.numpy()), want, rtol=1e-10)
+
+
+def test_a_fused_input_read_only_through_comparisons_gets_a_zero_gradient() -> None:
+    from py_in_browser import fusion
+
+    x = pib.tensor(np.array([-1.0, 0.5, 2.0]), dtype="float64")
+    with pib.GradientTape() as tape:
+        tape.watch(x)
+        steps = fusion.fused(lambda v: fusion.where(fusion.less(v, 0.0), 1.0, 2.0), x)
+        total = pib.sum(steps)
+    np.testing.assert_array_equal(asyncio.run(tape.gradient(total, x).numpy()), [0.0, 0.0, 0.0])
