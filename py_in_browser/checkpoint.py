@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import optim
-from .runtime import record_event, tidy
+from .events import record_event
+from .runtime import tidy
 from .tensor import tensor
 
 if TYPE_CHECKING:

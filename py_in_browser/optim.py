@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from . import events
 from . import functional as F
 from . import fusion as fx
 from .fusion import Value
@@ -161,7 +162,7 @@ class Optimizer:
         backend = runtime.current_backend()
         if (backend.name, floor) not in self._clamp_noted:
             self._clamp_noted.add((backend.name, floor))
-            runtime.record_event(
+            events.record_event(
                 "epsilon_clamped",
                 self._applied,
                 optimizer=self.name,

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import backends
 from .backends import Backend, cpu, webgl2, webgpu  # noqa: F401  (importing registers kernels)
+from .events import runtime_events  # noqa: F401  (public through this module)
 
 if TYPE_CHECKING:
     from .tensor import Tensor
 
-_state: dict[str, Any] = {"backend": None, "events": []}
+_state: dict[str, Any] = {"backend": None}
 
 
 def current_backend() -> Backend:
@@ -64,15 +65,6 @@ def get_backend() -> str:
 
 def capabilities() -> dict[str, Any]:
     return current_backend().capabilities()
-
-
-def runtime_events() -> list[dict[str, Any]]:
-    """What happened to the runtime, oldest first (checkpoints here; GPU backends add losses)."""
-    return list(_state["events"])
-
-
-def record_event(kind: str, step: int, **extra: Any) -> None:
-    _state["events"].append({"type": kind, "step": step, "time": time.time(), **extra})
 
 
 # ---- memory ------------------------------------------------------------------------------------

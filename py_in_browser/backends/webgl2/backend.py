@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import _js, runtime
+from ... import _js, events
 from .. import Backend, OutSpec
 from . import blocks, kernels, shaders
 from .layout import Layout, choose_layout
@@ -764,7 +764,7 @@ class WebGL2Backend(Backend):
         """bridge.js calls this when the browser reports webglcontextlost."""
         if not self._lost_recorded:
             self._lost_recorded = True
-            runtime.record_event("context_lost", self.flushes, backend=self.name)
+            events.record_event("context_lost", self.flushes, backend=self.name)
 
     def _context_lost(self) -> None:
         self._lost_event()

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import _js
+from ... import _js, events
 from .. import Backend, OutSpec
 from . import kernels, views, warmup
 from .commands import BufferPool, CommandList, dispatch_record
@@ -127,9 +127,7 @@ class WebGPUBackend(Backend):
             self._pipeline_id(key, wgsl, background=True)
 
     def _device_lost(self, message: str) -> None:
-        from ...runtime import record_event  # late: runtime imports the backends
-
-        record_event("device_lost", self.steps, backend=NAME, message=str(message))
+        events.record_event("device_lost", self.steps, backend=NAME, message=str(message))
 
     def capabilities(self) -> dict[str, Any]:
         caps = super().capabilities()
