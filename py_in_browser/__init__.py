@@ -1,7 +1,6 @@
 """py_in_browser: a Keras-like tensor and training engine that runs the same in CPython and Pyodide."""
 
-from . import callbacks, optim
-from . import optim as optimizers
+from . import callbacks, optimizers
 from .autograd import GradientTape, grad
 from .callbacks import Callback, EarlyStopping, History, LambdaCallback, ProgressCallback
 from .functional import (
@@ -139,7 +138,6 @@ __all__ = [
     "one_hot",
     "ones",
     "ones_like",
-    "optim",
     "optimizers",
     "pad",
     "pow",

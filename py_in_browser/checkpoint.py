@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import optim
+from . import optimizers
 from .events import record_event
 from .runtime import tidy
 from .tensor import tensor
@@ -89,7 +89,7 @@ def load(model: Sequential, blob: bytes) -> None:
 def _restore_optimizer(model: Sequential, config: dict[str, Any], states: list[np.ndarray]):
     opt = model.optimizer
     if opt is None or opt.get_config() != config:
-        model.optimizer = opt = optim.from_config(config)
+        model.optimizer = opt = optimizers.from_config(config)
     if not states:
         return
     opt.build(model.trainable_weights)

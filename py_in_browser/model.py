@@ -8,7 +8,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from . import checkpoint, optim, training
+from . import checkpoint, optimizers, training
 from .callbacks import History
 from .nn import activations, losses
 from .nn import metrics as metric_lib
@@ -28,7 +28,7 @@ class Sequential:
     ) -> None:
         self.name, self.seed = name, int(seed)
         self.layers: list[Layer] = []
-        self.optimizer: optim.Optimizer | None = None
+        self.optimizer: optimizers.Optimizer | None = None
         self.loss: losses.Loss | None = None
         self._metric_specs: list[Any] = []
         self.metrics: list[metric_lib.Accuracy] = []
@@ -176,7 +176,7 @@ class Sequential:
         if self.optimizer is not None:
             self.optimizer.dispose()
         self._close_trainer()
-        self.optimizer = optim.get(optimizer)
+        self.optimizer = optimizers.get(optimizer)
         self.loss = losses.get(loss)
         specs = [] if metrics is None else list(metrics)
         for spec in specs:

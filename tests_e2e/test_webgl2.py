@@ -136,7 +136,7 @@ def test_replayed_steps_cost_O1_python_to_js_calls(trajectories: EnginePage) -> 
 
 
 LAYOUT_CHECK = """
-from py_in_browser.backends.webgl2.layout import TextureTooLargeError
+from py_in_browser.backends.webgl2.texture_layout import TextureTooLargeError
 rng = np.random.default_rng(0)
 a = rng.standard_normal((3, 300)).astype(np.float32)  # 300 > 64 along one side
 b = rng.standard_normal((300, 5)).astype(np.float32)

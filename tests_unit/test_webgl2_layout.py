@@ -21,13 +21,13 @@ from py_in_browser.backends.webgl2.backend import (
     WebGL2Backend,
     WebGLContextLostError,
 )
-from py_in_browser.backends.webgl2.layout import (
+from py_in_browser.backends.webgl2.recording import RecordingBuilder, replay_program, signature
+from py_in_browser.backends.webgl2.texture_layout import (
     PACK_MIN_ELEMENTS,
     Layout,
     TextureTooLargeError,
     choose_layout,
 )
-from py_in_browser.backends.webgl2.recording import RecordingBuilder, replay_program, signature
 from py_in_browser.backends.webgl2.textures import POOL_BYTES, TexturePool
 
 # ---- layouts -------------------------------------------------------------------------------------
@@ -337,14 +337,14 @@ def test_fused_programs_are_keyed_by_structure_with_bit_exact_constants_in_a_uni
 
 def test_the_optimizers_update_programs_are_warmed_up() -> None:
     """Their keys do not depend on settings, so start() compiles what training will draw."""
-    from py_in_browser import fusion, optim
+    from py_in_browser import fusion, optimizers
 
     keys = set(shaders.fused_warmup_keys())
-    for optimizer in (optim.Adam(0.05, beta_1=0.8), optim.SGD(0.3, momentum=0.5)):
+    for optimizer in (optimizers.Adam(0.05, beta_1=0.8), optimizers.SGD(0.3, momentum=0.5)):
         for rule in optimizer._rules(epsilon_floor=0.0):
             scalars = set(optimizer._step_rules())
             shapes = [() if n in scalars else (8, 16) for n in rule.reads] + [()]
-            program = fusion.trace(optim._gate_rule(rule.fn), len(shapes))
+            program = fusion.trace(optimizers._gate_rule(rule.fn), len(shapes))
             dtypes = ["float32"] * (len(shapes) - 1) + ["bool"]
             spec = OutSpec((8, 16), "float32", tuple(shapes), tuple(dtypes))
             key, _ = kernels.plan("fused", {"program": program}, spec)

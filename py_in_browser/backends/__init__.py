@@ -33,13 +33,6 @@ def kernels_of(backend: str) -> set[str]:
     return {op for (name, op) in KERNELS if name == backend} | declared
 
 
-def missing_primitives(backend: str) -> set[str]:
-    """Primitives of the op table that `backend` has no kernel for (must be empty)."""
-    from ..ops import OPS
-
-    return set(OPS) - kernels_of(backend)
-
-
 @dataclass(frozen=True)
 class OutSpec:
     """Shapes and dtypes around one op call: its result's and its inputs' (handles are opaque)."""
@@ -58,7 +51,7 @@ class Backend:
     # and implement begin_recording ... drop_recording (the protocol replay.py drives).
     supports_replay = False
     # How float tensors are stored, and the smallest epsilon an optimizer's denominator may use
-    # there (optim.py raises smaller ones): 0 for float32 storage; float16 storage sets its own.
+    # there (optimizers.py raises smaller ones): 0 for float32 storage; float16 storage sets its own.
     storage_format = "float32"
     min_epsilon = 0.0
 

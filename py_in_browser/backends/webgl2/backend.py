@@ -13,8 +13,8 @@ import numpy as np
 from ... import _js, events
 from .. import Backend, OutSpec
 from . import blocks, kernels, shaders
-from .layout import Layout, choose_layout
 from .recording import Recording, RecordingBuilder, replay_program, signature, texture_ids
+from .texture_layout import Layout, choose_layout
 from .textures import Command, Texture, TexturePool
 
 # A step's draws normally go in one flush; very long recordings are cut so JSON stays small.
@@ -23,7 +23,7 @@ FLUSH_AT_COMMANDS = 4096
 MAX_INPUTS_PER_DRAW = 8
 FLOAT_DTYPES = ("float32", "float64")
 # float16 storage: the smallest normal is 2^-14; an Adam second moment below it is lost, so the
-# optimizers' epsilon is kept at least sqrt(2^-14) = 2^-7 (see optim.Adam).
+# optimizers' epsilon is kept at least sqrt(2^-14) = 2^-7 (see optimizers.Adam).
 HALF_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
 HALF_MIN_EPSILON = HALF_SMALLEST_NORMAL**0.5
 # (1, K) @ (K, N) products with K at least this are cut into K slices (see _matmul_split_k).

@@ -307,7 +307,7 @@ def vector_plan(
     op: str, attrs: dict[str, Any], out: OutSpec, all_rgba: bool, rows_aligned: bool = False
 ) -> Plan | None:
     """A whole-texel kernel for matmul, the convolutions and pooling when every texture involved
-    is RGBA and the dimensions a texel spans are multiples of 4 (see layout.choose_layout), else
+    is RGBA and the dimensions a texel spans are multiples of 4 (see texture_layout.choose_layout), else
     None. rows_aligned: every input's texture row is one row of its innermost dim."""
     if not all_rgba:
         return None

@@ -73,7 +73,7 @@ _POOL_DEFINES = {
 
 @cache
 def _frag(name: str) -> str:
-    return resources.files(__package__).joinpath("kernels", f"{name}.frag").read_text()
+    return resources.files(__package__).joinpath("glsl", f"{name}.frag").read_text()
 
 
 def _inputs(count: int, pair: bool) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .layout import Layout
+from .texture_layout import Layout
 
 # Freed textures beyond this many pooled bytes are deleted instead of kept for reuse.
 POOL_BYTES = 64 * 1024 * 1024

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import OutSpec
-from . import codegen, elementwise, fused, layout, linalg, pooling, reductions
+from . import codegen, elementwise, fused, linalg, movement, pooling, reductions
 from .plan import DeviceLimits, KernelPlan
 
 Planner = Callable[[str, dict[str, Any], OutSpec, DeviceLimits], KernelPlan]
@@ -18,12 +18,12 @@ Planner = Callable[[str, dict[str, Any], OutSpec, DeviceLimits], KernelPlan]
 PLANNERS: dict[str, Planner] = {
     **dict.fromkeys(elementwise.EXPRESSIONS, elementwise.plan_elementwise),
     "fused": fused.plan_fused,
-    "expand": layout.plan_expand,
-    "reshape": layout.plan_reshape,
-    "transpose": layout.plan_transpose,
-    "slice": layout.plan_slice,
-    "pad": layout.plan_pad,
-    "concat": layout.plan_concat,
+    "expand": movement.plan_expand,
+    "reshape": movement.plan_reshape,
+    "transpose": movement.plan_transpose,
+    "slice": movement.plan_slice,
+    "pad": movement.plan_pad,
+    "concat": movement.plan_concat,
     "reduce_sum": reductions.plan_reduce_sum,
     "reduce_max": reductions.plan_reduce_max,
     "argmax": reductions.plan_argmax,

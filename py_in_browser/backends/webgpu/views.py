@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from . import codegen, layout
+from . import codegen, movement
 from .plan import DeviceLimits, KernelPlan
 
 Strides = tuple[int, ...]
@@ -41,8 +41,8 @@ def materialize_plan(
 ) -> KernelPlan:
     """One strided gather writing the view contiguously (input 0: the view's buffer)."""
     axes = [
-        layout.Axis(d, st, dst)
+        movement.Axis(d, st, dst)
         for d, st, dst in zip(shape, strides, codegen.contiguous_strides(shape), strict=True)
     ]
-    found = layout.copy_dispatch("expand", dtype, axes, limits, codegen.INPUT_0)
+    found = movement.copy_dispatch("expand", dtype, axes, limits, codegen.INPUT_0)
     return KernelPlan(() if found is None else (found,))

@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from . import events
+from . import events, fusion
 from . import functional as F
-from . import fusion as fx
 from .fusion import Value
 from .tensor import Tensor, Variable
 
@@ -111,8 +110,8 @@ class Optimizer:
         step_rules = self._step_rules()
         shared: dict[str, Tensor] = {}
         if step_rules:  # once per step, not once per variable
-            step = fx.fused(_advance, self.iterations)
-            shared = {name: fx.fused(fn, step) for name, fn in step_rules.items()}
+            step = fusion.fused(_advance, self.iterations)
+            shared = {name: fusion.fused(fn, step) for name, fn in step_rules.items()}
         for (var, slots), grad in zip(zip(variables, self.slots, strict=True), grads, strict=True):
             if grad is None:
                 continue
@@ -194,14 +193,14 @@ def _scale_to_norm(g: Tensor, norm: Tensor, limit: float) -> Tensor:
 def _gate_rule(rule: Callable[..., Value]) -> Callable[..., Value]:
     """rule over all inputs but the last, or the first input (the value being replaced) where
     the last input, a bool scalar, is False."""
-    return lambda *xs: fx.where(xs[-1], rule(*xs[:-1]), xs[0])
+    return lambda *xs: fusion.where(xs[-1], rule(*xs[:-1]), xs[0])
 
 
 def gated(rule: Callable[..., Value], inputs: Sequence[Tensor], gate: Tensor | None) -> Tensor:
     """One fused program computing rule(*inputs), kept at inputs[0] where `gate` is False."""
     if gate is None:
-        return fx.fused(rule, *inputs)
-    return fx.fused(_gate_rule(rule), *inputs, gate)
+        return fusion.fused(rule, *inputs)
+    return fusion.fused(_gate_rule(rule), *inputs, gate)
 
 
 class SGD(Optimizer):
@@ -259,7 +258,7 @@ class RMSprop(Optimizer):
             return v * rho + g * g * (1.0 - rho)
 
         def new_w(w: Value, v: Value, g: Value) -> Value:
-            return w - g * lr / fx.sqrt(new_v(v, g) + eps)
+            return w - g * lr / fusion.sqrt(new_v(v, g) + eps)
 
         return [Rule(new_w, ("var", "velocity", "grad")), Rule(new_v, ("velocity", "grad"))]
 
@@ -310,7 +309,7 @@ class Adam(Optimizer):
 
         def new_w(w: Value, m: Value, v: Value, g: Value, step_size: Value, c2: Value) -> Value:
             # lr * m_hat = m * (lr / (1 - b1^t)): the correction is one scalar per step.
-            return decayed(w) - new_m(m, g) * step_size / (fx.sqrt(new_v(v, g) / c2) + eps)
+            return decayed(w) - new_m(m, g) * step_size / (fusion.sqrt(new_v(v, g) / c2) + eps)
 
         return [
             Rule(new_w, ("var", "m", "v", "grad", "step_size", "correction_2")),
@@ -326,8 +325,8 @@ class Adam(Optimizer):
         """lr / (1 - b1^t) and 1 - b2^t, the bias corrections."""
         b1, b2, lr = self.beta_1, self.beta_2, self.learning_rate
         return {
-            "step_size": lambda t: lr / (1.0 - fx.pow(b1, t)),
-            "correction_2": lambda t: 1.0 - fx.pow(b2, t),
+            "step_size": lambda t: lr / (1.0 - fusion.pow(b1, t)),
+            "correction_2": lambda t: 1.0 - fusion.pow(b2, t),
         }
 
     def get_config(self) -> dict[str, Any]:
@@ -394,11 +393,13 @@ def _register_common_programs() -> None:
         scalars = set(optimizer._step_rules())
         for rule in optimizer._rules(epsilon_floor=0.0):
             kinds = tuple("scalar" if n in scalars else "full" for n in rule.reads)
-            fx.register_common(fx.trace(_gate_rule(rule.fn), len(kinds) + 1), (*kinds, "gate"))
+            fusion.register_common(
+                fusion.trace(_gate_rule(rule.fn), len(kinds) + 1), (*kinds, "gate")
+            )
         for fn in optimizer._step_rules().values():
-            fx.register_common(fx.trace(fn, 1), ("scalar",))
-    fx.register_common(fx.trace(_advance, 1), ("scalar",))
-    fx.register_common(fx.trace(_gate_rule(_advance), 2), ("scalar", "gate"))
+            fusion.register_common(fusion.trace(fn, 1), ("scalar",))
+    fusion.register_common(fusion.trace(_advance, 1), ("scalar",))
+    fusion.register_common(fusion.trace(_gate_rule(_advance), 2), ("scalar", "gate"))
 
 
 _register_common_programs()
