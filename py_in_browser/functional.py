@@ -238,6 +238,32 @@ def one_hot(indices: Tensor, depth: int, dtype: str = "float32") -> Tensor:
     return cast(equal(column, ramp), dtype)
 
 
+def random_uniform(
+    shape: Sequence[int], seed: int = 0, stream: int = 0, counter: Any = 0, bits: int = 24
+) -> Tensor:
+    """Uniform float32 numbers in [0, 1): element i hashes (seed, stream, counter, i).
+
+    The same arguments give bit-identical values on every backend (see backends/counter_hash.py
+    for the hash). `seed` and `stream` (ints in [0, 2^32)) name a sequence of draws, `counter`
+    (an int, or a float32/int32 scalar tensor holding an integer in [0, 2^24)) picks one draw of
+    it: pass a tensor kept on the device and advance it there, and a recorded training step
+    draws new numbers on every replay. Values are multiples of 2^-bits (bits <= 24, exact in
+    float32); WebGL2 on float16 storage holds at most 22 bits (compensated) or 11 and refuses more.
+
+    >>> u = random_uniform((2, 3), seed=7, counter=0)
+    >>> v = random_uniform((2, 3), seed=7, counter=1)  # the next draw: other numbers
+    >>> keep = greater_equal(u, 0.5)  # a dropout mask with rate 0.5
+    """
+    if not isinstance(counter, Tensor):
+        if not isinstance(counter, int | np.integer) or not 0 <= counter < 2**24:
+            raise ValueError(
+                f"random_uniform: counter must be an int in [0, 2^24), got {counter!r}"
+            )
+        counter = tensor(float(counter))  # float32: stored exactly by every backend
+    attrs = {"shape": tuple(int(d) for d in shape), "seed": int(seed), "stream": int(stream)}
+    return call("random_uniform", counter, **attrs, bits=int(bits))
+
+
 # ---- layout ------------------------------------------------------------------------------------
 
 

@@ -3,7 +3,7 @@
 Every backend implements exactly these primitives; everything else (broadcasting binary ops,
 softmax, log_softmax, mean, variance, gelu, losses, ...) is composed from them in functional.py.
 
-Primitives (38):
+Primitives (39):
   unary float     neg exp log sqrt tanh sigmoid relu erf
   binary (same shape and dtype)   add sub mul div pow maximum
   compare -> bool less less_equal equal not_equal
@@ -18,6 +18,10 @@ Primitives (38):
   convolution     conv2d conv2d_backprop_input conv2d_backprop_filter  (NHWC, filters HWIO,
                   strides, explicit pads ((top, bottom), (left, right)))
   pooling         max_pool2d max_pool2d_grad avg_pool2d avg_pool2d_grad (pool_size, strides, pads)
+  random          random_uniform(counter; shape, seed, stream, bits): float32 in [0, 1) hashed
+                  from (seed, stream, counter, element index), the same bits on every backend
+                  (backends/counter_hash.py); the counter is a device scalar, so a recorded step
+                  that advances it draws new numbers on each replay
 
 A VJP receives (g, inputs, output, attrs) and returns, per input, a thunk computing that input's
 gradient or None where the op is not differentiable in it; the tape calls only the thunks it
@@ -629,6 +633,32 @@ _define(
     lambda g, xs, y, a: [lambda: call("avg_pool2d", g, **_pool_attrs(a))],
     ("input_shape", "pool_size", "strides", "pads"),
 )
+
+
+# ---- random numbers ----------------------------------------------------------------------------
+
+
+def _random_uniform_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    if tuple(shapes[0]) != () or dtypes[0] not in ("float32", "int32"):
+        raise TypeError(
+            f"random_uniform: the counter must be a float32 or int32 scalar holding an integer in "
+            f"[0, 2^24), got shape {tuple(shapes[0])} dtype {dtypes[0]}"
+        )
+    shape = tuple(attrs["shape"])
+    if any(not isinstance(d, int) or d < 0 for d in shape):
+        raise ValueError(f"random_uniform: shape must be non-negative ints, got {shape}")
+    for name in ("seed", "stream"):
+        value = attrs[name]
+        if not isinstance(value, int) or not 0 <= value < 2**32:
+            raise ValueError(f"random_uniform: {name} must be an int in [0, 2^32), got {value!r}")
+    bits = attrs["bits"]
+    if not isinstance(bits, int) or not 1 <= bits <= 24:
+        raise ValueError(f"random_uniform: bits must be an int in [1, 24], got {bits!r}")
+    return shape, "float32"
+
+
+# Random draws have no gradient: the counter only picks which numbers come out.
+_define("random_uniform", 1, _random_uniform_infer, None, ("shape", "seed", "stream", "bits"))
 
 
 def _numel(shape: Sequence[int]) -> int:
