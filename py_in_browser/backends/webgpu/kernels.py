@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import OutSpec
-from . import codegen, elementwise, fused, linalg, movement, pooling, reductions
+from . import codegen, elementwise, fused, linalg, movement, pooling, random_draws, reductions
 from .plan import DeviceLimits, KernelPlan
 
 Planner = Callable[[str, dict[str, Any], OutSpec, DeviceLimits], KernelPlan]
@@ -35,6 +35,7 @@ PLANNERS: dict[str, Planner] = {
     "max_pool2d_grad": pooling.plan_max_pool2d_grad,
     "avg_pool2d": pooling.plan_avg_pool2d,
     "avg_pool2d_grad": pooling.plan_avg_pool2d_grad,
+    "random_uniform": random_draws.plan_random_uniform,
 }
 
 DEFAULT_LIMITS = DeviceLimits()
