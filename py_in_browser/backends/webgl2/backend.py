@@ -269,12 +269,14 @@ class WebGL2Backend(Backend):
             blocked = self._blocked(key, inputs, out, uniforms)
             if blocked is not None:
                 return blocked
+        if op == "random_uniform" and self.half:
+            kernels.check_half_draw(attrs["bits"], self.compensated)
         carried = inputs[1:] if op == "where" else inputs
         pair = (
             self.compensated
             and op in shaders.PAIR_OPS
             and out.dtype in FLOAT_DTYPES
-            and any(h.lo is not None for h in carried)
+            and (op == "random_uniform" or any(h.lo is not None for h in carried))
         )
         if pair:
             key += "+pair"

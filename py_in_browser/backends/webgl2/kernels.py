@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import KERNELS, OutSpec, register_kernel
+from .. import KERNELS, OutSpec, counter_hash, register_kernel
 from .shaders import BINARY, UNARY, fused_constant_bits, fused_token
 
 NAME = "webgl2"
@@ -221,6 +221,32 @@ def _fused(program: Any, count: int) -> Plan:
     return f"fused:{fused_token(program, count)}", [ints("u_c", bits)] if bits else []
 
 
+def _random_uniform(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    key = counter_hash.stream_key(attrs["seed"], attrs["stream"])
+    return "random_uniform", [
+        ints("u_key", [key >> 16, key & 0xFFFF]),
+        ints("u_shift", [32 - attrs["bits"]]),
+        ("u_scale", "f", [2.0 ** -attrs["bits"]]),
+    ]
+
+
+# Bits of a random_uniform value float16 storage holds exactly: 11 in one half; 22 as the half
+# rounding plus the compensation texture's remainder (below 2^11 units of 2^-22, whichever way
+# the driver rounds to half).
+HALF_DRAW_BITS = 11
+COMPENSATED_DRAW_BITS = 22
+
+
+def check_half_draw(bits: int, compensated: bool) -> None:
+    """Refuses a random_uniform draw float16 storage would round (values would differ)."""
+    limit = COMPENSATED_DRAW_BITS if compensated else HALF_DRAW_BITS
+    if bits > limit:
+        raise ValueError(
+            f"random_uniform: webgl2 on float16 storage holds {limit} bits of a uniform draw "
+            f"exactly, not {bits}; pass bits <= {limit} (Dropout draws {limit} or fewer)"
+        )
+
+
 def _elementwise(kind: str) -> Planner:
     return lambda op, attrs, out: (f"{kind}:{op}", [])
 
@@ -248,6 +274,7 @@ PLANNERS: dict[str, Planner] = {
     "max_pool2d_grad": _pool,
     "avg_pool2d": _pool,
     "avg_pool2d_grad": _pool,
+    "random_uniform": _random_uniform,
 }
 
 
