@@ -44,7 +44,9 @@ async def save(model: Sequential) -> bytes:
     for i, var in enumerate(opt.variables() if opt else []):
         arrays[f"optimizer/state/{i:04d}"] = await var.numpy()
     arrays["rng/seed"] = np.array(model.seed)
-    arrays["rng/dropout_calls"] = np.array([getattr(la, "calls", 0) for la in model.layers])
+    arrays["rng/dropout_calls"] = np.array(
+        [await la.draw_count() if hasattr(la, "draw_count") else 0 for la in model.layers]
+    )
     progress = dict(model.progress)
     state = model.fit_state
     if state is not None:
@@ -77,8 +79,8 @@ def load(model: Sequential, blob: bytes) -> None:
         if len(calls) != len(model.layers):
             raise ValueError("load_checkpoint: the checkpoint has a different number of layers")
         for layer, count in zip(model.layers, calls, strict=True):
-            if hasattr(layer, "calls"):
-                layer.calls = int(count)
+            if hasattr(layer, "set_draw_count"):
+                layer.set_draw_count(int(count))
         progress = json.loads(str(data["progress/json"]))
         if "progress/accumulators" in data:
             progress["accumulators"] = list(data["progress/accumulators"])

@@ -76,6 +76,7 @@ class StepReplayer:
         seen: dict[int, Variable] = {}
         for v in (
             *self.model.weights,
+            *(v for layer in self.model.layers for v in layer.state_variables()),
             *self.model.optimizer.variables(),
             self.state.ok,
             *self.state.variables(),
