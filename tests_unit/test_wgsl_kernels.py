@@ -499,6 +499,41 @@ def test_pooling_and_gradients_match_cpu(
     assert_matches_cpu(gpu, "avg_pool2d_grad", [g], input_shape=x.shape, **geo)
 
 
+# ---- random numbers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("counter", "seed", "bits"),
+    [
+        (np.array(0, np.float32), 0, 24),
+        (np.array(2**24 - 1, np.float32), 2**32 - 1, 24),
+        (np.array(123456, np.int32), 77, 22),
+        (np.array(9, np.int32), 5, 11),
+    ],
+    ids=["f32_counter_0", "f32_counter_max", "i32_counter", "bits_11"],
+)
+def test_random_uniform_is_bit_identical_to_cpu(
+    gpu: WgpuNativeBackend, counter: np.ndarray, seed: int, bits: int
+) -> None:
+    # 3 x 1001 elements: several workgroups, and a count that is no multiple of 4 per invocation.
+    attrs = {"shape": (3, 1001), "seed": seed, "stream": 6, "bits": bits}
+    want = run_primitive(CPU, "random_uniform", [counter], **attrs)
+    got = run_primitive(gpu, "random_uniform", [counter], **attrs)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_random_uniform_kernel_is_shared_by_every_seed_and_counter() -> None:
+    def dispatch(seed: int, stream: int, bits: int) -> Dispatch:
+        attrs = {"shape": (8, 8), "seed": seed, "stream": stream, "bits": bits}
+        spec = OutSpec((8, 8), "float32", ((),), ("float32",))
+        return kernels.plan("random_uniform", attrs, spec).dispatches[0]
+
+    first, other = dispatch(0, 0, 24), dispatch(3, 9, 22)
+    assert first.key == other.key and first.wgsl == other.wgsl
+    assert first.params != other.params  # the key and precision travel as params
+
+
 # ---- device limits ----------------------------------------------------------------------------
 
 
