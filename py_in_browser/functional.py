@@ -248,7 +248,9 @@ def random_uniform(
     (an int, or a float32/int32 scalar tensor holding an integer in [0, 2^24)) picks one draw of
     it: pass a tensor kept on the device and advance it there, and a recorded training step
     draws new numbers on every replay. Values are multiples of 2^-bits (bits <= 24, exact in
-    float32); WebGL2 on float16 storage holds at most 22 bits (compensated) or 11 and refuses more.
+    float32). WebGL2 on float16 storage holds 22 bits of a draw and float32 counters below 2^22
+    exactly (value plus compensation), or 11 bits and counters below 2^11 without compensation;
+    it refuses more bits.
 
     >>> u = random_uniform((2, 3), seed=7, counter=0)
     >>> v = random_uniform((2, 3), seed=7, counter=1)  # the next draw: other numbers
