@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from . import autograd
+from . import autograd, fusion
 from .ops import FLOAT, call
 from .tensor import Tensor, full, tensor
 
@@ -200,6 +200,13 @@ def gelu(x: Tensor, approximate: bool = False) -> Tensor:
 
 def cast(x: Tensor, dtype: str) -> Tensor:
     return x if x.dtype == dtype else call("cast", x, dtype=dtype)
+
+
+def fused(fn: Callable[..., fusion.Value], *inputs: Tensor) -> Tensor:
+    """One kernel computing fn elementwise over the tensors `inputs`: fn receives one symbolic
+    fusion.Value per tensor and returns one built with + - * / and fusion's functions (fusion.py
+    says which inputs and ops a program may use)."""
+    return call("fused", *inputs, program=fusion.trace(fn, len(inputs)))
 
 
 def stop_gradient(x: Tensor) -> Tensor:

@@ -110,8 +110,8 @@ class Optimizer:
         step_rules = self._step_rules()
         shared: dict[str, Tensor] = {}
         if step_rules:  # once per step, not once per variable
-            step = fusion.fused(_advance, self.iterations)
-            shared = {name: fusion.fused(fn, step) for name, fn in step_rules.items()}
+            step = F.fused(_advance, self.iterations)
+            shared = {name: F.fused(fn, step) for name, fn in step_rules.items()}
         for (var, slots), grad in zip(zip(variables, self.slots, strict=True), grads, strict=True):
             if grad is None:
                 continue
@@ -199,8 +199,8 @@ def _gate_rule(rule: Callable[..., Value]) -> Callable[..., Value]:
 def gated(rule: Callable[..., Value], inputs: Sequence[Tensor], gate: Tensor | None) -> Tensor:
     """One fused program computing rule(*inputs), kept at inputs[0] where `gate` is False."""
     if gate is None:
-        return fusion.fused(rule, *inputs)
-    return fusion.fused(_gate_rule(rule), *inputs, gate)
+        return F.fused(rule, *inputs)
+    return F.fused(_gate_rule(rule), *inputs, gate)
 
 
 class SGD(Optimizer):

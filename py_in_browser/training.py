@@ -209,7 +209,7 @@ fusion.register_common(fusion.trace(_loss_total(1.0), 2), ("scalar", "scalar"))
 
 
 def _accumulate(model: Sequential, state: FitState, yb: Tensor, pred: Tensor, loss: Tensor) -> None:
-    state.loss_sum.assign(fusion.fused(_loss_total(float(yb.shape[0])), state.loss_sum, loss))
+    state.loss_sum.assign(F.fused(_loss_total(float(yb.shape[0])), state.loss_sum, loss))
     for metric, total in zip(model.resolved_metrics(), state.metric_sums, strict=True):
         total.assign(F.add(total, metric.correct(yb, pred)))
     state.seen += yb.shape[0]
