@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from . import autograd, fusion
-from .ops import FLOAT, call
-from .tensor import Tensor, full, tensor
+from .ops import FLOAT
+from .tensor import Tensor, call, full, register_operators, tensor
 
 Axes = int | Sequence[int] | None
 
@@ -463,3 +463,22 @@ def avg_pool2d(
 ) -> Tensor:
     """Average pooling; with 'same' padding, padded cells are not counted (TensorFlow rule)."""
     return _pool("avg_pool2d", x, pool_size, strides, padding)
+
+
+# Tensor's operators (a + b, a @ b, a < b, a[i], a.T, a.reshape, a.astype) are these functions.
+register_operators(
+    add=add,
+    sub=sub,
+    mul=mul,
+    div=div,
+    pow=pow,
+    matmul=matmul,
+    less=less,
+    less_equal=less_equal,
+    greater=greater,
+    greater_equal=greater_equal,
+    getitem=getitem,
+    transpose=transpose,
+    reshape=reshape,
+    cast=cast,
+)
