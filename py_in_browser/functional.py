@@ -205,7 +205,13 @@ def cast(x: Tensor, dtype: str) -> Tensor:
 def fused(fn: Callable[..., fusion.Value], *inputs: Tensor) -> Tensor:
     """One kernel computing fn elementwise over the tensors `inputs`: fn receives one symbolic
     fusion.Value per tensor and returns one built with + - * / and fusion's functions (fusion.py
-    says which inputs and ops a program may use)."""
+    says which inputs and ops a program may use).
+
+    Example:
+        >>> x = pib.tensor([1.0, -2.0])
+        >>> await pib.fused(lambda v: v * v + 1.0, x).numpy()
+        array([2., 5.], dtype=float32)
+    """
     return call("fused", *inputs, program=fusion.trace(fn, len(inputs)))
 
 

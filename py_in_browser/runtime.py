@@ -67,7 +67,7 @@ def capabilities() -> dict[str, Any]:
 # ---- memory ------------------------------------------------------------------------------------
 
 
-class Scoped(Protocol):
+class _Scoped(Protocol):
     """What tidy scopes and keep need of a tensor (tensor.Tensor registers itself in scopes)."""
 
     _kept: bool
@@ -75,7 +75,7 @@ class Scoped(Protocol):
     def dispose(self) -> None: ...
 
 
-S = TypeVar("S", bound=Scoped)
+S = TypeVar("S", bound=_Scoped)
 
 
 class _Tracker:
@@ -86,7 +86,7 @@ class _Tracker:
         self.num_bytes = 0
         self.num_buffers = 0
         self.collected = 0
-        self.scopes: list[list[Scoped]] = []
+        self.scopes: list[list[_Scoped]] = []
 
 
 tracker = _Tracker()

@@ -2,11 +2,11 @@
 
 Every module is read with `ast`, nothing is executed. Each `import` and `from ... import` anywhere
 in it counts: at the top level, inside functions and under `if TYPE_CHECKING:` alike (a
-typing-only import still ties the lower module to the higher one; the engine types such links with
-protocols instead: ops.TensorLike, runtime.Scoped, trainable.TrainableModel). Relative imports are
-resolved; `from package import name` is an import of the module package.name where there is one,
-else of the package itself. Importing package.name also runs package/__init__.py, as Python always
-does; that is not counted, or every module would import the py_in_browser facade.
+typing-only import still ties the lower module to the higher one; the engine types such links
+with protocols instead: ops.TensorLike, runtime._Scoped, trainable.TrainableModel). Relative
+imports are resolved; `from package import name` is an import of the module package.name where
+there is one, else of the package itself. Importing package.name also runs package/__init__.py,
+as Python always does; that is not counted, or every module would import the py_in_browser facade.
 """
 
 from __future__ import annotations
