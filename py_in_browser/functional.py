@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from . import autograd
-from .ops import FLOAT, call
-from .tensor import Tensor, full, tensor
+from . import autograd, fusion
+from .ops import FLOAT
+from .tensor import Tensor, call, full, register_operators, tensor
 
 Axes = int | Sequence[int] | None
 
@@ -200,6 +200,19 @@ def gelu(x: Tensor, approximate: bool = False) -> Tensor:
 
 def cast(x: Tensor, dtype: str) -> Tensor:
     return x if x.dtype == dtype else call("cast", x, dtype=dtype)
+
+
+def fused(fn: Callable[..., fusion.Value], *inputs: Tensor) -> Tensor:
+    """One kernel computing fn elementwise over the tensors `inputs`: fn receives one symbolic
+    fusion.Value per tensor and returns one built with + - * / and fusion's functions (fusion.py
+    says which inputs and ops a program may use).
+
+    Example:
+        >>> x = pib.tensor([1.0, -2.0])
+        >>> await pib.fused(lambda v: v * v + 1.0, x).numpy()
+        array([2., 5.], dtype=float32)
+    """
+    return call("fused", *inputs, program=fusion.trace(fn, len(inputs)))
 
 
 def stop_gradient(x: Tensor) -> Tensor:
@@ -484,3 +497,22 @@ def avg_pool2d(
 ) -> Tensor:
     """Average pooling; with 'same' padding, padded cells are not counted (TensorFlow rule)."""
     return _pool("avg_pool2d", x, pool_size, strides, padding)
+
+
+# Tensor's operators (a + b, a @ b, a < b, a[i], a.T, a.reshape, a.astype) are these functions.
+register_operators(
+    add=add,
+    sub=sub,
+    mul=mul,
+    div=div,
+    pow=pow,
+    matmul=matmul,
+    less=less,
+    less_equal=less_equal,
+    greater=greater,
+    greater_equal=greater_equal,
+    getitem=getitem,
+    transpose=transpose,
+    reshape=reshape,
+    cast=cast,
+)

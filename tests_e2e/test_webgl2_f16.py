@@ -86,11 +86,10 @@ def test_xor_and_the_small_cnn_converge_on_float16(half_page: EnginePage) -> Non
 
 FUSED_STEPS = 100
 FUSED_INCREMENTS = f"""
-from py_in_browser import fusion
 w = pib.tensor(np.ones((8, 16), np.float32))
 lr = pib.tensor(np.float32(1e-4))
 for _ in range({FUSED_STEPS}):
-    w = fusion.fused(lambda w, lr: w + lr, w, lr)
+    w = pib.fused(lambda w, lr: w + lr, w, lr)
 await w.numpy()
 """
 

@@ -184,12 +184,12 @@ def test_fused_program_is_one_dispatch_and_takes_any_input(active_gpu: WgpuNativ
         ta, tb, tflags = pib.tensor(a), pib.tensor(b), pib.tensor(flags, dtype=None)
         dense = pib.tensor(wide)
         before = active_gpu.dispatch_count
-        got_dense = fusion.fused(program, ta, dense, tflags)
+        got_dense = pib.fused(program, ta, dense, tflags)
         assert active_gpu.dispatch_count == before + 1
-        got_view = fusion.fused(program, ta, pib.broadcast_to(tb, a.shape), tflags)
+        got_view = pib.fused(program, ta, pib.broadcast_to(tb, a.shape), tflags)
         assert active_gpu.dispatch_count == before + 2
-        column = fusion.fused(lambda x, c: x * c, ta, pib.broadcast_to(ta[:, 0:1], a.shape))
-        step = fusion.fused(lambda t: t + 1.0, pib.tensor(2.0))
+        column = pib.fused(lambda x, c: x * c, ta, pib.broadcast_to(ta[:, 0:1], a.shape))
+        step = pib.fused(lambda t: t + 1.0, pib.tensor(2.0))
         np.testing.assert_array_equal(asyncio.run(got_dense.numpy()), want)
         np.testing.assert_array_equal(asyncio.run(got_view.numpy()), want)
         assert asyncio.run(step.numpy()).tolist() == 3.0

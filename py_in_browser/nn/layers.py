@@ -11,8 +11,7 @@ import numpy as np
 
 from .. import functional as F
 from .. import fusion
-from ..ops import call
-from ..tensor import Tensor, Variable, tensor
+from ..tensor import Tensor, Variable, call, tensor
 from . import activations, initializers
 
 Shape = tuple[int, ...]

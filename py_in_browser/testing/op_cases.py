@@ -346,7 +346,7 @@ def _call_pib(case: OpCase, tensors: list[pib.Tensor]) -> pib.Tensor:
         return drawn
     if case.op == "fused":
         program = FUSED_PROGRAMS[case.attrs["program"]]
-        fused: pib.Tensor = fusion.fused(lambda *xs: program(fusion, *xs), *tensors)
+        fused: pib.Tensor = pib.fused(lambda *xs: program(fusion, *xs), *tensors)
         return fused
     out: pib.Tensor = getattr(pib, case.op)(*tensors, **case.attrs)
     return out
