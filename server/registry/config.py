@@ -8,6 +8,9 @@ PIB_DATABASE_URL       postgresql://... to use PostgreSQL instead (several serve
 PIB_REQUIRE_PERMITS    1 to make pages ask for a training permit before fit (default 0)
 PIB_PERMIT_KEY         HMAC key of permits; by default one is generated and kept in the database,
                        so every process sharing the database signs alike
+PIB_RATE_LIMITS        per-client buckets as kind=burst/per_minute, comma-separated, e.g.
+                       "upload=10/10,delete=20/30,permit=20/30" (kinds not named keep defaults)
+PIB_MAX_CONCURRENT_UPLOADS  uploads one process receives at once (default 8)
 """
 
 from __future__ import annotations
@@ -74,10 +77,34 @@ class RegistryConfig:
 
     @classmethod
     def from_env(cls) -> RegistryConfig:
-        key = os.environ.get("PIB_PERMIT_KEY")
+        env = os.environ
+        key = env.get("PIB_PERMIT_KEY")
+        defaults = cls()
         return cls(
-            data_dir=Path(os.environ.get("PIB_DATA_DIR", REPO_ROOT / "data")),
-            database_url=os.environ.get("PIB_DATABASE_URL") or None,
-            require_permits=os.environ.get("PIB_REQUIRE_PERMITS", "0") == "1",
+            data_dir=Path(env.get("PIB_DATA_DIR", REPO_ROOT / "data")),
+            database_url=env.get("PIB_DATABASE_URL") or None,
+            require_permits=env.get("PIB_REQUIRE_PERMITS", "0") == "1",
             permit_key=key.encode() if key else None,
+            rate_limits={
+                **defaults.rate_limits,
+                **parse_rate_limits(env.get("PIB_RATE_LIMITS", "")),
+            },
+            max_concurrent_uploads=int(
+                env.get("PIB_MAX_CONCURRENT_UPLOADS", defaults.max_concurrent_uploads)
+            ),
         )
+
+
+def parse_rate_limits(text: str) -> dict[str, RateLimit]:
+    """ "upload=10/10,permit=20/30" -> {"upload": RateLimit(10, 10), "permit": RateLimit(20, 30)}."""
+    limits = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            kind, spec = item.split("=")
+            burst, per_minute = spec.split("/")
+            limits[kind.strip()] = RateLimit(int(burst), float(per_minute))
+        except ValueError as exc:
+            raise ValueError(
+                f"PIB_RATE_LIMITS: expected kind=burst/per_minute items, got {item!r}"
+            ) from exc
+    return limits
