@@ -45,6 +45,7 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI entries for the error statuses an endpoint can answer."""
     descriptions = {
         304: "not modified (the If-None-Match ETag matches)",
+        400: "the body cannot be parsed (not UTF-8 JSON, or broken multipart)",
         401: "no owner token",
         403: "wrong owner token",
         404: "no such model",

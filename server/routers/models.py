@@ -82,7 +82,7 @@ def _json_list(text: str | None, what: str) -> Any:
     status_code=201,
     response_model=PublishedModel,
     summary="Publish a model file",
-    responses=problems(413, 422, 429, 503),
+    responses=problems(400, 413, 422, 429, 503),
     dependencies=[rate_limited("upload")],
 )
 def publish_model(

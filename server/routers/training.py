@@ -60,7 +60,7 @@ def training_policy(request: Request) -> dict[str, Any]:
     status_code=201,
     response_model=PermitOut,
     summary="Ask for a training permit",
-    responses=problems(413, 422, 429),
+    responses=problems(400, 413, 422, 429),
     dependencies=[rate_limited("permit")],
 )
 def request_permit(request: Request, body: TrainingConfigIn) -> dict[str, Any]:
