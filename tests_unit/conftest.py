@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from server.postgres_sandbox import PostgresServer
 from server.registry.config import RegistryConfig
-from tests_unit.postgres_server import PostgresServer
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ import pytest
 
 import py_in_browser as pib
 from py_in_browser import layers, model_file
-from tests_unit.registry_process import RegistryProcess
+from server.background import RegistryProcess
 
 GENEROUS = "upload=1000/6000,delete=1000/6000,permit=1000/6000"
 

@@ -82,8 +82,9 @@ def _json_list(text: str | None, what: str) -> Any:
     status_code=201,
     response_model=PublishedModel,
     summary="Publish a model file",
+    # 413, 429 (the client's upload bucket) and 503 come from server/request_limits.py, before
+    # the body is read.
     responses=problems(400, 413, 422, 429, 503),
-    dependencies=[rate_limited("upload")],
 )
 def publish_model(
     request: Request,

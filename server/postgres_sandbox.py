@@ -1,5 +1,5 @@
-"""A throwaway PostgreSQL server for tests: initdb in a temporary folder, pg_ctl on a free
-loopback port, no system service touched. Debian's postgresql package provides the binaries
+"""A throwaway PostgreSQL server for tests and benchmarks: initdb in a temporary folder, pg_ctl
+on a free loopback port, no system service touched. Debian's postgresql package provides the binaries
 (`make test` installs it); as root the server runs as the `postgres` user that package creates,
 since PostgreSQL refuses to run as root."""
 
