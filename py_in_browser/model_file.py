@@ -352,7 +352,6 @@ class ModelHeader:
     layers: list[dict[str, Any]]
     param_count: int
     weights: list[dict[str, Any]]
-    raw: dict[str, Any]
 
     @property
     def summary(self) -> ModelSummary:
@@ -598,7 +597,6 @@ def read(data: bytes, limits: Limits = DEFAULT_LIMITS) -> ModelFileContents:
         layers=entries,
         param_count=param_count,
         weights=manifest,
-        raw=header,
     )
     return ModelFileContents(model_header, layers, arrays)
 

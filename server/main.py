@@ -29,16 +29,19 @@ SECURITY_HEADERS = [
     (b"cross-origin-resource-policy", b"same-origin"),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
-    # Same-origin everything; blob: scripts because the engine imports its JS bridges from blob
-    # URLs (py_in_browser/_js.py); 'wasm-unsafe-eval' to compile Pyodide's WebAssembly.
-    (
-        b"content-security-policy",
-        b"default-src 'self'; script-src 'self' blob: 'wasm-unsafe-eval'; "
-        b"worker-src 'self' blob:; connect-src 'self'; img-src 'self' data: blob:; "
-        b"style-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
-        b"frame-ancestors 'none'",
-    ),
 ]
+# Same-origin everything; blob: scripts because the engine imports its JS bridges from blob URLs
+# (py_in_browser/_js.py); 'wasm-unsafe-eval' to compile Pyodide's WebAssembly; no inline code.
+CONTENT_SECURITY_POLICY = (
+    b"default-src 'self'; script-src 'self' blob: 'wasm-unsafe-eval'; "
+    b"worker-src 'self' blob:; connect-src 'self'; img-src 'self' data: blob:; "
+    b"style-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    b"frame-ancestors 'none'"
+)
+# Only the benchmark pages, which also run TensorFlow.js: its bundle evaluates strings.
+BENCH_CONTENT_SECURITY_POLICY = CONTENT_SECURITY_POLICY.replace(
+    b"script-src 'self'", b"script-src 'self' 'unsafe-eval'"
+)
 
 
 class SecurityHeaders:
@@ -48,9 +51,13 @@ class SecurityHeaders:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        bench = scope["type"] == "http" and scope["path"].startswith("/bench/")
+        csp = BENCH_CONTENT_SECURITY_POLICY if bench else CONTENT_SECURITY_POLICY
+        headers = [*SECURITY_HEADERS, (b"content-security-policy", csp)]
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+                message["headers"] = [*message.get("headers", []), *headers]
             await send(message)
 
         await self.app(scope, receive, send_with_headers if scope["type"] == "http" else send)
