@@ -62,7 +62,7 @@ from .functional import (
     zeros,
     zeros_like,
 )
-from .model import Sequential
+from .model import Sequential, load_model
 from .nn import activations, initializers, layers, losses, metrics
 from .runtime import (
     available_backends,
@@ -122,6 +122,7 @@ __all__ = [
     "leaky_relu",
     "less",
     "less_equal",
+    "load_model",
     "log",
     "log_softmax",
     "losses",

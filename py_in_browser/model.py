@@ -7,7 +7,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from . import checkpoint, optimizers, training
+from . import checkpoint, model_file, optimizers, training
 from .callbacks import History
 from .nn import activations, losses
 from .nn import metrics as metric_lib
@@ -236,3 +236,30 @@ class Sequential:
         """Restores a save_checkpoint blob; then fit(..., resume=True) continues where it stopped."""
         checkpoint.load(self, self._trainer, blob)
         self._trainer.drop_recordings()
+
+    async def save(
+        self,
+        *,
+        labels: list[str] | None = None,
+        preprocessing: dict[str, Any] | None = None,
+        description: str = "",
+    ) -> bytes:
+        """The engine's model file (model_file.py): architecture, weights, labels, description."""
+        return await model_file.dumps(
+            self, labels=labels, preprocessing=preprocessing, description=description
+        )
+
+
+def loads(data: bytes) -> tuple[Sequential, model_file.ModelHeader]:
+    """A built Sequential and its header from a model file; ModelFileError if malformed."""
+    contents = model_file.read(data)
+    header = contents.header
+    model = Sequential(contents.layers, name=header.name, seed=header.seed)
+    model.build(header.input_shape)
+    model.set_weights(contents.weights)
+    return model, header
+
+
+async def load_model(data: bytes) -> Sequential:
+    """The reverse of `await model.save()`: `model = await pib.load_model(blob)`."""
+    return loads(data)[0]

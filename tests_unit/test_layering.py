@@ -30,7 +30,9 @@ FIRST_PARTY = (*PLACED_PACKAGES, "tests_e2e", "tests_unit")
 # test_imports_have_no_cycles keeps those internal imports acyclic.
 LAYERS: list[tuple[str, ...]] = [
     # Leaves: runtime events (which the backends record) and the only module that touches `js`.
-    ("py_in_browser.events", "py_in_browser._js"),
+    ("py_in_browser.events", "py_in_browser._js", "py_in_browser.limits"),
+    # Training permits: signed bounds checked against the caps.
+    ("py_in_browser.permits",),
     # The fused-program IR: data that the op table checks and every backend compiles.
     ("py_in_browser.fusion",),
     # The Backend interface and kernel registry, then the backends, which know nothing of tensors.
@@ -64,7 +66,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("py_in_browser.callbacks",),
     ("py_in_browser.replay",),
     ("py_in_browser.training",),
-    ("py_in_browser.checkpoint",),
+    ("py_in_browser.checkpoint", "py_in_browser.model_file"),
     ("py_in_browser.model",),
     # The public facade, then what consumes it: the browser worker and the shared test workloads.
     ("py_in_browser",),
