@@ -147,7 +147,7 @@ def _reduce(kind: str, shape: Sequence[int], axes: Sequence[int]) -> Plan:
     red = [(n, s) for i, (n, s) in enumerate(zip(shape, strides, strict=True)) if i in axes]
     kept, red = _merge_index_space(kept), _merge_index_space(red)
     return f"reduce:{kind}", [
-        ints("u_parts", [1]),  # one pass (backend._split_reduction sets more)
+        ints("u_parts", [1]),  # one pass (rewrites.split_reduction sets more)
         ints("u_chunk", [0]),
         ints("u_kept_rank", [len(kept)]),
         ints("u_red_rank", [len(red)]),
