@@ -26,7 +26,7 @@ HALF_MIN_EPSILON = HALF_SMALLEST_NORMAL**0.5
 class WebGL2Backend(Backend):
     """Fragment-shader kernels on float textures (float32, or float16 with compensated updates)."""
 
-    name = "webgl2"
+    name = kernels.NAME
     supports_replay = True
 
     def __init__(self, limits: dict[str, Any] | None = None) -> None:

@@ -13,10 +13,10 @@ from ... import _js, events
 from .. import Backend, OutSpec
 from . import kernels, views, warmup
 from .commands import BufferPool, CommandList, dispatch_record
+from .kernels import NAME
 from .plan import BufferRef, DeviceLimits
 from .recording import GpuHandle, Recording, RecordingBuilder, signature
 
-NAME = "webgpu"
 # A flush is forced when this many dispatches wait (long eager sequences outside fit).
 FLUSH_DISPATCHES = 512
 # fit awaits the GPU every this many steps: back-pressure without reading any data.
