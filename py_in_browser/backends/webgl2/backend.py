@@ -10,7 +10,7 @@ import numpy as np
 
 from ... import _js
 from .. import Backend, OutSpec
-from . import blocks, kernels, rewrites, shaders
+from . import blocks, kernels, rewrites, shaders, wire
 from .draw_queue import DrawQueue
 from .memory import TextureMemory
 from .recorder import StepRecorder
@@ -55,7 +55,7 @@ class WebGL2Backend(Backend):
 
     async def start(self) -> None:
         bridge = await _js.load_bridge(__package__, "bridge.js")
-        engine = self.queue.engine = bridge.createEngine()
+        engine = self.queue.engine = bridge.createEngine(wire.protocol())
         self._on_lost = _js.create_proxy(self.lost_event)
         engine.onLost = self._on_lost
         self.probed = json.loads(engine.capabilities())

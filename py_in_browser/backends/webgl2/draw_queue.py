@@ -19,9 +19,6 @@ from .textures import Handle
 
 # A step's draws normally go in one flush; very long recordings are cut so JSON stays small.
 FLUSH_AT_COMMANDS = 4096
-# end_step lets the GPU fall at most this many fences (bridge.js sets one every few flushes)
-# behind before it waits.
-MAX_PENDING_FENCES = 2
 
 
 class DrawQueue:
@@ -125,12 +122,12 @@ class DrawQueue:
 
     async def end_step(self) -> None:
         """After each train step: send the step's draws, then apply back-pressure (bridge.js
-        sets a fence every few flushes; this waits, without reading data, while the GPU is more
-        than MAX_PENDING_FENCES fences behind)."""
+        sets a fence every wire.FENCE_EVERY_FLUSHES flushes; this waits, without reading data,
+        while the GPU is more than wire.MAX_PENDING_FENCES fences behind)."""
         payload, staging = self._payload()
         self.js_calls += 1
         try:
-            status = await self.engine.step(payload, staging, MAX_PENDING_FENCES)
+            status = await self.engine.step(payload, staging, wire.MAX_PENDING_FENCES)
         except Exception:
             if self.engine.lost:
                 self.context.fail(self.flushes)

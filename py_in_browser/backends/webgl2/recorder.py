@@ -98,7 +98,7 @@ class StepRecorder:
                         dst.id,
                         [],
                         out_size,
-                        [[src.id, -1, size]],
+                        [[src.id, -1, size, 1]],
                         [list(u) for u in uniforms],
                         REPLAY_COPY_LABEL,
                     )

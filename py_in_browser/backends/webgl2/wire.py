@@ -1,4 +1,5 @@
-"""The wire format bridge.js reads: command lists as JSON, their data as one float32 array."""
+"""The wire format bridge.js reads: command lists as JSON, their data as one float32 array, and
+the protocol (opcodes, field orders, limits, uniform names) bridge.js takes from here at start-up."""
 
 from __future__ import annotations
 
@@ -7,16 +8,17 @@ from typing import Any
 
 import numpy as np
 
+from . import blocks
 from .texture_layout import Layout
 
 Command = list[Any]
 
-# What each command is, by its first field; the other fields follow in this order.
-TEXTURE = "texture"  # [TEXTURE, id, width, height, channels, half]: create a texture
-UPLOAD = "upload"  # [UPLOAD, id, offset]: fill a texture from the staging array at `offset`
-DELETE = "delete"  # [DELETE, id]
-REPLAY = "replay"  # [REPLAY, recording id]: run a recorded step
-DRAW = "draw"  # see DRAW_FIELDS
+# What each command is, by its first field; its fields are named in FIELDS.
+TEXTURE = "texture"  # create a texture (half: float16 storage)
+UPLOAD = "upload"  # fill a texture from the staging array, from element `offset` on
+DELETE = "delete"
+REPLAY = "replay"  # run a recorded step
+DRAW = "draw"
 # A draw: its program key, target texture, more render targets (a float16 low part, a block
 # kernel's other targets), the target's element count, its inputs (INPUT_FIELDS each), its
 # uniforms ([name, kind, values] each) and the label a profile reports it under.
@@ -32,6 +34,45 @@ INPUT_FIELDS = ("texture", "lo", "size", "repeat")
 MAX_INPUTS_PER_DRAW = 8
 # A read returns every texture's texels as RGBA floats, whatever its own channel count.
 READ_CHANNELS = 4
+# bridge.js sets a fence every this many flushes; end_step waits while more than
+# MAX_PENDING_FENCES of them are unpassed (back-pressure without reading data).
+FENCE_EVERY_FLUSHES = 4
+MAX_PENDING_FENCES = 2
+# Every command's fields in order (the first is its opcode); INPUT_FIELDS for each draw input.
+FIELDS = {
+    TEXTURE: ("opcode", "id", "width", "height", "channels", "half"),
+    UPLOAD: ("opcode", "id", "offset"),
+    DELETE: ("opcode", "id"),
+    REPLAY: ("opcode", "id"),
+    DRAW: DRAW_FIELDS,
+}
+# The uniforms bridge.js sets itself on every draw (shaders.py and glsl/header.frag declare them):
+# input k's sampler u_x<k> (its float16 low part u_x<k>_lo), layout u_l<k> (width, channels,
+# elements, repeat) and u_has_lo<k>; the target's layout u_out (width, channels), u_out_size.
+UNIFORMS = {
+    "input": "u_x",
+    "low_part": "_lo",
+    "input_layout": "u_l",
+    "input_has_low_part": "u_has_lo",
+    "target_layout": "u_out",
+    "target_size": "u_out_size",
+}
+
+
+def protocol() -> str:
+    """What bridge.js's createEngine takes: every constant both sides rely on, from here."""
+    return json.dumps(
+        {
+            "opcodes": {name: name for name in FIELDS},
+            "fields": {**FIELDS, "input": INPUT_FIELDS},
+            "max_inputs_per_draw": MAX_INPUTS_PER_DRAW,
+            # The most render targets a draw writes: the largest block (blocks.py).
+            "max_render_targets": max(rows * cols for rows, cols in blocks.SHAPES),
+            "read_channels": READ_CHANNELS,
+            "fence_every_flushes": FENCE_EVERY_FLUSHES,
+            "uniforms": UNIFORMS,
+        }
+    )
 
 
 def texture(texture_id: int, layout: Layout, half: bool) -> Command:
