@@ -1,5 +1,6 @@
 """The Python side of the WebGPU command stream: buffer ids pooled by size class, and the int32
-command list plus byte blob that bridge.js turns into one command encoder and one submit.
+command list plus byte blob that bridge.js turns into one command encoder and one submit. The
+stream's layout (opcodes, argument words) is defined here and sent to bridge.js at start-up.
 
 Python owns buffer ids and their reuse, so an op returns its handle at once without asking JS;
 JS only creates the GPUBuffer the first time an id appears (a CREATE command).
@@ -11,8 +12,42 @@ from collections import defaultdict, deque
 
 import numpy as np
 
-# Opcodes of the command stream; bridge.js has the same table.
+# Opcodes of the command stream, and the words that follow each opcode, in order. A DISPATCH's
+# `bindings` word counts the (buffer id, byte size) pairs after it; its `pipeline` word is the
+# pipeline id | the label id (the op a profile shows) << LABEL_SHIFT.
 CREATE, WRITE, PARAMS, DISPATCH, COPY, REPLAY, DESTROY = 1, 2, 3, 4, 5, 6, 7
+OPCODES = {
+    "CREATE": CREATE,
+    "WRITE": WRITE,
+    "PARAMS": PARAMS,
+    "DISPATCH": DISPATCH,
+    "COPY": COPY,
+    "REPLAY": REPLAY,
+    "DESTROY": DESTROY,
+}
+ARGUMENTS = {
+    CREATE: ("buffer", "capacity"),
+    WRITE: ("buffer", "offset", "size"),  # bytes of the blob at offset
+    PARAMS: ("params", "offset", "size"),
+    DISPATCH: ("pipeline", "params", "x", "y", "z", "bindings"),  # params -1: none
+    COPY: ("source", "target", "size"),
+    REPLAY: ("recording",),
+    DESTROY: ("buffer",),
+}
+LABEL_SHIFT = 16
+# Where a DISPATCH record's binding count is, and its words before the binding pairs.
+DISPATCH_BINDINGS = 1 + ARGUMENTS[DISPATCH].index("bindings")
+DISPATCH_HEADER = 1 + len(ARGUMENTS[DISPATCH])
+
+
+def protocol() -> dict[str, object]:
+    """The command stream's layout as bridge.js's createEngine takes it."""
+    return {
+        "opcodes": OPCODES,
+        "arguments": {name: ARGUMENTS[code] for name, code in OPCODES.items()},
+        "label_shift": LABEL_SHIFT,
+    }
+
 
 _SMALL_CLASS_LIMIT = 1 << 16
 
@@ -157,7 +192,8 @@ def dispatch_record(
     workgroups: tuple[int, int, int],
     bindings: list[tuple[int, int]],
 ) -> list[int]:
-    """DISPATCH words: pipeline, params (-1: none), workgroups, then (buffer id, byte size) pairs."""
+    """DISPATCH words (ARGUMENTS[DISPATCH]): pipeline word, params (-1: none), workgroups, then
+    (buffer id, byte size) pairs."""
     words = [DISPATCH, pipeline_id, params_id, *workgroups, len(bindings)]
     for buffer_id, nbytes in bindings:
         words += (buffer_id, nbytes)
