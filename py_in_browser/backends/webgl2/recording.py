@@ -1,8 +1,9 @@
-"""Recorded train steps for WebGL2: the step's uploads and draws, replayed by bridge.js in one call.
+"""What a recorded train step is on WebGL2: its uploads and draws, the program bridge.js keeps to
+replay them in one call, and a signature that says whether two recordings computed the same step.
 
-Python captures what an eager step did; bridge.js keeps that command list (constants included)
-and replays it with new batch data written into the recorded input textures. Every texture a
-recording names is retained (not pooled for others) until the recording is dropped.
+Python captures what an eager step did (recorder.py drives that); bridge.js keeps the command list
+(constants included) and replays it with new batch data written into the recorded input textures.
+Every texture a recording names is retained (not pooled for others) until it is dropped.
 """
 
 from __future__ import annotations

@@ -12,10 +12,11 @@ import numpy as np
 from ... import _js, events
 from .. import Backend, OutSpec
 from . import commands, kernels, views, warmup
-from .commands import BufferPool, CommandList, dispatch_record
+from .buffers import BufferPool, GpuHandle
+from .commands import CommandList, dispatch_record
 from .kernels import NAME
 from .plan import BufferRef, DeviceLimits
-from .recording import GpuHandle, Recording, RecordingBuilder, signature
+from .recording import Recording, RecordingBuilder, signature
 
 # A flush is forced when this many dispatches wait (long eager sequences outside fit).
 FLUSH_DISPATCHES = 512

@@ -6,21 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .buffers import GpuHandle
 from .commands import DISPATCH, DISPATCH_BINDINGS, DISPATCH_HEADER
-
-
-@dataclass(frozen=True)
-class GpuHandle:
-    """A tensor's storage buffer: pool id, bytes bound for it, and how to read it back.
-
-    `strides` is None for a dense row-major tensor; a broadcast view (views.py) has element
-    strides into buffer `id`, which may then be smaller than its shape says."""
-
-    id: int
-    nbytes: int
-    shape: tuple[int, ...]
-    dtype: str
-    strides: tuple[int, ...] | None = None
 
 
 @dataclass
