@@ -44,7 +44,7 @@ CAST = {"float32": "a", "float64": "a", "int32": "trunc(a)", "bool": "float(a !=
 # (up to kernels.COMPENSATED_DRAW_BITS) stay exact.
 PAIR_OPS = ("add", "sub", "where", "fused", "random_uniform")
 # Kernels applying a function f to the input elements at one index: key "<kind>:<arg>" is the
-# element form, "<kind>4:<arg>" the whole-texel form (see backend._vector_variant).
+# element form, "<kind>4:<arg>" the whole-texel form (see rewrites.vector_variant).
 ELEMENTWISE_KINDS = ("unary", "binary", "where", "cast", "fused")
 # Fused programs' GLSL functions by token (a hash of the function): the key names the token, so
 # equal keys build equal sources, and a key stays short however long its program.
@@ -80,7 +80,7 @@ def _frag(name: str) -> str:
 def _inputs(count: int, pair: bool) -> str:
     """Uniforms and fetch functions per input: x<k>(flat index) for element kernels, x<k>v(texel
     position) for vector elementwise kernels; pair inputs add their low part. An input with
-    fewer elements than the output is a broadcast along leading dims (backend._alias): one
+    fewer elements than the output is a broadcast along leading dims (rewrites.alias): one
     element everywhere, or a period of whole texels."""
     lines = []
     for k in range(count):
