@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -23,6 +23,12 @@ SECURITY_HEADERS = [
     (b"cross-origin-resource-policy", b"same-origin"),
     (b"x-content-type-options", b"nosniff"),
 ]
+# What /docs says before `make docs` has built the reference (the server starts without it).
+DOCS_NOT_BUILT = (
+    "<!doctype html><title>API reference not built</title>"
+    "<p>The API reference is not built yet: run <code>make docs</code> in the repository "
+    "(it builds <code>build/docs/</code> from the engine's docstrings), then reload.</p>"
+)
 
 
 class SecurityHeaders:
@@ -53,7 +59,10 @@ def _serve_web_folder(request: Request, root: Path, relative: str) -> Response:
 def create_app(paths: Paths | None = None) -> FastAPI:
     paths = paths or Paths.default()
     app = FastAPI(
-        title="py_in_browser dev server", docs_url="/api/docs", openapi_url="/api/openapi.json"
+        # /docs is the engine's API reference; FastAPI's Swagger UI of the HTTP API moves aside.
+        title="py_in_browser dev server",
+        docs_url="/api/docs",
+        openapi_url="/openapi.json",
     )
     wheel_lock = threading.Lock()
 
@@ -80,14 +89,16 @@ def create_app(paths: Paths | None = None) -> FastAPI:
             "runtime_url": f"{RUNTIME_PREFIX}/",
         }
 
-    @app.api_route("/engine/{digest}/{name}", methods=["GET", "HEAD"])
+    @app.api_route("/engine/{digest}/{name}", methods=["GET", "HEAD"], include_in_schema=False)
     def engine_file(request: Request, digest: str, name: str) -> Response:
         wheel = engine_wheel()
         if digest != wheel.digest or name != WHEEL_NAME:
             raise HTTPException(404, "no such engine build; ask /api/engine for the current one")
         return serve_file(request, wheel.path, IMMUTABLE)
 
-    @app.api_route(RUNTIME_PREFIX + "/{relative:path}", methods=["GET", "HEAD"])
+    @app.api_route(
+        RUNTIME_PREFIX + "/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False
+    )
     def runtime_file(request: Request, relative: str) -> Response:
         path = resolve_inside(paths.runtime, relative)
         if path is not None and not path.name.endswith(".gz") and path.name != "MANIFEST.json":
@@ -99,18 +110,28 @@ def create_app(paths: Paths | None = None) -> FastAPI:
             )
         raise HTTPException(404, "not found")
 
-    @app.api_route("/bench/{relative:path}", methods=["GET", "HEAD"])
+    @app.api_route("/bench/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False)
     def bench_file(request: Request, relative: str) -> Response:
         return _serve_web_folder(request, paths.bench_page, relative)
 
-    @app.api_route("/vendor/{relative:path}", methods=["GET", "HEAD"])
+    @app.api_route("/vendor/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False)
     def vendor_file(request: Request, relative: str) -> Response:
         path = resolve_inside(paths.vendor, relative)
         if path is None:
             raise HTTPException(404, "not found (benchmark packages come with `make bench`)")
         return serve_file(request, path, REVALIDATE)
 
-    @app.api_route("/{relative:path}", methods=["GET", "HEAD"])
+    @app.api_route("/docs", methods=["GET", "HEAD"], include_in_schema=False)
+    def docs_root() -> Response:
+        return RedirectResponse("/docs/", status_code=308)  # the pages' links are relative
+
+    @app.api_route("/docs/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False)
+    def docs_file(request: Request, relative: str) -> Response:
+        if not (paths.docs / "index.html").is_file():
+            return HTMLResponse(DOCS_NOT_BUILT, status_code=503)
+        return _serve_web_folder(request, paths.docs, relative)
+
+    @app.api_route("/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False)
     def web_file(request: Request, relative: str) -> Response:
         return _serve_web_folder(request, paths.web, relative)
 
