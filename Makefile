@@ -18,6 +18,10 @@ $(VENV)/.installed-test: $(VENV)/.installed-base
 	$(PY) -m pip install -q -e '.[test,torch,docs]'
 	touch $@
 
+$(VENV)/.installed-docs: $(VENV)/.installed-base
+	$(PY) -m pip install -q -e '.[docs]'
+	touch $@
+
 setup: $(VENV)/.installed-base
 	$(CLI) setup
 
@@ -45,7 +49,7 @@ e2e: $(VENV)/.installed-test setup browsers bench/node_modules/.installed
 
 # The API reference (served at /docs) from the engine's docstrings, into the git-ignored
 # build/docs; any Sphinx warning fails the build, so `make test` catches broken docstrings.
-docs: $(VENV)/.installed-test
+docs: $(VENV)/.installed-docs
 	$(VENV)/bin/sphinx-build -q -W --keep-going -b html -d build/docs-doctrees docs build/docs
 
 # The e2e suite includes a smoke run of the benchmark harness, so TF.js is installed here too.

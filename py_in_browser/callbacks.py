@@ -30,7 +30,8 @@ class Callback:
         >>> class PrintLoss(pib.Callback):
         ...     def on_epoch_end(self, epoch, logs):
         ...         print(epoch, round(logs["loss"], 4))
-        >>> model = pib.Sequential([pib.layers.Dense(1, kernel_initializer="zeros", input_shape=(1,))])
+        >>> dense = pib.layers.Dense(1, kernel_initializer="zeros", input_shape=(1,))
+        >>> model = pib.Sequential([dense])
         >>> model.compile(optimizer="sgd", loss="mse")
         >>> x = y = np.ones((4, 1))
         >>> history = await model.fit(x, y, epochs=2, callbacks=[PrintLoss()])
@@ -110,7 +111,8 @@ class EarlyStopping(Callback):
         >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(1,))])
         >>> model.compile(optimizer="sgd", loss="mse")
         >>> stop = pib.EarlyStopping(monitor="loss", min_delta=10.0)  # nothing improves by 10
-        >>> history = await model.fit(np.ones((4, 1)), np.ones((4, 1)), epochs=5, callbacks=[stop])
+        >>> x = y = np.ones((4, 1))
+        >>> history = await model.fit(x, y, epochs=5, callbacks=[stop])
         >>> stop.stopped_epoch, len(history.epoch)
         (1, 2)
     """
@@ -170,7 +172,8 @@ class LambdaCallback(Callback):
         >>> model.compile(optimizer="sgd", loss="mse")
         >>> seen = []
         >>> log_batches = pib.LambdaCallback(on_batch_end=lambda batch, logs: seen.append(batch))
-        >>> history = await model.fit(np.ones((6, 1)), np.ones((6, 1)), batch_size=2, callbacks=[log_batches])
+        >>> x = y = np.ones((6, 1))
+        >>> history = await model.fit(x, y, batch_size=2, callbacks=[log_batches])
         >>> seen
         [0, 1, 2]
     """
@@ -205,7 +208,8 @@ class ProgressCallback(Callback):
         >>> model.compile(optimizer="sgd", loss="mse")
         >>> events = []
         >>> progress = pib.ProgressCallback(events.append, every_batches=0)
-        >>> history = await model.fit(np.ones((4, 1)), np.ones((4, 1)), epochs=2, callbacks=[progress])
+        >>> x = y = np.ones((4, 1))
+        >>> history = await model.fit(x, y, epochs=2, callbacks=[progress])
         >>> [(e["event"], e["epoch"]) for e in events]
         [('epoch', 0), ('epoch', 1), ('end', 1)]
     """

@@ -162,7 +162,8 @@ class Sequential:
         """Number of scalars in all weights (builds the model if needed).
 
         Example:
-            >>> pib.Sequential([pib.layers.Dense(3, input_shape=(2,))]).count_params()  # 2 * 3 + 3
+            >>> model = pib.Sequential([pib.layers.Dense(3, input_shape=(2,))])
+            >>> model.count_params()  # kernel 2 * 3, bias 3
             9
         """
         self._require_built()
@@ -275,7 +276,8 @@ class Sequential:
 
         Example:
             >>> model = pib.Sequential([pib.layers.Dense(3, input_shape=(4,))])
-            >>> model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+            >>> loss = "sparse_categorical_crossentropy"
+            >>> model.compile(optimizer="sgd", loss=loss, metrics=["accuracy"])
             >>> [m.kind for m in model.resolved_metrics()]
             ['sparse']
         """
@@ -333,7 +335,8 @@ class Sequential:
         returned loss shows the NaN.
 
         Example:
-            >>> model = pib.Sequential([pib.layers.Dense(1, kernel_initializer="zeros", input_shape=(1,))])
+            >>> dense = pib.layers.Dense(1, kernel_initializer="zeros", input_shape=(1,))
+            >>> model = pib.Sequential([dense])
             >>> model.compile(optimizer="sgd", loss="mse")
             >>> x = y = np.ones((4, 1), np.float32)
             >>> loss = await model.train_on_batch(x, y)
@@ -381,7 +384,8 @@ class Sequential:
         """Mean loss and metrics over (x, y) in inference mode: {"loss": ..., <metric>: ...}.
 
         Example:
-            >>> model = pib.Sequential([pib.layers.Dense(1, kernel_initializer="zeros", input_shape=(2,))])
+            >>> dense = pib.layers.Dense(1, kernel_initializer="zeros", input_shape=(2,))
+            >>> model = pib.Sequential([dense])
             >>> model.compile(optimizer="sgd", loss="mse")
             >>> await model.evaluate(np.ones((4, 2)), np.full((4, 1), 2.0))
             {'loss': 4.0}
@@ -394,7 +398,8 @@ class Sequential:
         A tensor input stays on the device; read the result with ``await out.numpy()``.
 
         Example:
-            >>> model = pib.Sequential([pib.layers.Dense(2, kernel_initializer="ones", input_shape=(3,))])
+            >>> dense = pib.layers.Dense(2, kernel_initializer="ones", input_shape=(3,))
+            >>> model = pib.Sequential([dense])
             >>> out = await model.predict(np.ones((5, 3)), batch_size=2)
             >>> out.shape, (await out.numpy())[0]
             ((5, 2), array([3., 3.], dtype=float32))

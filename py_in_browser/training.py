@@ -46,7 +46,8 @@ class NonFiniteLossError(FloatingPointError):
     optimizer slots and step counter, BatchNormalization statistics).
 
     Example:
-        >>> model = pib.Sequential([pib.layers.Dense(1, kernel_initializer="ones", input_shape=(1,))])
+        >>> dense = pib.layers.Dense(1, kernel_initializer="ones", input_shape=(1,))
+        >>> model = pib.Sequential([dense])
         >>> model.compile(optimizer=pib.optimizers.SGD(1e30), loss="mse")
         >>> try:
         ...     await model.fit(np.ones((2, 1)), np.zeros((2, 1)), epochs=3)

@@ -50,7 +50,8 @@ def he_normal(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
 
     Example:
         >>> w = pib.initializers.he_normal((1000, 10), np.random.default_rng(0))
-        >>> bool(np.abs(w).max() <= 2 * np.sqrt(2 / 1000) / 0.87962566), round(float(w.std()), 3)
+        >>> limit = 2 * np.sqrt(2 / 1000) / 0.87962566
+        >>> bool(np.abs(w).max() <= limit), round(float(w.std()), 3)
         (True, 0.045)
     """
     fan_in, _ = fans(shape)
