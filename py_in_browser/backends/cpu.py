@@ -9,6 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from . import KERNELS, Backend, Kernel, OutSpec, register_backend, register_kernel
+from .cpu_simd import SIMD
 
 NAME = "cpu"
 
@@ -180,14 +181,19 @@ def _argmax(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     return np.argmax(xs[0], axis=attrs["axis"]).astype(np.int32)
 
 
+def _gemm(a: np.ndarray, b: np.ndarray, transpose_a: bool, transpose_b: bool) -> np.ndarray:
+    """op(a) @ op(b): the SIMD module's GEMM where it loaded (Pyodide), numpy's otherwise."""
+    out = SIMD.gemm(a, b, transpose_a, transpose_b) if SIMD is not None else None
+    if out is not None:
+        return out
+    return np.matmul(
+        np.swapaxes(a, -1, -2) if transpose_a else a, np.swapaxes(b, -1, -2) if transpose_b else b
+    )
+
+
 @_kernel("matmul")
 def _matmul(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    a, b = xs
-    if attrs["transpose_a"]:
-        a = np.swapaxes(a, -1, -2)
-    if attrs["transpose_b"]:
-        b = np.swapaxes(b, -1, -2)
-    return np.matmul(a, b)
+    return _gemm(xs[0], xs[1], attrs["transpose_a"], attrs["transpose_b"])
 
 
 def _padded(x: np.ndarray, pads: Any, value: float = 0.0) -> np.ndarray:
@@ -235,7 +241,9 @@ def _conv2d(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     oh, ow = _out_hw(xp.shape[1:3], (kh, kw), attrs["strides"])
     win = _windows(xp, (kh, kw), attrs["strides"], (oh, ow))
     cols = win.transpose(0, 1, 2, 4, 5, 3).reshape(-1, kh * kw * cin)
-    return (cols @ w.reshape(kh * kw * cin, cout)).reshape(x.shape[0], oh, ow, cout)
+    return _gemm(cols, w.reshape(kh * kw * cin, cout), False, False).reshape(
+        x.shape[0], oh, ow, cout
+    )
 
 
 @_kernel("conv2d_backprop_input")
@@ -243,7 +251,8 @@ def _conv2d_backprop_input(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.nd
     g, w = xs
     kh, kw, cin, cout = w.shape
     n, oh, ow, _ = g.shape
-    cols = (g.reshape(-1, cout) @ w.reshape(kh * kw * cin, cout).T).reshape(n, oh, ow, kh, kw, cin)
+    cols = _gemm(g.reshape(-1, cout), w.reshape(kh * kw * cin, cout), False, True)
+    cols = cols.reshape(n, oh, ow, kh, kw, cin)
     _, h, wd, _ = attrs["input_shape"]
     (pt, pb), (pl, pr) = attrs["pads"]
     padded = (n, h + pt + pb, wd + pl + pr, cin)
@@ -258,7 +267,7 @@ def _conv2d_backprop_filter(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.n
     oh, ow = g.shape[1:3]
     win = _windows(xp, (kh, kw), attrs["strides"], (oh, ow))
     cols = win.transpose(0, 1, 2, 4, 5, 3).reshape(-1, kh * kw * cin)
-    return (cols.T @ g.reshape(-1, cout)).reshape(kh, kw, cin, cout)
+    return _gemm(cols, g.reshape(-1, cout), True, False).reshape(kh, kw, cin, cout)
 
 
 @_kernel("max_pool2d")
