@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import math
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 import pytest
 
+from py_in_browser.backends import KERNELS, cpu
+from py_in_browser.testing.op_cases import CASES, OpCase, check_forward, tape_gradients
 from tests_unit.wasm_simd import WasmSimd, native_simd
 
 TOLERANCE = 1e-5
@@ -79,3 +86,118 @@ def test_gemm_reads_strided_views(simd: WasmSimd) -> None:
 def test_gemm_leaves_other_dtypes_to_numpy(simd: WasmSimd) -> None:
     a = np.ones((2, 2), dtype=np.float64)
     assert simd.kernels.gemm(a, a, False, False) is None
+
+
+# ---- convolution and pooling: the cpu backend's kernels with the module vs without -----------
+
+# (input NHWC, window, strides, ((top, bottom), (left, right)) pads); channel counts cover the
+# 4-wide vector body and the scalar tail.
+WINDOWS = [
+    ((2, 5, 6, 3), (3, 3), (1, 1), ((1, 1), (1, 1))),
+    ((1, 7, 7, 8), (3, 3), (2, 2), ((0, 1), (0, 1))),
+    ((2, 6, 5, 5), (2, 3), (2, 1), ((0, 0), (0, 0))),
+    ((1, 4, 4, 4), (1, 1), (1, 1), ((0, 0), (0, 0))),
+    ((1, 9, 8, 6), (3, 2), (3, 2), ((1, 1), (0, 1))),
+]
+
+
+@pytest.fixture
+def with_simd(simd: WasmSimd, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The cpu backend as in Pyodide: its kernels use the module (the wasmtime instance)."""
+    monkeypatch.setattr(cpu, "SIMD", simd.kernels)
+    yield
+
+
+def _both(op: str, xs: list[np.ndarray], attrs: dict[str, Any], simd: WasmSimd) -> tuple:
+    kernel = KERNELS[("cpu", op)]
+    with_numpy = kernel(xs, attrs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpu, "SIMD", simd.kernels)
+        with_module = kernel(xs, attrs)
+    return np.array(with_module), with_numpy
+
+
+def _out_hw(shape: tuple[int, ...], window: Any, strides: Any, pads: Any) -> tuple[int, int]:
+    (pt, pb), (pl, pr) = pads
+    return (
+        (shape[1] + pt + pb - window[0]) // strides[0] + 1,
+        (shape[2] + pl + pr - window[1]) // strides[1] + 1,
+    )
+
+
+@pytest.mark.parametrize(("shape", "window", "strides", "pads"), WINDOWS)
+def test_conv2d_and_its_gradients_match_numpy(
+    simd: WasmSimd, shape: tuple[int, ...], window: Any, strides: Any, pads: Any
+) -> None:
+    rng = np.random.default_rng(sum(shape))
+    cout = 5
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((*window, shape[3], cout)).astype(np.float32)
+    oh, ow = _out_hw(shape, window, strides, pads)
+    g = rng.standard_normal((shape[0], oh, ow, cout)).astype(np.float32)
+    attrs = {"strides": strides, "pads": pads}
+    cases: list[tuple[str, list[np.ndarray], dict[str, Any]]] = [
+        ("conv2d", [x, w], attrs),
+        ("conv2d_backprop_input", [g, w], {**attrs, "input_shape": shape}),
+        ("conv2d_backprop_filter", [x, g], {**attrs, "filter_shape": w.shape}),
+    ]
+    for op, xs, op_attrs in cases:
+        got, want = _both(op, xs, op_attrs, simd)
+        assert got.shape == want.shape, op
+        _close(got, want)
+
+
+@pytest.mark.parametrize(("shape", "window", "strides", "pads"), WINDOWS)
+def test_pooling_and_its_gradients_match_numpy(
+    simd: WasmSimd, shape: tuple[int, ...], window: Any, strides: Any, pads: Any
+) -> None:
+    rng = np.random.default_rng(sum(shape) + 1)
+    # A shuffled ramp: no ties, so "the first maximum" is the same for both.
+    x = (rng.permutation(math.prod(shape)).reshape(shape) * 0.1 - 3).astype(np.float32)
+    g = rng.standard_normal((shape[0], *_out_hw(shape, window, strides, pads), shape[3]))
+    g = g.astype(np.float32)
+    attrs = {"pool_size": window, "strides": strides, "pads": pads}
+    cases: list[tuple[str, list[np.ndarray], dict[str, Any]]] = [
+        ("max_pool2d", [x], attrs),
+        ("max_pool2d_grad", [x, g], attrs),
+        ("avg_pool2d", [x], attrs),
+        ("avg_pool2d_grad", [g], {**attrs, "input_shape": shape}),
+    ]
+    for op, xs, op_attrs in cases:
+        got, want = _both(op, xs, op_attrs, simd)
+        assert got.shape == want.shape, op
+        _close(got, want)
+
+
+def test_max_pooling_routes_ties_and_nan_like_numpy(simd: WasmSimd) -> None:
+    x = np.zeros((1, 4, 4, 5), dtype=np.float32)  # all ties: the first tap takes the gradient
+    x[0, 2, 3, 1] = np.nan
+    x[0, 0, 1, 2] = -np.inf
+    g = np.arange(1, 21, dtype=np.float32).reshape(1, 2, 2, 5)
+    attrs = {"pool_size": (2, 2), "strides": (2, 2), "pads": ((0, 0), (0, 0))}
+    for op, xs in (("max_pool2d", [x]), ("max_pool2d_grad", [x, g])):
+        got, want = _both(op, xs, attrs, simd)
+        np.testing.assert_array_equal(got, want)
+
+
+# ---- the op-case table on the cpu backend with the module, as in Pyodide ----------------------
+
+
+@pytest.mark.usefixtures("with_simd")
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_op_case_with_simd_matches_numpy(case: OpCase) -> None:
+    result = asyncio.run(check_forward(case, "float32"))
+    assert result["shape_ok"], result
+    assert result["max_abs_err"] <= TOLERANCE * result["scale"], result
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c.grad], ids=[c.name for c in CASES if c.grad]
+)
+def test_op_case_gradients_with_simd_match_numpy(case: OpCase, simd: WasmSimd) -> None:
+    with_numpy, _ = asyncio.run(tape_gradients(case, "float32"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpu, "SIMD", simd.kernels)
+        with_module, _ = asyncio.run(tape_gradients(case, "float32"))
+    for got, want in zip(with_module, with_numpy, strict=True):
+        _close(got, want)

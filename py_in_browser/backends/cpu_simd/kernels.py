@@ -24,11 +24,19 @@ Empty = Callable[[tuple[int, ...]], np.ndarray]
 SIGNATURES: dict[str, tuple[str, str]] = {
     "gemm_work_floats": ("", "i"),
     "gemm": ("iiiipiipiipp", ""),
+    "im2col": ("ppp", ""),
+    "col2im": ("ppp", ""),
+    "max_pool2d": ("ppp", ""),
+    "max_pool2d_grad": ("pppp", ""),
+    "avg_pool2d": ("ppp", ""),
+    "avg_pool2d_grad": ("ppp", ""),
 }
+Pair = tuple[int, int]
 
 
 class SimdKernels:
     def __init__(self, exports: Mapping[str, Export], address: Address, empty: Empty) -> None:
+        self._exports = exports
         self._gemm = exports["gemm"]
         self._address = address
         self._empty = empty
@@ -38,6 +46,9 @@ class SimdKernels:
     def _operand(self, x: np.ndarray) -> tuple[np.ndarray, int]:
         contiguous = np.ascontiguousarray(x)
         return contiguous, self._address(contiguous)
+
+    def _call(self, name: str, *arrays: np.ndarray) -> None:
+        self._exports[name](*(self._address(x) for x in arrays))
 
     def gemm(
         self, a: np.ndarray, b: np.ndarray, transpose_a: bool, transpose_b: bool
@@ -69,3 +80,97 @@ class SimdKernels:
                 self._address(self._work),
             )
         return out
+
+    def _window(
+        self,
+        shape: tuple[int, ...],
+        window: Pair,
+        strides: Pair,
+        pads: tuple[Pair, Pair],
+        out_hw: Pair,
+    ) -> np.ndarray:
+        """The window_t (native/simd.h) of these windows over an NHWC input of `shape`."""
+        (pt, _), (pl, _) = pads
+        return np.array([*shape, *window, *strides, pt, pl, *out_hw], dtype=np.int32)
+
+    def im2col(
+        self, x: np.ndarray, window: Pair, strides: Pair, pads: tuple[Pair, Pair], out_hw: Pair
+    ) -> np.ndarray | None:
+        """Rows (N*OH*OW, KH*KW*C) of every (zero-padded) window of x, taps in (i, j, c) order."""
+        if x.dtype != np.float32:
+            return None
+        x, _ = self._operand(x)
+        cols = self._empty((x.shape[0] * out_hw[0] * out_hw[1], window[0] * window[1] * x.shape[3]))
+        if cols.size:
+            self._call("im2col", self._window(x.shape, window, strides, pads, out_hw), x, cols)
+        return cols
+
+    def col2im(
+        self,
+        cols: np.ndarray,
+        input_shape: tuple[int, ...],
+        window: Pair,
+        strides: Pair,
+        pads: tuple[Pair, Pair],
+        out_hw: Pair,
+    ) -> np.ndarray | None:
+        """The input-shaped sum of im2col rows added back where they were read (padding dropped)."""
+        if cols.dtype != np.float32:
+            return None
+        cols, _ = self._operand(cols)
+        dx = self._empty(tuple(input_shape))
+        if dx.size:
+            geometry = self._window(dx.shape, window, strides, pads, out_hw)
+            self._call("col2im", geometry, cols, dx)
+        return dx
+
+    def pool2d(
+        self,
+        kind: str,
+        x: np.ndarray,
+        window: Pair,
+        strides: Pair,
+        pads: tuple[Pair, Pair],
+        out_hw: Pair,
+    ) -> np.ndarray | None:
+        """`kind` "max" or "avg" pooling of NHWC x (TensorFlow's padding rules)."""
+        if x.dtype != np.float32:
+            return None
+        x, _ = self._operand(x)
+        out = self._empty((x.shape[0], *out_hw, x.shape[3]))
+        if out.size:
+            geometry = self._window(x.shape, window, strides, pads, out_hw)
+            self._call(f"{kind}_pool2d", geometry, x, out)
+        return out
+
+    def max_pool2d_grad(
+        self, x: np.ndarray, g: np.ndarray, window: Pair, strides: Pair, pads: tuple[Pair, Pair]
+    ) -> np.ndarray | None:
+        """Each window's gradient g routed to its first maximum in x."""
+        if x.dtype != np.float32 or g.dtype != np.float32:
+            return None
+        x, _ = self._operand(x)
+        g, _ = self._operand(g)
+        dx = self._empty(x.shape)
+        if dx.size:
+            geometry = self._window(x.shape, window, strides, pads, g.shape[1:3])
+            self._call("max_pool2d_grad", geometry, x, g, dx)
+        return dx
+
+    def avg_pool2d_grad(
+        self,
+        g: np.ndarray,
+        input_shape: tuple[int, ...],
+        window: Pair,
+        strides: Pair,
+        pads: tuple[Pair, Pair],
+    ) -> np.ndarray | None:
+        """Each window's gradient g shared among its taps on the input."""
+        if g.dtype != np.float32:
+            return None
+        g, _ = self._operand(g)
+        dx = self._empty(tuple(input_shape))
+        if dx.size:
+            geometry = self._window(dx.shape, window, strides, pads, g.shape[1:3])
+            self._call("avg_pool2d_grad", geometry, g, dx)
+        return dx

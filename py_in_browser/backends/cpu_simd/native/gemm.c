@@ -8,7 +8,9 @@
 
 #include "simd.h"
 
-#define MR 4
+#ifndef MR
+#define MR 6
+#endif
 #define NR 8
 #define KC 256
 #define MC 128
@@ -27,10 +29,7 @@ static void pack_a(const float *a, int trans, int m, int k, int i0, int mc, int 
     if (!trans && rows == MR) {
       const float *r0 = a + (i0 + ip) * k + p0;
       for (int p = 0; p < kc; p++) {
-        out[0] = r0[p];
-        out[1] = r0[k + p];
-        out[2] = r0[2 * k + p];
-        out[3] = r0[3 * k + p];
+        for (int r = 0; r < MR; r++) out[r] = r0[r * k + p];
         out += MR;
       }
       continue;
@@ -70,26 +69,21 @@ static void pack_b(const float *b, int trans, int k, int n, int p0, int kc, int 
 }
 
 // acc (MR x NR) = packed A panel . packed B panel over kc; then C tile = acc (+ C when `add`).
+// The accumulators stay in registers (MR * 2 of them, plus 2 for B and 1 for A's broadcast).
 static void micro_kernel(int kc, const float *ap, const float *bp, float *c, int ldc, int rows,
                          int cols, int add) {
-  v128_t c00 = wasm_f32x4_splat(0), c01 = c00, c10 = c00, c11 = c00;
-  v128_t c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+  v128_t acc[MR][2];
+  for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = wasm_f32x4_splat(0);
   for (int p = 0; p < kc; p++) {
     v128_t b0 = wasm_v128_load(bp), b1 = wasm_v128_load(bp + 4);
-    v128_t a0 = wasm_v128_load32_splat(ap), a1 = wasm_v128_load32_splat(ap + 1);
-    v128_t a2 = wasm_v128_load32_splat(ap + 2), a3 = wasm_v128_load32_splat(ap + 3);
-    c00 = wasm_f32x4_add(c00, wasm_f32x4_mul(a0, b0));
-    c01 = wasm_f32x4_add(c01, wasm_f32x4_mul(a0, b1));
-    c10 = wasm_f32x4_add(c10, wasm_f32x4_mul(a1, b0));
-    c11 = wasm_f32x4_add(c11, wasm_f32x4_mul(a1, b1));
-    c20 = wasm_f32x4_add(c20, wasm_f32x4_mul(a2, b0));
-    c21 = wasm_f32x4_add(c21, wasm_f32x4_mul(a2, b1));
-    c30 = wasm_f32x4_add(c30, wasm_f32x4_mul(a3, b0));
-    c31 = wasm_f32x4_add(c31, wasm_f32x4_mul(a3, b1));
+    for (int r = 0; r < MR; r++) {
+      v128_t a = wasm_v128_load32_splat(ap + r);
+      acc[r][0] = wasm_f32x4_add(acc[r][0], wasm_f32x4_mul(a, b0));
+      acc[r][1] = wasm_f32x4_add(acc[r][1], wasm_f32x4_mul(a, b1));
+    }
     ap += MR;
     bp += NR;
   }
-  v128_t acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
   if (rows == MR && cols == NR) {
     for (int r = 0; r < MR; r++) {
       float *row = c + r * ldc;
