@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from py_in_browser import fusion
 from py_in_browser.backends import KERNELS, cpu
 from py_in_browser.testing.op_cases import CASES, OpCase, check_forward, tape_gradients
 from tests_unit.wasm_simd import WasmSimd, native_simd
@@ -110,10 +111,11 @@ def with_simd(simd: WasmSimd, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
 
 def _both(op: str, xs: list[np.ndarray], attrs: dict[str, Any], simd: WasmSimd) -> tuple:
     kernel = KERNELS[("cpu", op)]
-    with_numpy = kernel(xs, attrs)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cpu, "SIMD", simd.kernels)
-        with_module = kernel(xs, attrs)
+    with np.errstate(all="ignore"):  # as CpuBackend.run: NaN and Inf are values here
+        with_numpy = kernel(xs, attrs)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(cpu, "SIMD", simd.kernels)
+            with_module = kernel(xs, attrs)
     return np.array(with_module), with_numpy
 
 
@@ -201,3 +203,57 @@ def test_op_case_gradients_with_simd_match_numpy(case: OpCase, simd: WasmSimd) -
         with_module, _ = asyncio.run(tape_gradients(case, "float32"))
     for got, want in zip(with_module, with_numpy, strict=True):
         _close(got, want)
+
+
+# ---- fused elementwise programs --------------------------------------------------------------
+
+SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 88.7, -103.0])
+
+
+def _fused_both(program: Any, xs: list[np.ndarray], simd: WasmSimd) -> tuple:
+    return _both("fused", xs, {"program": program}, simd)
+
+
+@pytest.mark.parametrize("op", fusion.UNARY)
+def test_fused_unary_steps_match_numpy_over_their_range(simd: WasmSimd, op: str) -> None:
+    rng = np.random.default_rng(11)
+    wide = np.concatenate([rng.uniform(-30, 30, 997), rng.standard_normal(500), SPECIAL])
+    x = (np.abs(wide) if op in ("log", "sqrt") else wide).astype(np.float32)
+    x = np.concatenate([x, rng.uniform(1e-30, 1e30, 300).astype(np.float32)]) if op == "log" else x
+    got, want = _fused_both(((op, (("input", 0),)),), [x], simd)
+    # erf's closed form is 1 - poly * exp(-x^2): near 0 both sides carry an absolute 1 ulp of 1.
+    atol = 2.5e-7 if op == "erf" else 1e-37
+    np.testing.assert_allclose(got, want, rtol=3e-7, atol=atol, equal_nan=True)
+
+
+def test_fused_pow_matches_numpy_for_every_sign_and_special(simd: WasmSimd) -> None:
+    bases = np.array([2.0, 0.5, -2.0, -0.5, 0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 3.7])
+    exponents = np.array([0.0, 1.0, 2.0, 3.0, -1.0, -2.0, 0.5, -0.5, 2.5, np.inf, -np.inf, np.nan])
+    x, y = (a.astype(np.float32).ravel() for a in np.meshgrid(bases, exponents))
+    got, want = _fused_both((("pow", (("input", 0), ("input", 1))),), [x, y], simd)
+    np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+    numbers = ~np.isnan(want)
+    np.testing.assert_array_equal(np.signbit(got[numbers]), np.signbit(want[numbers]))
+
+
+@pytest.mark.parametrize("size", [1, 63, 64, 65, 200])
+def test_fused_program_reads_scalars_rows_masks_and_gates(simd: WasmSimd, size: int) -> None:
+    """An Adam-like program with every input layout; sizes around the 64-element block."""
+    rng = np.random.default_rng(size)
+    shape = (size, 3)
+    full = rng.standard_normal(shape).astype(np.float32)
+    rows = np.broadcast_to(rng.standard_normal((size, 1)).astype(np.float32), shape)
+    filled = np.broadcast_to(np.float32(0.25), shape)
+    scalar = np.array(1.5, dtype=np.float32)
+    mask = rng.uniform(size=shape) < 0.5
+    gate = np.array(True)
+
+    def program(f: Any, r: Any, c: Any, s: Any, m: Any, g: Any) -> Any:
+        step = f * c - r / (fusion.sqrt(fusion.maximum(f * f, s)) + 1e-3)
+        picked = fusion.where(m, fusion.exp(-step), fusion.tanh(step) + fusion.less(f, r) * 0)
+        return fusion.where(g, picked, f)
+
+    traced = fusion.trace(program, 6)
+    got, want = _fused_both(traced, [full, rows, filled, scalar, mask, gate], simd)
+    assert got.shape == want.shape == shape
+    _close(got, want)

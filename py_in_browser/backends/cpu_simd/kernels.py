@@ -10,10 +10,13 @@ module does not apply (other dtypes), so the caller keeps its numpy kernel there
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
+
+from ... import fusion
 
 Export = Callable[..., Any]
 Address = Callable[[np.ndarray], int]
@@ -30,8 +33,46 @@ SIGNATURES: dict[str, tuple[str, str]] = {
     "max_pool2d_grad": ("pppp", ""),
     "avg_pool2d": ("ppp", ""),
     "avg_pool2d_grad": ("ppp", ""),
+    "fused": ("ipipipppp", ""),
 }
 Pair = tuple[int, int]
+
+# Opcodes of native/fused.c, in its enum's order; argument sources and input layouts likewise.
+FUSED_OPS = (*fusion.UNARY, *fusion.BINARY, *fusion.COMPARE, fusion.SELECT)
+ARG_SOURCES = ("input", "step", "const")
+INPUT_FULL, INPUT_SCALAR, INPUT_ROWS, INPUT_MASK, INPUT_GATE = range(5)
+
+
+@lru_cache(maxsize=256)
+def _encoded(program: fusion.Program) -> tuple[np.ndarray, np.ndarray]:
+    """The program as fused.c reads it: 7 int32 per step (opcode, then (source, index) per
+    argument) and its constants as float32, cached as optimizer programs repeat every step."""
+    code = np.zeros((len(program), 7), dtype=np.int32)
+    consts: list[float] = []
+    for s, (op, args) in enumerate(program):
+        code[s, 0] = FUSED_OPS.index(op)
+        for a, (where, value) in enumerate(args):
+            if where == "const":
+                consts.append(value)
+                value = len(consts) - 1
+            code[s, 1 + 2 * a : 3 + 2 * a] = (ARG_SOURCES.index(where), value)
+    return code, np.array(consts or [0.0], dtype=np.float32)
+
+
+def _layout(x: np.ndarray, shape: tuple[int, ...]) -> tuple[int, int, np.ndarray] | None:
+    """(INPUT_* kind, row length, the array fused.c reads) of one input, None if unsupported.
+    Broadcast views are read in place: one value, or one value per row."""
+    if x.dtype == np.bool_:
+        if x.ndim == 0:
+            return INPUT_GATE, 0, x
+        return (INPUT_MASK, 0, np.ascontiguousarray(x)) if x.shape == shape else None
+    if x.dtype != np.float32 or (x.ndim and x.shape != shape):
+        return None
+    if x.ndim == 0 or not any(x.strides):
+        return INPUT_SCALAR, 0, x
+    if x.strides[-1] == 0:
+        return INPUT_ROWS, shape[-1], np.ascontiguousarray(x[..., 0])
+    return INPUT_FULL, 0, np.ascontiguousarray(x)
 
 
 class SimdKernels:
@@ -174,3 +215,31 @@ class SimdKernels:
             geometry = self._window(dx.shape, window, strides, pads, g.shape[1:3])
             self._call("avg_pool2d_grad", geometry, g, dx)
         return dx
+
+    def fused(self, program: fusion.Program, xs: Sequence[np.ndarray]) -> np.ndarray | None:
+        """A fused elementwise program (fusion.py) over float32 inputs (and bool masks)."""
+        shape = next((x.shape for x in xs if x.ndim), ())
+        layouts = [_layout(x, shape) for x in xs]
+        if any(layout is None for layout in layouts) or len(program) > fusion.MAX_STEPS:
+            return None
+        if not any(x.dtype == np.float32 for x in xs) and any(x.dtype != np.bool_ for x in xs):
+            return None
+        kinds, cols, arrays = zip(
+            *(layout for layout in layouts if layout is not None), strict=True
+        )
+        code, consts = _encoded(program)
+        addresses = np.array([self._address(x) for x in arrays], dtype=np.uint32)
+        out = self._empty(shape)
+        if out.size:
+            self._exports["fused"](
+                out.size,
+                self._address(code),
+                len(program),
+                self._address(consts),
+                len(arrays),
+                self._address(addresses),
+                self._address(np.array(kinds, dtype=np.int32)),
+                self._address(np.array(cols, dtype=np.int32)),
+                self._address(out),
+            )
+        return out
