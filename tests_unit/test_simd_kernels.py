@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,8 @@ import pytest
 
 from py_in_browser import fusion
 from py_in_browser.backends import KERNELS, cpu
+from py_in_browser.backends.cpu_simd import loader
+from py_in_browser.events import runtime_events
 from py_in_browser.testing.op_cases import CASES, OpCase, check_forward, tape_gradients
 from tests_unit.wasm_simd import WasmSimd, native_simd
 
@@ -257,3 +260,22 @@ def test_fused_program_reads_scalars_rows_masks_and_gates(simd: WasmSimd, size: 
     got, want = _fused_both(traced, [full, rows, filled, scalar, mask, gate], simd)
     assert got.shape == want.shape == shape
     _close(got, want)
+
+
+# ---- the fallback: where the module cannot load, numpy stays and an event says why ------------
+
+
+@pytest.mark.parametrize("content", [None, b"\0asm not a module"])
+def test_a_missing_or_broken_module_is_a_runtime_event(
+    content: bytes | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = tmp_path / "kernels.wasm"
+    if content is not None:
+        module.write_bytes(content)
+    monkeypatch.setattr(loader.sys, "platform", "emscripten")  # as in Pyodide
+    monkeypatch.setattr(loader, "MODULE", module)
+    before = len(runtime_events())
+    assert loader.load() is None
+    events = runtime_events()[before:]
+    assert [event["type"] for event in events] == ["simd_unavailable"]
+    assert ("not in the engine wheel" if content is None else "did not load") in events[0]["reason"]
