@@ -228,7 +228,11 @@ class SimdKernels:
             *(layout for layout in layouts if layout is not None), strict=True
         )
         code, consts = _encoded(program)
+        # Every array the module reads is held by a name until the call returns: a temporary
+        # could be freed, and its memory reused, between taking its address and the call.
         addresses = np.array([self._address(x) for x in arrays], dtype=np.uint32)
+        layout_kinds = np.array(kinds, dtype=np.int32)
+        row_lengths = np.array(cols, dtype=np.int32)
         out = self._empty(shape)
         if out.size:
             self._exports["fused"](
@@ -238,8 +242,8 @@ class SimdKernels:
                 self._address(consts),
                 len(arrays),
                 self._address(addresses),
-                self._address(np.array(kinds, dtype=np.int32)),
-                self._address(np.array(cols, dtype=np.int32)),
+                self._address(layout_kinds),
+                self._address(row_lengths),
                 self._address(out),
             )
         return out
