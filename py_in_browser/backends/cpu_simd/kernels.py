@@ -46,8 +46,8 @@ INPUT_FULL, INPUT_SCALAR, INPUT_ROWS, INPUT_MASK, INPUT_GATE = range(5)
 @lru_cache(maxsize=256)
 def _encoded(program: fusion.Program) -> tuple[np.ndarray, np.ndarray]:
     """The program as fused.c reads it: 7 int32 per step (opcode, then (source, index) per
-    argument) and its constants as float32, cached as optimizer programs repeat every step."""
-    code = np.zeros((len(program), 7), dtype=np.int32)
+    argument, -1 where a step has fewer) and its constants as float32, cached as optimizer programs repeat every step."""
+    code = np.full((len(program), 7), -1, dtype=np.int32)  # -1: no argument (fused.c ARG_NONE)
     consts: list[float] = []
     for s, (op, args) in enumerate(program):
         code[s, 0] = FUSED_OPS.index(op)

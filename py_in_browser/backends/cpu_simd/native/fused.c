@@ -20,7 +20,7 @@ enum {
   OP_WHERE,
 };
 // Where an argument comes from, and how an input is laid out (INPUT_* in kernels.py).
-enum { ARG_INPUT, ARG_STEP, ARG_CONST };
+enum { ARG_NONE = -1, ARG_INPUT, ARG_STEP, ARG_CONST };
 enum { INPUT_FULL, INPUT_SCALAR, INPUT_ROWS, INPUT_MASK, INPUT_GATE };
 
 typedef v128_t block_t[VECS];
@@ -142,27 +142,36 @@ static v128_t pow4(v128_t x, v128_t y) {
 // Bools are 1.0 and 0.0, as numpy's are when arithmetic meets them.
 static inline v128_t truth(v128_t lanes) { return wasm_v128_and(lanes, f(1.0f)); }
 
-static v128_t apply(int op, v128_t a, v128_t b, v128_t c) {
+// dst = op over whole blocks: the switch is taken once per step and block, not per vector.
+#define EACH(expr)                                                    \
+  for (int v = 0; v < VECS; v++) {                                    \
+    v128_t a = x[v], b = y ? y[v] : x[v], c = z ? z[v] : x[v];        \
+    (void)b, (void)c;                                                 \
+    dst[v] = (expr);                                                  \
+  }                                                                   \
+  return
+
+static void apply(int op, const v128_t *x, const v128_t *y, const v128_t *z, v128_t *dst) {
   switch (op) {
-    case OP_NEG: return wasm_f32x4_neg(a);
-    case OP_EXP: return exp4(a);
-    case OP_LOG: return log4(a);
-    case OP_SQRT: return wasm_f32x4_sqrt(a);
-    case OP_TANH: return tanh4(a);
-    case OP_SIGMOID: return sigmoid4(a);
-    case OP_RELU: return wasm_f32x4_max(a, f(0.0f));
-    case OP_ERF: return erf4(a);
-    case OP_ADD: return wasm_f32x4_add(a, b);
-    case OP_SUB: return wasm_f32x4_sub(a, b);
-    case OP_MUL: return wasm_f32x4_mul(a, b);
-    case OP_DIV: return wasm_f32x4_div(a, b);
-    case OP_POW: return pow4(a, b);
-    case OP_MAXIMUM: return wasm_f32x4_max(a, b);
-    case OP_LESS: return truth(wasm_f32x4_lt(a, b));
-    case OP_LESS_EQUAL: return truth(wasm_f32x4_le(a, b));
-    case OP_EQUAL: return truth(wasm_f32x4_eq(a, b));
-    case OP_NOT_EQUAL: return truth(wasm_f32x4_ne(a, b));
-    default: return wasm_v128_bitselect(b, c, wasm_f32x4_ne(a, f(0.0f)));  // OP_WHERE
+    case OP_NEG: EACH(wasm_f32x4_neg(a));
+    case OP_EXP: EACH(exp4(a));
+    case OP_LOG: EACH(log4(a));
+    case OP_SQRT: EACH(wasm_f32x4_sqrt(a));
+    case OP_TANH: EACH(tanh4(a));
+    case OP_SIGMOID: EACH(sigmoid4(a));
+    case OP_RELU: EACH(wasm_f32x4_max(a, f(0.0f)));
+    case OP_ERF: EACH(erf4(a));
+    case OP_ADD: EACH(wasm_f32x4_add(a, b));
+    case OP_SUB: EACH(wasm_f32x4_sub(a, b));
+    case OP_MUL: EACH(wasm_f32x4_mul(a, b));
+    case OP_DIV: EACH(wasm_f32x4_div(a, b));
+    case OP_POW: EACH(pow4(a, b));
+    case OP_MAXIMUM: EACH(wasm_f32x4_max(a, b));
+    case OP_LESS: EACH(truth(wasm_f32x4_lt(a, b)));
+    case OP_LESS_EQUAL: EACH(truth(wasm_f32x4_le(a, b)));
+    case OP_EQUAL: EACH(truth(wasm_f32x4_eq(a, b)));
+    case OP_NOT_EQUAL: EACH(truth(wasm_f32x4_ne(a, b)));
+    default: EACH(wasm_v128_bitselect(b, c, wasm_f32x4_ne(a, f(0.0f))));  // OP_WHERE
   }
 }
 
@@ -198,7 +207,7 @@ static void load_input(int kind, const void *data, int cols, int start, int loca
 }
 
 typedef struct {
-  const int *code;  // 7 int32 per step: opcode, then (where, index) for up to three arguments
+  const int *code;  // 7 int32 per step: opcode, then (where, index) per argument, ARG_NONE after
   int steps;
   const float *consts;
   const void *const *inputs;  // each input's address
@@ -208,20 +217,23 @@ typedef struct {
 
 static void run_block(const program_t *p, const void *const *inputs, int start, int local,
                       block_t *values, float *out) {
+  block_t loaded[3];
   for (int s = 0; s < p->steps; s++) {
     const int *step = p->code + 7 * s;
-    v128_t args[3][VECS];
+    const v128_t *args[3] = {0, 0, 0};
     for (int a = 0; a < 3; a++) {
       int where = step[1 + 2 * a], index = step[2 + 2 * a];
-      if (where == ARG_INPUT)
-        load_input(p->kinds[index], inputs[index], p->cols[index], start, local, args[a]);
-      else if (where == ARG_STEP)
-        for (int v = 0; v < VECS; v++) args[a][v] = values[index][v];
-      else
-        for (int v = 0; v < VECS; v++) args[a][v] = f(p->consts[index]);
+      if (where == ARG_STEP) {
+        args[a] = values[index];
+      } else if (where == ARG_INPUT) {
+        load_input(p->kinds[index], inputs[index], p->cols[index], start, local, loaded[a]);
+        args[a] = loaded[a];
+      } else if (where == ARG_CONST) {
+        for (int v = 0; v < VECS; v++) loaded[a][v] = f(p->consts[index]);
+        args[a] = loaded[a];
+      }
     }
-    for (int v = 0; v < VECS; v++)
-      values[s][v] = apply(step[0], args[0][v], args[1][v], args[2][v]);
+    apply(step[0], args[0], args[1], args[2], values[s]);
   }
   for (int v = 0; v < VECS; v++) wasm_v128_store(out + 4 * v, values[p->steps - 1][v]);
 }
