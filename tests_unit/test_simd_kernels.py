@@ -14,6 +14,7 @@ import pytest
 from py_in_browser import fusion
 from py_in_browser.backends import KERNELS, cpu
 from py_in_browser.backends.cpu_simd import loader
+from py_in_browser.backends.cpu_simd.kernels import ELEMENTWISE_MIN_SIZE
 from py_in_browser.events import runtime_events
 from py_in_browser.testing.op_cases import CASES, OpCase, check_forward, tape_gradients
 from tests_unit.wasm_simd import WasmSimd, native_simd
@@ -279,3 +280,22 @@ def test_a_missing_or_broken_module_is_a_runtime_event(
     events = runtime_events()[before:]
     assert [event["type"] for event in events] == ["simd_unavailable"]
     assert ("not in the engine wheel" if content is None else "did not load") in events[0]["reason"]
+
+
+@pytest.mark.parametrize("op", [*fusion.UNARY, *fusion.BINARY])
+def test_large_elementwise_ops_use_the_module_and_match_numpy(simd: WasmSimd, op: str) -> None:
+    rng = np.random.default_rng(5)
+    size = 2 * ELEMENTWISE_MIN_SIZE + 3
+    x = rng.uniform(0.5, 2.0, (size,)).astype(np.float32)  # inside every op's domain
+    xs = [x] if op in fusion.UNARY else [x, np.flip(x)]
+    assert simd.kernels.elementwise(op, xs) is not None
+    got, want = _both(op, xs, {}, simd)
+    _close(got, want)
+
+
+def test_small_or_broadcasting_elementwise_ops_stay_with_numpy(simd: WasmSimd) -> None:
+    small = np.ones((ELEMENTWISE_MIN_SIZE - 1,), dtype=np.float32)
+    rows = np.ones((ELEMENTWISE_MIN_SIZE, 3), dtype=np.float32)
+    assert simd.kernels.elementwise("exp", [small]) is None
+    assert simd.kernels.elementwise("add", [rows, rows[0]]) is None
+    assert simd.kernels.elementwise("less", [rows, rows]) is None  # a bool result

@@ -58,12 +58,17 @@ def _kernel(op: str) -> Callable[[Kernel], Kernel]:
     return register_kernel(NAME, op)
 
 
+def _elementwise(op: str, fn: Any, xs: list[np.ndarray]) -> np.ndarray:
+    out = _simd("elementwise", op, xs)
+    return fn(*xs) if out is None else out
+
+
 def _unary(op: str, fn: Any) -> None:
-    register_kernel(NAME, op)(lambda xs, attrs: fn(xs[0]))
+    register_kernel(NAME, op)(lambda xs, attrs: _elementwise(op, fn, xs))
 
 
 def _binary(op: str, fn: Any) -> None:
-    register_kernel(NAME, op)(lambda xs, attrs: fn(xs[0], xs[1]))
+    register_kernel(NAME, op)(lambda xs, attrs: _elementwise(op, fn, xs))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

@@ -41,6 +41,9 @@ Pair = tuple[int, int]
 FUSED_OPS = (*fusion.UNARY, *fusion.BINARY, *fusion.COMPARE, fusion.SELECT)
 ARG_SOURCES = ("input", "step", "const")
 INPUT_FULL, INPUT_SCALAR, INPUT_ROWS, INPUT_MASK, INPUT_GATE = range(5)
+# Below this many elements a single elementwise op stays with numpy: the module call's fixed
+# cost (ctypes and the layout arrays, tens of microseconds) would exceed numpy's whole op.
+ELEMENTWISE_MIN_SIZE = 4096
 
 
 @lru_cache(maxsize=256)
@@ -247,3 +250,14 @@ class SimdKernels:
                 self._address(out),
             )
         return out
+
+    def elementwise(self, op: str, xs: Sequence[np.ndarray]) -> np.ndarray | None:
+        """One float op of fusion.UNARY or BINARY as a one-step program, on large operands."""
+        if (
+            op not in (*fusion.UNARY, *fusion.BINARY)
+            or max(x.size for x in xs) < ELEMENTWISE_MIN_SIZE
+        ):
+            return None
+        if any(x.dtype != np.float32 for x in xs):
+            return None
+        return self.fused(((op, tuple(("input", k) for k in range(len(xs)))),), xs)
