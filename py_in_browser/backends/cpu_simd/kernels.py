@@ -4,7 +4,8 @@ The module works on pointers into the memory it runs in. In Pyodide that memory 
 allocates from, so arrays go in and out without copies (`address` is the array's own address and
 `empty` is np.empty); the native tests run the same module under wasmtime with a memory of their
 own, and pass an `address` that stages arrays into it. Each function returns None where the
-module does not apply (other dtypes), so the caller keeps its numpy kernel there.
+module does not apply (other dtypes, input layouts it does not read, elementwise ops too small to
+pay for the call), so the caller keeps its numpy kernel there.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ ELEMENTWISE_MIN_SIZE = 4096
 @lru_cache(maxsize=256)
 def _encoded(program: fusion.Program) -> tuple[np.ndarray, np.ndarray]:
     """The program as fused.c reads it: 7 int32 per step (opcode, then (source, index) per
-    argument, -1 where a step has fewer) and its constants as float32, cached as optimizer programs repeat every step."""
+    argument, -1 where a step has fewer) and its constants as float32. Cached: optimizer
+    programs repeat every step."""
     code = np.full((len(program), 7), -1, dtype=np.int32)  # -1: no argument (fused.c ARG_NONE)
     consts: list[float] = []
     for s, (op, args) in enumerate(program):
