@@ -1,16 +1,15 @@
 // Batched float32 GEMM with WebAssembly SIMD: C = op(A) . op(B), all matrices row-major.
 //
 // Blocked like a BLAS (Goto): a KC x NC block of op(B) is packed into 8-column panels and an
-// MC x KC block of op(A) into 4-row panels, so the 4x8 register micro-kernel streams both from
-// contiguous memory whatever the transposes; packing is also where the transposes are absorbed.
-// The caller lends the packing buffers (`work`, GEMM_WORK_FLOATS floats) so the module needs no
+// MC x KC block of op(A) into 6-row panels, so the 6x8 register micro-kernel (XNNPACK's shape for
+// wasm SIMD: 12 accumulators + 2 B vectors + 1 broadcast fit x86's 16 vector registers) streams
+// both from contiguous memory whatever the transposes; packing is where transposes are absorbed.
+// The caller lends the packing buffers (`work`, gemm_work_floats() floats) so the module needs no
 // allocator of its own and touches no memory but what it is handed.
 
 #include "simd.h"
 
-#ifndef MR
 #define MR 6
-#endif
 #define NR 8
 #define KC 256
 #define MC 128
