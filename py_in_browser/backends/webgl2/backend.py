@@ -12,7 +12,7 @@ import numpy as np
 
 from ... import _js, events
 from .. import Backend, OutSpec
-from . import blocks, kernels, shaders
+from . import blocks, dtypes, kernels, shaders
 from .recording import Recording, RecordingBuilder, replay_program, signature, texture_ids
 from .texture_layout import Layout, choose_layout
 from .textures import Command, Texture, TexturePool
@@ -212,9 +212,10 @@ class WebGL2Backend(Backend):
             # Compensated float16: the half-rounded value and exactly what rounding lost.
             hi = values.astype(np.float16).astype(np.float32)
             self._stage(handle.texture, hi)
-            self._stage(handle.lo, values - hi)
+            self._stage(handle.lo, dtypes.rounding_loss(values, hi))
 
     def upload(self, array: np.ndarray) -> Handle:
+        dtypes.check_upload(array, self.half)
         is_float = array.dtype.kind == "f"
         handle = self._allocate(
             tuple(array.shape), _dtype_name(array), self.compensated and is_float
@@ -245,6 +246,7 @@ class WebGL2Backend(Backend):
                 self.pool.release(texture)
 
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Handle:
+        dtypes.check_result(op, out)
         if op == "concat" and len(inputs) > MAX_INPUTS_PER_DRAW:
             return self._concat_in_groups(inputs, attrs, out)
         if op == "matmul" and self._transpose_first(attrs, out, inputs):
@@ -749,7 +751,7 @@ class WebGL2Backend(Backend):
             raise RuntimeError(f"webgl2: reading a tensor back failed: {exc}") from exc
         flat = _js.typed_array_to_numpy(data, "float32", (int(data.length),))
         self.bytes_downloaded += flat.nbytes
-        values = np.zeros(handle.texture.layout.size, dtype=np.float32)
+        values = np.full(handle.texture.layout.size, -0.0, np.float32)  # -0 + x keeps x's zero sign
         offset = 0
         for texture in textures:
             values += _unpack(flat[offset : offset + texture.layout.texels * 4], texture.layout)
