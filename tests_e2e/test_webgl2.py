@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tests_e2e import webgl2_trajectories
-from tests_e2e.engine_page import EnginePage
-from tests_e2e.op_oracle import assert_op_table_matches
+from tests_e2e.engine_page import EnginePage, PythonError
+from tests_e2e.op_oracle import assert_op_table_matches, assert_special_values_match
 
 # float32 textures, highp shaders: what is left is the order of float32 sums.
 F32_RTOL = 1e-4
@@ -68,6 +68,24 @@ total = rows + pib.tensor(np.ones((2, 6, 3), np.float32))
 def test_op_table_matches_numpy_on_float32(engine_page: EnginePage) -> None:
     worst = assert_op_table_matches(engine_page, rtol=F32_RTOL)
     print("webgl2 f32 worst relative error per case:", worst)
+
+
+def test_special_values_flow_as_in_numpy(engine_page: EnginePage) -> None:
+    assert_special_values_match(engine_page)
+
+
+def test_float64_is_the_same_clear_type_error_as_on_webgpu(engine_page: EnginePage) -> None:
+    with pytest.raises(PythonError, match="TypeError: webgl2 has no float64: create the tensor"):
+        engine_page.run("pib.tensor(np.zeros(3), dtype='float64')")
+    with pytest.raises(PythonError, match="TypeError: cast: webgl2 has no float64"):
+        engine_page.run("pib.cast(pib.zeros((3,)), 'float64')")
+
+
+def test_int32_beyond_exact_float_storage_is_refused(engine_page: EnginePage) -> None:
+    with pytest.raises(PythonError, match=r"exact only up to 16777216; got 16777217"):
+        engine_page.run("pib.tensor([1, 2**24 + 1], dtype='int32')")
+    got = engine_page.run("(await pib.tensor([-(2**24), 2**24], dtype='int32').numpy()).tolist()")
+    assert got == [-(2**24), 2**24]
 
 
 TRAJECTORY_ATOL = 1e-3

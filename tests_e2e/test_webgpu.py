@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests_e2e.engine_page import EnginePage, PythonError
-from tests_e2e.op_oracle import assert_op_table_matches
+from tests_e2e.op_oracle import assert_op_table_matches, assert_special_values_match
 
 STEPS = 20
 LOSS_TOLERANCE = 1e-3
@@ -71,6 +71,18 @@ def test_webgpu_is_active_with_its_limits(engine_page: EnginePage) -> None:
 def test_op_table_matches_numpy(engine_page: EnginePage) -> None:
     worst = assert_op_table_matches(engine_page, rtol=1e-4)
     print("worst relative error per case:", {k: f"{v:.1e}" for k, v in worst.items()})
+
+
+def test_special_values_flow_as_in_numpy(engine_page: EnginePage) -> None:
+    assert_special_values_match(engine_page)
+
+
+def test_int32_beyond_float_precision_stays_exact(engine_page: EnginePage) -> None:
+    got = engine_page.run(
+        "i = pib.tensor([2**24 + 1, -(2**24) - 1], dtype='int32')\n"
+        "(await (i + pib.tensor([2, 0], dtype='int32')).numpy()).tolist()"
+    )
+    assert got == [2**24 + 3, -(2**24) - 1]
 
 
 def test_bool_and_int32_round_trip(engine_page: EnginePage) -> None:
