@@ -10,6 +10,7 @@ import pytest
 
 from tests_e2e import webgl2_trajectories
 from tests_e2e.engine_page import EnginePage, PythonError
+from tests_e2e.non_finite_steps import check_bad_step_keeps_the_last_good_weights
 from tests_e2e.op_oracle import assert_op_table_matches, assert_special_values_match
 
 # float32 textures, highp shaders: what is left is the order of float32 sums.
@@ -72,6 +73,13 @@ def test_op_table_matches_numpy_on_float32(engine_page: EnginePage) -> None:
 
 def test_special_values_flow_as_in_numpy(engine_page: EnginePage) -> None:
     assert_special_values_match(engine_page)
+
+
+@pytest.mark.parametrize("injected", ["inf", "nan"])
+def test_a_non_finite_replayed_step_keeps_the_last_good_weights(
+    engine_page: EnginePage, injected: str
+) -> None:
+    check_bad_step_keeps_the_last_good_weights(engine_page, injected)
 
 
 def test_float64_is_the_same_clear_type_error_as_on_webgpu(engine_page: EnginePage) -> None:

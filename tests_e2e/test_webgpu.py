@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests_e2e.engine_page import EnginePage, PythonError
+from tests_e2e.non_finite_steps import check_bad_step_keeps_the_last_good_weights
 from tests_e2e.op_oracle import assert_op_table_matches, assert_special_values_match
 
 STEPS = 20
@@ -190,31 +191,11 @@ def test_eager_steps_give_the_replayed_losses(engine_page: EnginePage) -> None:
     np.testing.assert_allclose(eager, replayed, rtol=0, atol=1e-6)
 
 
-def test_a_nan_in_a_replayed_step_keeps_the_last_good_weights(engine_page: EnginePage) -> None:
-    got = engine_page.run(
-        "from py_in_browser import layers\n"
-        "x = np.ones((12, 2), np.float32)\n"
-        "y = np.ones((12, 1), np.float32)\n"
-        "y[10:] = 1e30  # step 6 (replayed) squares to Inf in the mse loss\n"
-        "def make():\n"
-        "    m = pib.Sequential([layers.Dense(1, input_shape=(2,))], seed=3)\n"
-        "    m.compile(optimizer='sgd', loss='mse')\n"
-        "    return m\n"
-        "good = make()\n"
-        "await good.fit(x[:10], y[:10], epochs=1, batch_size=2, shuffle=False)\n"
-        "model = make()\n"
-        "try:\n"
-        "    await model.fit(x, y, epochs=2, batch_size=2, shuffle=False)\n"
-        "    err = None\n"
-        "except pib.NonFiniteLossError as exc:\n"
-        "    err = str(exc)\n"
-        "[err, [w.tolist() for w in await model.get_weights()],\n"
-        " [w.tolist() for w in await good.get_weights()]]"
-    )
-    message, weights, want = got
-    assert message is not None and "weights are those after step 5" in message
-    for w, expected in zip(weights, want, strict=True):
-        np.testing.assert_allclose(w, expected, rtol=0, atol=1e-6)
+@pytest.mark.parametrize("injected", ["inf", "nan"])
+def test_a_non_finite_replayed_step_keeps_the_last_good_weights(
+    engine_page: EnginePage, injected: str
+) -> None:
+    check_bad_step_keeps_the_last_good_weights(engine_page, injected)
 
 
 def test_profile_reports_gpu_kernel_times_and_traffic(engine_page: EnginePage) -> None:
