@@ -93,3 +93,10 @@ def assert_special_values_match(engine_page: EnginePage, rtol: float = 1e-4) -> 
     assert not failures, f"{len(failures)} special values differ from numpy:\n" + "\n".join(
         failures[:60]
     )
+
+
+# A BatchNorm statistic's length (op_cases.LONG_SUM_SHAPE), data made in the page from a seed.
+LONG_SUMS = """
+from py_in_browser.testing.op_cases import long_sum_relative_errors
+await long_sum_relative_errors()
+"""

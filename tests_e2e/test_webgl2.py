@@ -11,7 +11,7 @@ import pytest
 from tests_e2e import webgl2_trajectories
 from tests_e2e.engine_page import EnginePage, PythonError
 from tests_e2e.non_finite_steps import check_bad_step_keeps_the_last_good_weights
-from tests_e2e.op_oracle import assert_op_table_matches, assert_special_values_match
+from tests_e2e.op_oracle import LONG_SUMS, assert_op_table_matches, assert_special_values_match
 
 # float32 textures, highp shaders: what is left is the order of float32 sums.
 F32_RTOL = 1e-4
@@ -395,3 +395,9 @@ def test_profile_breaks_a_replayed_step_down_by_kernel(trajectories: EnginePage)
     calls = {row["name"]: row["calls"] for row in replayed["kernels"]}
     assert calls.pop("replay_copy") >= result["True_replayed"]
     assert calls == {row["name"]: row["calls"] for row in eager["kernels"]}
+
+
+def test_long_sums_keep_float32_accuracy(engine_page: EnginePage) -> None:
+    errors = engine_page.run(LONG_SUMS)
+    print("webgl2 long-sum relative errors:", errors)
+    assert errors["sum"] < 1e-6 and errors["variance"] < 1e-6, errors

@@ -12,7 +12,7 @@ import pytest
 
 from tests_e2e.engine_page import EnginePage, PythonError
 from tests_e2e.non_finite_steps import check_bad_step_keeps_the_last_good_weights
-from tests_e2e.op_oracle import assert_op_table_matches, assert_special_values_match
+from tests_e2e.op_oracle import LONG_SUMS, assert_op_table_matches, assert_special_values_match
 
 STEPS = 20
 LOSS_TOLERANCE = 1e-3
@@ -262,3 +262,9 @@ def test_a_lost_device_rejects_reads_and_is_an_event(engine_page: EnginePage) ->
     assert message is not None and "device was lost" in message
     events = engine_page.run("pib.runtime_events()")
     assert any(e["type"] == "device_lost" for e in events), events
+
+
+def test_long_sums_keep_float32_accuracy(engine_page: EnginePage) -> None:
+    errors = engine_page.run(LONG_SUMS)
+    print("webgpu long-sum relative errors:", errors)
+    assert errors["sum"] < 1e-6 and errors["variance"] < 1e-6, errors

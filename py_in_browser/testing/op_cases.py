@@ -540,3 +540,25 @@ async def run_special_case(case: OpCase) -> np.ndarray:
     with pib.tidy():
         out: np.ndarray = await _call_pib(case, _to_tensors(case, arrays, "float32")).numpy()
     return out
+
+
+# ---- accuracy of long sums: a BatchNorm statistic over 524,288 elements per channel.
+LONG_SUM_SHAPE = (8, 256, 256, 2)
+
+
+async def long_sum_relative_errors() -> dict[str, float]:
+    """Worst relative error of sum and variance over axes (0, 1, 2) of LONG_SUM_SHAPE on the
+    active backend, against numpy in float64 (positive terms: errors cannot cancel)."""
+    rng = np.random.Generator(np.random.PCG64(7))
+    x = rng.uniform(0.5, 1.5, LONG_SUM_SHAPE).astype(np.float32)
+    axes = (0, 1, 2)
+    with pib.tidy():
+        t = pib.tensor(x)
+        got_sum = await pib.sum(t, axis=axes).numpy()
+        got_variance = await pib.variance(t, axis=axes).numpy()
+    wide = x.astype(np.float64)
+    want_sum, want_variance = wide.sum(axis=axes), wide.var(axis=axes)
+    return {
+        "sum": float(np.max(np.abs(got_sum - want_sum) / want_sum)),
+        "variance": float(np.max(np.abs(got_variance - want_variance) / want_variance)),
+    }
