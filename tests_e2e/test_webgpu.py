@@ -78,6 +78,12 @@ def test_special_values_flow_as_in_numpy(engine_page: EnginePage) -> None:
     assert_special_values_match(engine_page)
 
 
+def test_long_sums_keep_float32_accuracy(engine_page: EnginePage) -> None:
+    errors = engine_page.run(LONG_SUMS)
+    print("webgpu long-sum relative errors:", errors)
+    assert errors["sum"] < 1e-6 and errors["variance"] < 1e-6, errors
+
+
 def test_int32_beyond_float_precision_stays_exact(engine_page: EnginePage) -> None:
     got = engine_page.run(
         "i = pib.tensor([2**24 + 1, -(2**24) - 1], dtype='int32')\n"
@@ -262,9 +268,3 @@ def test_a_lost_device_rejects_reads_and_is_an_event(engine_page: EnginePage) ->
     assert message is not None and "device was lost" in message
     events = engine_page.run("pib.runtime_events()")
     assert any(e["type"] == "device_lost" for e in events), events
-
-
-def test_long_sums_keep_float32_accuracy(engine_page: EnginePage) -> None:
-    errors = engine_page.run(LONG_SUMS)
-    print("webgpu long-sum relative errors:", errors)
-    assert errors["sum"] < 1e-6 and errors["variance"] < 1e-6, errors
