@@ -42,9 +42,6 @@ class CpuBackend(Backend):
         caps["dtypes"] = ["float32", "float64", "int32", "bool"]
         return caps
 
-    async def self_test(self) -> bool:
-        return True
-
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Any:
         # NaN/Inf propagate silently, as on GPUs; fit detects non-finite losses itself.
         with np.errstate(all="ignore"):
@@ -176,8 +173,19 @@ def _concat(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 
 @_kernel("reduce_sum")
 def _reduce_sum(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The reduced axes are moved last and made one contiguous row per output, so numpy sums
+    each row pairwise: summed in place over several or leading axes it adds one term after
+    another, and float32 loses ~1e-4 relative over 500k terms (pairwise: ~1e-7)."""
     x = xs[0]
-    return np.sum(x, axis=attrs["axes"], keepdims=attrs["keepdims"], dtype=x.dtype)
+    axes = tuple(sorted(a % x.ndim for a in attrs["axes"]))
+    kept = [a for a in range(x.ndim) if a not in axes]
+    rows = np.ascontiguousarray(x.transpose(*kept, *axes)).reshape(
+        [x.shape[a] for a in kept] + [-1 if x.size else 0]
+    )
+    total = np.sum(rows, axis=-1, dtype=x.dtype)
+    if attrs["keepdims"]:
+        total = total.reshape([1 if a in axes else d for a, d in enumerate(x.shape)])
+    return total
 
 
 @_kernel("reduce_max")
