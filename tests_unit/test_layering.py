@@ -60,7 +60,8 @@ LAYERS: list[tuple[str, ...]] = [
         "py_in_browser.nn.losses",
     ),
     ("py_in_browser.nn.metrics", "py_in_browser.nn.layers"),
-    ("py_in_browser.optimizers",),
+    # Optimizers, and the Keras-style configs of layers that the model file and exports read.
+    ("py_in_browser.optimizers", "py_in_browser.layer_configs"),
     # Training: the model as training sees it, the fit accumulators, callbacks, recorded steps,
     # the Trainer, checkpoints; then the model, which delegates to them.
     ("py_in_browser.trainable", "py_in_browser.fit_state"),
