@@ -9,9 +9,11 @@ own test, so a failure names the case, the backend and the browser.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -23,13 +25,28 @@ from tests_e2e.conftest import open_engine_page
 CPU_TOLERANCE = 1e-5
 # GPU kernels round and accumulate differently (fused programs, tiled sums) over a dozen steps.
 GPU_TOLERANCE = 1e-3
+# WebGL2's float16 storage (limits={"float32_render": False}) is not a target: over a case's
+# eight steps half rounding stays within 3e-4 with SGD but Adam, AdamW and RMSprop turn it into
+# 1e-2 to 1.4e-1 (a rounded tiny gradient becomes a full-size normalised step, and epsilon is
+# raised to 2^-7 there by design). test_webgl2_f16.py checks that path against its own bounds.
+
+
+@dataclass(frozen=True)
+class Target:
+    browser: str
+    backend: str
+    tolerance: float
+
+    def __str__(self) -> str:
+        return f"{self.browser}-{self.backend}"
+
 
 TARGETS = [
-    pytest.param(("chromium", "cpu"), id="chromium-cpu"),
-    pytest.param(("chromium", "webgpu"), id="chromium-webgpu"),
-    pytest.param(("chromium", "webgl2"), id="chromium-webgl2"),
-    pytest.param(("firefox", "webgpu"), id="firefox-webgpu", marks=pytest.mark.firefox),
-    pytest.param(("firefox", "webgl2"), id="firefox-webgl2", marks=pytest.mark.firefox),
+    Target("chromium", "cpu", CPU_TOLERANCE),
+    Target("chromium", "webgpu", GPU_TOLERANCE),
+    Target("chromium", "webgl2", GPU_TOLERANCE),
+    Target("firefox", "webgpu", GPU_TOLERANCE),
+    Target("firefox", "webgl2", GPU_TOLERANCE),
 ]
 NAMES = [c.name for c in feature_cases.CASES]
 
@@ -42,17 +59,23 @@ def reference() -> dict[str, Any]:
     return results
 
 
-@pytest.fixture(scope="module", params=TARGETS)
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param(t, id=str(t), marks=[pytest.mark.firefox] if t.browser == "firefox" else [])
+        for t in TARGETS
+    ],
+)
 def matrix_run(
     request: pytest.FixtureRequest, server_url: str
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The whole table on one browser and backend, in one fresh page: (backend, results)."""
-    browser_name, backend = request.param
-    browser: Any = request.getfixturevalue(browser_name)
+) -> Iterator[tuple[Target, dict[str, Any]]]:
+    """The whole table on one browser and backend, in one fresh page: (target, results)."""
+    target: Target = request.param
+    browser: Any = request.getfixturevalue(target.browser)
     start = time.perf_counter()
-    engine = open_engine_page(browser, f"{server_url}/?backend={backend}")
+    engine = open_engine_page(browser, f"{server_url}/?backend={target.backend}")
     try:
-        assert engine.run("pib.get_backend()") == backend, engine.describe()
+        assert engine.run("pib.get_backend()") == target.backend, engine.describe()
         results = engine.run(
             "from py_in_browser.testing import feature_cases\n"
             f"await feature_cases.run_cases({NAMES!r})"
@@ -61,59 +84,62 @@ def matrix_run(
         engine.page.close()
     seconds = {name: round(r["seconds"], 2) for name, r in results.items()}
     print(
-        f"\nfeature matrix {browser_name}/{backend}: {time.perf_counter() - start:.1f} s "
-        f"with page load; per case {seconds}"
+        f"\nfeature matrix {target}: {time.perf_counter() - start:.1f} s with page load; "
+        f"per case {seconds}"
     )
-    yield backend, results
+    yield target, results
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, float | int) and not isinstance(value, bool)
 
 
-def mismatches(got: Any, want: Any, tolerance: float, path: str = "") -> list[str]:
-    """Where got differs from want: numbers by more than tolerance * max(1, |want|), anything
-    else (strings, bools, None, lengths, keys) at all. Returns readable paths with both values."""
+def differences(got: Any, want: Any, path: str = "") -> list[tuple[float, str]]:
+    """(error, where) for every number of want: |got - want| / max(1, |want|), relative only
+    above 1 in magnitude; anything else that differs (strings, bools, None, lengths, keys) is an
+    infinite error."""
     if isinstance(want, dict):
         if not isinstance(got, dict) or set(got) != set(want):
-            return [
-                f"{path}: keys {sorted(got) if isinstance(got, dict) else got!r} != {sorted(want)}"
-            ]
-        return [m for k in want for m in mismatches(got[k], want[k], tolerance, f"{path}.{k}")]
+            keys = sorted(got) if isinstance(got, dict) else got
+            return [(math.inf, f"{path}: keys {keys!r} != {sorted(want)}")]
+        return [d for k in want for d in differences(got[k], want[k], f"{path}.{k}")]
     if isinstance(want, list):
         if not isinstance(got, list) or len(got) != len(want):
-            return [f"{path}: {got!r} != {want!r}"]
+            return [(math.inf, f"{path}: {got!r} != {want!r}")]
         return [
-            m
+            d
             for i, (g, w) in enumerate(zip(got, want, strict=True))
-            for m in mismatches(g, w, tolerance, f"{path}[{i}]")
+            for d in differences(g, w, f"{path}[{i}]")
         ]
     if _is_number(want) and _is_number(got):
-        error = abs(float(got) - float(want))
-        if error <= tolerance * max(1.0, abs(float(want))):
-            return []
-        return [f"{path}: {got!r} vs {want!r} (error {error:.2e})"]
-    return [] if got == want else [f"{path}: {got!r} != {want!r}"]
+        error = abs(float(got) - float(want)) / max(1.0, abs(float(want)))
+        return [(error, f"{path}: {got!r} vs {want!r} (error {error:.2e})")]
+    return [(0.0 if got == want else math.inf, f"{path}: {got!r} != {want!r}")]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_case_matches_cpython(
-    matrix_run: tuple[str, dict[str, Any]], reference: dict[str, Any], name: str
+    matrix_run: tuple[Target, dict[str, Any]], reference: dict[str, Any], name: str
 ) -> None:
-    backend, results = matrix_run
+    target, results = matrix_run
     assert "error" not in reference[name], reference[name].get("error")
-    assert "error" not in results[name], f"{name} on {backend}:\n{results[name]['error']}"
-    tolerance = CPU_TOLERANCE if backend == "cpu" else GPU_TOLERANCE
-    found = mismatches(results[name]["result"], reference[name]["result"], tolerance)
-    assert not found, f"{name} on {backend}, beyond {tolerance}:\n" + "\n".join(found[:20])
+    assert "error" not in results[name], f"{name} on {target}:\n{results[name]['error']}"
+    tolerance = target.tolerance
+    found = differences(results[name]["result"], reference[name]["result"])
+    beyond = [where for error, where in found if not error <= tolerance]
+    print(f"{target} {name}: worst error {max(error for error, _ in found):.1e}")
+    assert not beyond, f"{name} on {target}, beyond {tolerance}:\n" + "\n".join(beyond[:20])
 
 
-def test_the_mismatch_check_sees_small_differences() -> None:
-    """The comparison itself: a drift beyond the tolerance in any leaf is reported."""
+def test_the_comparison_sees_small_differences() -> None:
+    """The comparison itself: a drift in any leaf is measured, structure must match exactly."""
     want = {"history": {"loss": [1.0, 0.5]}, "weights": [[[0.25, -2.0]]], "summary": "x"}
-    assert mismatches(want, want, 1e-5) == []
+    assert max(error for error, _ in differences(want, want)) == 0.0
     drifted = {"history": {"loss": [1.0, 0.5 + 2e-5]}, "weights": [[[0.25, -2.0]]], "summary": "x"}
-    assert mismatches(drifted, want, 1e-5) == [".history.loss[1]: 0.50002 vs 0.5 (error 2.00e-05)"]
-    scaled = {"history": {"loss": [1.0, 0.5]}, "weights": [[[0.25, -2.00003]]], "summary": "x"}
-    assert mismatches(scaled, want, 2e-5) == []  # relative above 1 in magnitude
-    assert len(mismatches({**want, "summary": "y"}, want, 1.0)) == 1
+    errors = {where.split(":")[0]: error for error, where in differences(drifted, want)}
+    assert errors[".history.loss[1]"] == pytest.approx(2e-5)
+    scaled = {"history": {"loss": [1.0, 0.5]}, "weights": [[[0.25, -2.00004]]], "summary": "x"}
+    errors = {where.split(":")[0]: error for error, where in differences(scaled, want)}
+    assert errors[".weights[0][0][1]"] == pytest.approx(2e-5)  # relative above 1 in magnitude
+    assert max(error for error, _ in differences({**want, "summary": "y"}, want)) == math.inf
+    assert max(error for error, _ in differences({**want, "weights": [[[0.25]]]}, want)) == math.inf
