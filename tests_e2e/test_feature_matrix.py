@@ -2,7 +2,7 @@
 on cpu, webgpu and webgl2 in Chromium and on webgpu and webgl2 in Firefox ESR, compared with the
 CPython cpu run: per-epoch losses and metrics, final weights and each feature's own outputs.
 
-One page per browser x backend runs the whole table in one runPython call; each case is then its
+One page per browser, one runPython call per backend runs the whole table; each case is then its
 own test, so a failure names the case, the backend and the browser.
 """
 
@@ -20,6 +20,7 @@ import pytest
 
 from py_in_browser.testing import feature_cases
 from tests_e2e.conftest import open_engine_page
+from tests_e2e.engine_page import EnginePage
 
 # Pyodide's numpy against CPython's: the same float32 kernels, summed in the same order.
 CPU_TOLERANCE = 1e-5
@@ -59,6 +60,33 @@ def reference() -> dict[str, Any]:
     return results
 
 
+class PagePerBrowser:
+    """One engine page per browser for the module, booted on cpu (the cheapest start); each
+    target then selects its backend with pib.init, as a script may: page loads cost more than
+    the cases here."""
+
+    def __init__(self, request: pytest.FixtureRequest, server_url: str) -> None:
+        self.request, self.server_url = request, server_url
+        self.pages: dict[str, EnginePage] = {}
+
+    def get(self, browser_name: str) -> EnginePage:
+        if browser_name not in self.pages:
+            browser: Any = self.request.getfixturevalue(browser_name)
+            self.pages[browser_name] = open_engine_page(browser, f"{self.server_url}/?backend=cpu")
+        return self.pages[browser_name]
+
+    def close(self) -> None:
+        for engine in self.pages.values():
+            engine.page.close()
+
+
+@pytest.fixture(scope="module")
+def pages(request: pytest.FixtureRequest, server_url: str) -> Iterator[PagePerBrowser]:
+    opened = PagePerBrowser(request, server_url)
+    yield opened
+    opened.close()
+
+
 @pytest.fixture(
     scope="module",
     params=[
@@ -66,28 +94,19 @@ def reference() -> dict[str, Any]:
         for t in TARGETS
     ],
 )
-def matrix_run(
-    request: pytest.FixtureRequest, server_url: str
-) -> Iterator[tuple[Target, dict[str, Any]]]:
-    """The whole table on one browser and backend, in one fresh page: (target, results)."""
+def matrix_run(request: pytest.FixtureRequest, pages: PagePerBrowser) -> tuple[Target, Any]:
+    """The whole table on one browser and backend in one runPython call: (target, results)."""
     target: Target = request.param
-    browser: Any = request.getfixturevalue(target.browser)
     start = time.perf_counter()
-    engine = open_engine_page(browser, f"{server_url}/?backend={target.backend}")
-    try:
-        assert engine.run("pib.get_backend()") == target.backend, engine.describe()
-        results = engine.run(
-            "from py_in_browser.testing import feature_cases\n"
-            f"await feature_cases.run_cases({NAMES!r})"
-        )
-    finally:
-        engine.page.close()
-    seconds = {name: round(r["seconds"], 2) for name, r in results.items()}
-    print(
-        f"\nfeature matrix {target}: {time.perf_counter() - start:.1f} s with page load; "
-        f"per case {seconds}"
+    engine = pages.get(target.browser)
+    selected = engine.run(f"await pib.init(backend={target.backend!r})\npib.get_backend()")
+    assert selected == target.backend, engine.describe()
+    results = engine.run(
+        f"from py_in_browser.testing import feature_cases\nawait feature_cases.run_cases({NAMES!r})"
     )
-    yield target, results
+    seconds = {name: round(r["seconds"], 2) for name, r in results.items()}
+    print(f"\nfeature matrix {target}: {time.perf_counter() - start:.1f} s; per case {seconds}")
+    return target, results
 
 
 def _is_number(value: Any) -> bool:
