@@ -237,15 +237,16 @@ def test_validation_split_reports_validation_logs(results: dict[str, Any]) -> No
 def test_inference_results_have_the_data_shape(results: dict[str, Any]) -> None:
     for name in ("batch_normalization", "dropout"):
         out = result_of(results, name)
-        predicted = np.asarray(out["predict"])
-        assert predicted.shape == (feature_cases.SAMPLES, feature_cases.CLASSES), name
-        np.testing.assert_allclose(predicted.sum(axis=1), 1.0, rtol=1e-5)
+        from_array, from_tensor = np.asarray(out["predict"])
+        assert from_array.shape == (feature_cases.SAMPLES, feature_cases.CLASSES), name
+        np.testing.assert_allclose(from_array.sum(axis=1), 1.0, rtol=1e-5)
+        np.testing.assert_array_equal(from_tensor, from_array)
         assert set(out["evaluate"]) == {"loss", "accuracy"}
 
 
 def test_train_on_batch_reports_each_step(results: dict[str, Any]) -> None:
     out = result_of(results, "train_on_batch")
-    assert len(out["losses"]) == 4 and set(out["logs"]) == {"loss", "accuracy"}
+    assert len(out["losses"]) == 6 and set(out["logs"]) == {"loss", "accuracy"}
 
 
 def test_sequential_api_case_starts_at_initial_epoch(results: dict[str, Any]) -> None:

@@ -189,24 +189,36 @@ async def fit_with_callbacks(make: ModelFactory, data: Arrays) -> dict[str, Any]
 
 
 async def fit_evaluate_predict(make: ModelFactory, data: Arrays) -> dict[str, Any]:
-    """Inference after training: evaluate's logs and predict's outputs in uneven batches."""
+    """Inference after training: evaluate's logs and predict's outputs in uneven batches, from a
+    host array and from a device tensor (sliced on the device)."""
     model = make()
     history = await model.fit(*data, epochs=EPOCHS, batch_size=BATCH)
     logs = await model.evaluate(*data, batch_size=5)
-    predicted = await model.predict(data[0], batch_size=5)
-    outputs = (await predicted.numpy()).tolist()
-    predicted.dispose()
+    outputs = []
+    source = pib.tensor(data[0])
+    for x in (data[0], source):
+        predicted = await model.predict(x, batch_size=5)
+        outputs.append((await predicted.numpy()).tolist())
+        predicted.dispose()
+    source.dispose()
     return {**await trained(model, history), "evaluate": logs, "predict": outputs}
 
 
 async def train_on_batch_steps(make: ModelFactory, data: Arrays) -> dict[str, Any]:
-    """Four steps returning the loss as a device tensor, then one returning the logs dict."""
+    """Steps from host arrays, then from device tensors (checked by shape only, never read
+    back), each returning the loss as a device tensor; then one returning the logs dict."""
     x, y = data
     model = make()
     losses_read: list[float] = []
-    for step in range(4):
+    for step in range(6):
         rows = slice(BATCH * (step % 3), BATCH * (step % 3 + 1))
-        loss = await model.train_on_batch(x[rows], y[rows])
+        if step < 4:
+            loss = await model.train_on_batch(x[rows], y[rows])
+        else:
+            xt, yt = pib.tensor(x[rows]), pib.tensor(y[rows])
+            loss = await model.train_on_batch(xt, yt)
+            xt.dispose()
+            yt.dispose()
         losses_read.append(float(await loss.item()))
         loss.dispose()
     logs = await model.train_on_batch(x[:BATCH], y[:BATCH], return_dict=True)
