@@ -171,6 +171,7 @@ def test_surface_enumeration_sees_the_known_surface() -> None:
     ):
         assert feature in surface
     assert "loss:MeanSquaredError(from_logits)" not in surface  # mse has no logits form
+    assert {feature.split(":")[0] for feature in surface} == set(feature_cases.FEATURE_KINDS)
 
 
 # ---- the reference run ---------------------------------------------------------------------------

@@ -8,8 +8,9 @@ runs the same functions from the engine wheel on every backend (tests_e2e/test_f
 `await run_cases([...names])`.
 
 `covers` names the public features a case exercises, as "<kind>:<name>" (see FEATURE_KINDS). The
-coverage test requires every public feature to appear in some case's covers and checks the
-claims it can read off a built model (model_features) against that model.
+coverage test (tests_unit/test_feature_matrix.py) enumerates the public surface from the package,
+requires every feature to appear in some case's covers, and checks the claims it can read off a
+built model against that model.
 """
 
 from __future__ import annotations
