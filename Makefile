@@ -6,7 +6,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PORT   ?= 8000
 HOST   ?= 127.0.0.1
 
-.PHONY: run test setup lint unit e2e browsers bench
+.PHONY: run test setup lint unit e2e browsers postgres bench
 
 $(VENV)/.installed-base: pyproject.toml
 	python3 -m venv $(VENV)
@@ -32,19 +32,27 @@ browsers:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium firefox-esr xvfb mesa-vulkan-drivers; \
 	fi
 
+# Debian's PostgreSQL binaries for the registry tests, which start their own throwaway server
+# (initdb in a temporary folder, pg_ctl on a loopback port) and touch no system service.
+postgres:
+	@if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql; \
+	fi
+
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-unit: $(VENV)/.installed-test setup
+unit: $(VENV)/.installed-test setup postgres
 	$(VENV)/bin/pytest tests_unit
 
 e2e: $(VENV)/.installed-test setup browsers bench/node_modules/.installed
 	$(VENV)/bin/pytest tests_e2e
 
 # The e2e suite includes a smoke run of the benchmark harness, so TF.js is installed here too.
-test: $(VENV)/.installed-test setup browsers bench/node_modules/.installed lint
+test: $(VENV)/.installed-test setup browsers postgres bench/node_modules/.installed lint
 	$(VENV)/bin/pytest tests_unit tests_e2e
 
 # TensorFlow.js 4.22.0 for the benchmarks, from npm into the git-ignored bench/node_modules.

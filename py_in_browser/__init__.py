@@ -19,6 +19,7 @@ from .functional import (
     exp,
     expand_dims,
     flatten,
+    fused,
     gelu,
     greater,
     greater_equal,
@@ -43,6 +44,7 @@ from .functional import (
     ones_like,
     pad,
     pow,
+    random_uniform,
     relu,
     reshape,
     sigmoid,
@@ -60,7 +62,7 @@ from .functional import (
     zeros,
     zeros_like,
 )
-from .model import Sequential
+from .model import Sequential, load_model
 from .nn import activations, initializers, layers, losses, metrics
 from .runtime import (
     available_backends,
@@ -107,6 +109,7 @@ __all__ = [
     "expand_dims",
     "flatten",
     "full",
+    "fused",
     "gelu",
     "get_backend",
     "grad",
@@ -119,6 +122,7 @@ __all__ = [
     "leaky_relu",
     "less",
     "less_equal",
+    "load_model",
     "log",
     "log_softmax",
     "losses",
@@ -142,6 +146,7 @@ __all__ = [
     "pad",
     "pow",
     "profile",
+    "random_uniform",
     "relu",
     "reshape",
     "runtime_events",

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .ops import FLOAT, OPS, call
-
-if TYPE_CHECKING:
-    from .tensor import Tensor
+from .ops import FLOAT, OPS, TensorLike, call, full
 
 active_tapes: list[GradientTape] = []
 
 
-def record(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any], out: Tensor) -> None:
+def record(op: str, inputs: Sequence[TensorLike], attrs: dict[str, Any], out: TensorLike) -> None:
     for tape in active_tapes:
         tape._record(op, inputs, attrs, out)
 
@@ -29,8 +26,8 @@ class GradientTape:
     def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True) -> None:
         self.persistent = persistent
         self.watch_accessed_variables = watch_accessed_variables
-        self._records: list[tuple[str, tuple[Tensor, ...], dict[str, Any], Tensor]] = []
-        self._tracked: dict[int, Tensor] = {}
+        self._records: list[tuple[str, tuple[TensorLike, ...], dict[str, Any], TensorLike]] = []
+        self._tracked: dict[int, TensorLike] = {}
         self._recording = False
         self._used = False
 
@@ -43,24 +40,26 @@ class GradientTape:
         self._recording = False
         active_tapes.remove(self)
 
-    def watch(self, *tensors: Tensor) -> None:
+    def watch(self, *tensors: TensorLike) -> None:
         for t in tensors:
             self._tracked[id(t)] = t
 
-    def _tracks(self, t: Tensor) -> bool:
+    def _tracks(self, t: TensorLike) -> bool:
         if id(t) in self._tracked:
             return True
         return self.watch_accessed_variables and bool(getattr(t, "trainable", False))
 
-    def _record(self, op: str, inputs: Sequence[Tensor], attrs: dict[str, Any], out: Tensor):
+    def _record(
+        self, op: str, inputs: Sequence[TensorLike], attrs: dict[str, Any], out: TensorLike
+    ):
         if self._recording and any(self._tracks(t) for t in inputs):
             self._records.append((op, tuple(inputs), attrs, out))
             self._tracked[id(out)] = out
 
-    def gradient(self, target: Tensor, sources: Any, output_gradients: Tensor | None = None) -> Any:
+    def gradient(
+        self, target: TensorLike, sources: Any, output_gradients: TensorLike | None = None
+    ) -> Any:
         """d(sum of target * output_gradients)/d(source) for one source or a list/tuple of them."""
-        from .tensor import full
-
         if self._used and not self.persistent:
             raise RuntimeError("a non-persistent GradientTape can compute gradients only once")
         self._used = True
@@ -83,8 +82,8 @@ class GradientTape:
             return type(sources)(grads.get(id(s)) for s in sources)
         return grads.get(id(sources))
 
-    def _backward(self, target: Tensor, seed: Tensor) -> dict[int, Tensor]:
-        grads: dict[int, Tensor] = {id(target): seed}
+    def _backward(self, target: TensorLike, seed: TensorLike) -> dict[int, TensorLike]:
+        grads: dict[int, TensorLike] = {id(target): seed}
         for op, inputs, attrs, out in reversed(self._records):
             g = grads.get(id(out))
             if g is None:
@@ -103,8 +102,8 @@ class GradientTape:
         return grads
 
 
-def grad(fn: Callable[..., Tensor]) -> Callable[..., Any]:
-    """grad(f)(*tensors): gradient of f's (summed) output w.r.t. each positional Tensor argument.
+def grad(fn: Callable[..., TensorLike]) -> Callable[..., Any]:
+    """grad(f)(*tensors): gradient of f's (summed) output w.r.t. each positional TensorLike argument.
 
     Returns one gradient for one argument, else a list in argument order.
     """

@@ -10,10 +10,9 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .model import Sequential
+from .trainable import TrainableModel
 
 Logs = dict[str, Any]
 
@@ -22,9 +21,9 @@ class Callback:
     wants_batch_logs = False
 
     def __init__(self) -> None:
-        self.model: Sequential | None = None
+        self.model: TrainableModel | None = None
 
-    def set_model(self, model: Sequential) -> None:
+    def set_model(self, model: TrainableModel) -> None:
         self.model = model
 
     def on_train_begin(self, logs: Logs) -> Any: ...

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import io
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -27,15 +27,14 @@ from . import optimizers
 from .events import record_event
 from .runtime import tidy
 from .tensor import tensor
-
-if TYPE_CHECKING:
-    from .model import Sequential
+from .trainable import TrainableModel
+from .training import Trainer
 
 FORMAT = "py_in_browser.checkpoint.v1"
 
 
-async def save(model: Sequential) -> bytes:
-    model._require_built()
+async def save(model: TrainableModel, trainer: Trainer) -> bytes:
+    """The checkpoint blob of `model` and of its `trainer`'s data cursor (and running fit)."""
     arrays: dict[str, Any] = {"format": np.array(FORMAT)}
     for i, w in enumerate(await model.get_weights()):
         arrays[f"weights/{i:04d}"] = w
@@ -44,15 +43,12 @@ async def save(model: Sequential) -> bytes:
     for i, var in enumerate(opt.variables() if opt else []):
         arrays[f"optimizer/state/{i:04d}"] = await var.numpy()
     arrays["rng/seed"] = np.array(model.seed)
-    arrays["rng/dropout_calls"] = np.array([getattr(la, "calls", 0) for la in model.layers])
-    progress = dict(model.progress)
-    state = model.fit_state
-    if state is not None:
-        if not await state.ok.item():
-            raise FloatingPointError("refusing to checkpoint: this fit has hit a NaN/Inf loss")
-        progress["seen"] = state.seen
-        accumulators = [await v.numpy() for v in state.variables()]
-        arrays["progress/accumulators"] = np.array(accumulators, dtype=np.float32)
+    arrays["rng/dropout_calls"] = np.array(
+        [await la.draw_count() if hasattr(la, "draw_count") else 0 for la in model.layers]
+    )
+    progress, accumulators = await trainer.saved_progress()
+    if accumulators is not None:
+        arrays["progress/accumulators"] = accumulators
     arrays["progress/json"] = np.array(json.dumps(progress))
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
@@ -61,7 +57,8 @@ async def save(model: Sequential) -> bytes:
     return buffer.getvalue()
 
 
-def load(model: Sequential, blob: bytes) -> None:
+def load(model: TrainableModel, trainer: Trainer, blob: bytes) -> None:
+    """Restores `blob` into `model` and hands its data cursor to `trainer` (fit(resume=True))."""
     with np.load(io.BytesIO(blob), allow_pickle=False) as data:
         if "format" not in data or str(data["format"]) != FORMAT:
             raise ValueError(f"load_checkpoint: not a {FORMAT} blob")
@@ -77,16 +74,13 @@ def load(model: Sequential, blob: bytes) -> None:
         if len(calls) != len(model.layers):
             raise ValueError("load_checkpoint: the checkpoint has a different number of layers")
         for layer, count in zip(model.layers, calls, strict=True):
-            if hasattr(layer, "calls"):
-                layer.calls = int(count)
-        progress = json.loads(str(data["progress/json"]))
-        if "progress/accumulators" in data:
-            progress["accumulators"] = list(data["progress/accumulators"])
-        model.progress = {k: v for k, v in progress.items() if k != "accumulators"}
-        model.resume_state = progress
+            if hasattr(layer, "set_draw_count"):
+                layer.set_draw_count(int(count))
+        accumulators = data.get("progress/accumulators")
+        trainer.restore_progress(json.loads(str(data["progress/json"])), accumulators)
 
 
-def _restore_optimizer(model: Sequential, config: dict[str, Any], states: list[np.ndarray]):
+def _restore_optimizer(model: TrainableModel, config: dict[str, Any], states: list[np.ndarray]):
     opt = model.optimizer
     if opt is None or opt.get_config() != config:
         model.optimizer = opt = optimizers.from_config(config)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from . import autograd
-from .ops import FLOAT, call
-from .tensor import Tensor, full, tensor
+from . import autograd, fusion
+from .ops import FLOAT
+from .tensor import Tensor, call, full, register_operators, tensor
 
 Axes = int | Sequence[int] | None
 
@@ -202,6 +202,19 @@ def cast(x: Tensor, dtype: str) -> Tensor:
     return x if x.dtype == dtype else call("cast", x, dtype=dtype)
 
 
+def fused(fn: Callable[..., fusion.Value], *inputs: Tensor) -> Tensor:
+    """One kernel computing fn elementwise over the tensors `inputs`: fn receives one symbolic
+    fusion.Value per tensor and returns one built with + - * / and fusion's functions (fusion.py
+    says which inputs and ops a program may use).
+
+    Example:
+        >>> x = pib.tensor([1.0, -2.0])
+        >>> await pib.fused(lambda v: v * v + 1.0, x).numpy()
+        array([2., 5.], dtype=float32)
+    """
+    return call("fused", *inputs, program=fusion.trace(fn, len(inputs)))
+
+
 def stop_gradient(x: Tensor) -> Tensor:
     """The same values, invisible to every active tape."""
     paused = autograd.active_tapes[:]
@@ -236,6 +249,34 @@ def one_hot(indices: Tensor, depth: int, dtype: str = "float32") -> Tensor:
     ramp = tensor(np.arange(depth), dtype=indices.dtype)
     column = reshape(indices, (*indices.shape, 1))
     return cast(equal(column, ramp), dtype)
+
+
+def random_uniform(
+    shape: Sequence[int], seed: int = 0, stream: int = 0, counter: Any = 0, bits: int = 24
+) -> Tensor:
+    """Uniform float32 numbers in [0, 1): element i hashes (seed, stream, counter, i).
+
+    The same arguments give bit-identical values on every backend (see backends/counter_hash.py
+    for the hash). `seed` and `stream` (ints in [0, 2^32)) name a sequence of draws, `counter`
+    (an int, or a float32/int32 scalar tensor holding an integer in [0, 2^24)) picks one draw of
+    it: pass a tensor kept on the device and advance it there, and a recorded training step
+    draws new numbers on every replay. Values are multiples of 2^-bits (bits <= 24, exact in
+    float32). WebGL2 on float16 storage holds 22 bits of a draw and float32 counters below 2^22
+    exactly (value plus compensation), or 11 bits and counters below 2^11 without compensation;
+    it refuses more bits.
+
+    >>> u = random_uniform((2, 3), seed=7, counter=0)
+    >>> v = random_uniform((2, 3), seed=7, counter=1)  # the next draw: other numbers
+    >>> keep = greater_equal(u, 0.5)  # a dropout mask with rate 0.5
+    """
+    if not isinstance(counter, Tensor):
+        if not isinstance(counter, int | np.integer) or not 0 <= counter < 2**24:
+            raise ValueError(
+                f"random_uniform: counter must be an int in [0, 2^24), got {counter!r}"
+            )
+        counter = tensor(float(counter))  # float32: stored exactly by every backend
+    attrs = {"shape": tuple(int(d) for d in shape), "seed": int(seed), "stream": int(stream)}
+    return call("random_uniform", counter, **attrs, bits=int(bits))
 
 
 # ---- layout ------------------------------------------------------------------------------------
@@ -456,3 +497,22 @@ def avg_pool2d(
 ) -> Tensor:
     """Average pooling; with 'same' padding, padded cells are not counted (TensorFlow rule)."""
     return _pool("avg_pool2d", x, pool_size, strides, padding)
+
+
+# Tensor's operators (a + b, a @ b, a < b, a[i], a.T, a.reshape, a.astype) are these functions.
+register_operators(
+    add=add,
+    sub=sub,
+    mul=mul,
+    div=div,
+    pow=pow,
+    matmul=matmul,
+    less=less,
+    less_equal=less_equal,
+    greater=greater,
+    greater_equal=greater_equal,
+    getitem=getitem,
+    transpose=transpose,
+    reshape=reshape,
+    cast=cast,
+)

@@ -19,7 +19,7 @@ results): UNARY and BINARY take floats and give a float, COMPARE takes floats an
 where(cond, a, b) takes a bool and two floats. The result is a float. Every input has either the
 output's shape or shape () (a scalar read at every element), so no expand is ever materialized.
 
-Write programs with `fused(fn, *tensors)`: fn receives one symbolic Value per tensor and returns
+Write programs with `pib.fused(fn, *tensors)` (functional.py): fn receives one symbolic Value per tensor and returns
 a Value built with Python operators (+ - * / and unary -) and the functions below.
 
 Programs are differentiable: the VJP of a program is, per float input, another program
@@ -395,10 +395,3 @@ def register_common(
 def common_programs() -> list[tuple[Program, tuple[str, ...]]]:
     """The registered programs, in registration order, each once."""
     return list(_COMMON)
-
-
-def fused(fn: Callable[..., Value], *inputs: Any) -> Any:
-    """One kernel computing fn elementwise over the tensors `inputs` (see the module docstring)."""
-    from .ops import call  # late: ops.py imports this module for the op table
-
-    return call("fused", *inputs, program=trace(fn, len(inputs)))

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, overload
 
 import numpy as np
 
-from . import checkpoint, optimizers, training
+from . import checkpoint, model_file, optimizers, training
 from .callbacks import History
 from .nn import activations, losses
 from .nn import metrics as metric_lib
 from .nn.layers import Layer
-from .runtime import current_backend, tidy
+from .runtime import tidy
 from .tensor import Tensor, Variable, tensor
 
 
@@ -34,12 +33,8 @@ class Sequential:
         self.metrics: list[metric_lib.Accuracy] = []
         self.stop_training = False
         self.history: History | None = None
-        # Data-order cursor and fit settings, kept up to date by fit for checkpoints.
-        self.progress: dict[str, Any] = {"epoch": 0, "batch": 0}
-        self.resume_state: dict[str, Any] | None = None
-        self.fit_state: Any = None
-        self._trainer: training.Trainer | None = None
-        self._trainer_finalizer: weakref.finalize[Any, Any] | None = None
+        # Everything fit keeps between calls (data cursor, resume, recorded steps) is its own.
+        self._trainer = training.Trainer(self)
         for layer in layers or []:
             self.add(layer)
 
@@ -135,8 +130,7 @@ class Sequential:
                 )
             with tidy():
                 var.assign(tensor(array, dtype=var.dtype))
-        if self._trainer is not None:
-            self._trainer.drop_recordings()  # re-recorded from the new weights on the next step
+        self._trainer.drop_recordings()  # re-recorded from the new weights on the next step
 
     def summary(self, print_fn: Callable[[str], Any] | None = print) -> str:
         """A Keras-like table of layers, output shapes and parameter counts; printed and returned."""
@@ -175,7 +169,7 @@ class Sequential:
             raise ValueError(f"compile: loss is required; one of {sorted(losses.LOSSES)}")
         if self.optimizer is not None:
             self.optimizer.dispose()
-        self._close_trainer()
+        self._trainer.reset()
         self.optimizer = optimizers.get(optimizer)
         self.loss = losses.get(loss)
         specs = [] if metrics is None else list(metrics)
@@ -192,25 +186,6 @@ class Sequential:
                 metric_lib.get(m, self.loss, self.output_shape) for m in self._metric_specs
             ]
         return self.metrics
-
-    def _training(self) -> training.Trainer:
-        """The Trainer fit and train_on_batch share: one per model and backend, kept (with its
-        step recordings) until compile or a backend change; set_weights drops its recordings."""
-        backend = current_backend()
-        if self._trainer is not None and self._trainer.backend is not backend:
-            self._close_trainer()
-        if self._trainer is None:
-            self._trainer = training.Trainer(self, backend)
-            # Frees its recordings (and the buffers only they hold) when the model goes away.
-            self._trainer_finalizer = weakref.finalize(self, self._trainer.close)
-            self._trainer_finalizer.atexit = False
-        return self._trainer
-
-    def _close_trainer(self) -> None:
-        self._trainer = None
-        if self._trainer_finalizer is not None:
-            self._trainer_finalizer()  # runs Trainer.close once
-            self._trainer_finalizer = None
 
     @overload
     async def train_on_batch(
@@ -239,24 +214,52 @@ class Sequential:
         A batch whose loss is NaN/Inf changes nothing (weights, slots, step counter); its
         returned loss shows the NaN.
         """
-        return await training.train_on_batch(self, x, y, return_dict=return_dict)
+        return await self._trainer.train_on_batch(x, y, return_dict=return_dict)
 
     async def fit(self, x: Any, y: Any, **kwargs: Any) -> History:
-        """See training.fit for the arguments (epochs, batch_size, shuffle, seed, callbacks, ...)."""
-        return await training.fit(self, x, y, **kwargs)
+        """See Trainer.fit for the arguments (epochs, batch_size, shuffle, seed, callbacks, ...)."""
+        self.history = History()  # this fit's, also when it raises
+        self.stop_training = False
+        return await self._trainer.fit(x, y, self.history, **kwargs)
 
     async def evaluate(self, x: Any, y: Any, batch_size: int = 32, verbose: int = 0):
-        return await training.evaluate(self, x, y, batch_size=batch_size, verbose=verbose)
+        return await self._trainer.evaluate(x, y, batch_size=batch_size, verbose=verbose)
 
     async def predict(self, x: Any, batch_size: int = 32) -> Tensor:
-        return await training.predict(self, x, batch_size=batch_size)
+        return await self._trainer.predict(x, batch_size=batch_size)
 
     async def save_checkpoint(self) -> bytes:
         """An .npz blob of weights, optimizer state, RNG counters and the data cursor."""
-        return await checkpoint.save(self)
+        return await checkpoint.save(self, self._trainer)
 
     def load_checkpoint(self, blob: bytes) -> None:
         """Restores a save_checkpoint blob; then fit(..., resume=True) continues where it stopped."""
-        checkpoint.load(self, blob)
-        if self._trainer is not None:
-            self._trainer.drop_recordings()
+        checkpoint.load(self, self._trainer, blob)
+        self._trainer.drop_recordings()
+
+    async def save(
+        self,
+        *,
+        labels: list[str] | None = None,
+        preprocessing: dict[str, Any] | None = None,
+        description: str = "",
+    ) -> bytes:
+        """The engine's model file (model_file.py): architecture, weights, labels, description."""
+        return await model_file.dumps(
+            self, labels=labels, preprocessing=preprocessing, description=description
+        )
+
+
+def loads(data: bytes) -> tuple[Sequential, model_file.ModelHeader]:
+    """A built Sequential and its header from a model file; ModelFileError if malformed."""
+    contents = model_file.read(data)
+    header = contents.header
+    model = Sequential(contents.layers, name=header.name, seed=header.seed)
+    model.build(header.input_shape)
+    model.set_weights(contents.weights)
+    return model, header
+
+
+async def load_model(data: bytes) -> Sequential:
+    """The reverse of `await model.save()`: `model = await pib.load_model(blob)`."""
+    return loads(data)[0]

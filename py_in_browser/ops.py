@@ -3,7 +3,7 @@
 Every backend implements exactly these primitives; everything else (broadcasting binary ops,
 softmax, log_softmax, mean, variance, gelu, losses, ...) is composed from them in functional.py.
 
-Primitives (38):
+Primitives (39):
   unary float     neg exp log sqrt tanh sigmoid relu erf
   binary (same shape and dtype)   add sub mul div pow maximum
   compare -> bool less less_equal equal not_equal
@@ -18,6 +18,10 @@ Primitives (38):
   convolution     conv2d conv2d_backprop_input conv2d_backprop_filter  (NHWC, filters HWIO,
                   strides, explicit pads ((top, bottom), (left, right)))
   pooling         max_pool2d max_pool2d_grad avg_pool2d avg_pool2d_grad (pool_size, strides, pads)
+  random          random_uniform(counter; shape, seed, stream, bits): float32 in [0, 1) hashed
+                  from (seed, stream, counter, element index), the same bits on every backend
+                  (backends/counter_hash.py); the counter is a device scalar, so a recorded step
+                  that advances it draws new numbers on each replay
 
 A VJP receives (g, inputs, output, attrs) and returns, per input, a thunk computing that input's
 gradient or None where the op is not differentiable in it; the tape calls only the thunks it
@@ -28,16 +32,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import fusion
 
-if TYPE_CHECKING:
-    from .tensor import Tensor
-
 Shape = tuple[int, ...]
-Thunk = Callable[[], "Tensor"]
-Vjp = Callable[["Tensor", Sequence["Tensor"], "Tensor", dict[str, Any]], Sequence[Thunk | None]]
+
+
+class TensorLike(Protocol):
+    """What the op table reads of a tensor (tensor.Tensor is one): rules see only shapes and
+    dtypes, and VJPs pass tensors on to `call` (see "Running ops" below)."""
+
+    shape: Shape
+    dtype: str
+
+    @property
+    def ndim(self) -> int: ...
+
+
+Thunk = Callable[[], TensorLike]
+Vjp = Callable[
+    [TensorLike, Sequence[TensorLike], TensorLike, dict[str, Any]], Sequence[Thunk | None]
+]
 Infer = Callable[[Sequence[Shape], Sequence[str], dict[str, Any]], tuple[Shape, str]]
 
 FLOAT = ("float32", "float64")
@@ -63,16 +79,49 @@ def _define(name: str, arity: int, infer: Infer, vjp: Vjp | None, attrs: tuple[s
     OPS[name] = OpDef(name, arity, attrs, infer, vjp)
 
 
-def call(op: str, *inputs: Tensor, **attrs: Any) -> Tensor:
-    """Runs primitive `op`; the one entry point VJPs and composites use."""
-    from .tensor import apply_op  # late: tensor.py imports this table
+# ---- running ops -------------------------------------------------------------------------------
+# The VJPs below run ops on tensors, but tensors live in tensor.py, which sits above this table
+# (it checks every op against it). Rather than import upward, the table runs ops through the
+# executor tensor.py registers when it is imported, the way the backends register their kernels
+# in backends.KERNELS. Passing an executor into every VJP would do the same with more plumbing;
+# moving apply_op below the table is impossible (it checks ops against the table). No VJP can run
+# before the registration: VJPs only ever receive tensors.
 
-    return apply_op(op, inputs, attrs)
+
+@dataclass(frozen=True)
+class Executor:
+    """How the op table runs a primitive on tensors and makes a constant tensor."""
+
+    apply_op: Callable[[str, Sequence[Any], dict[str, Any]], TensorLike]
+    full: Callable[[Sequence[int], float, str], TensorLike]
 
 
-def _full_like(t: Tensor, value: float) -> Tensor:
-    from .tensor import full
+_executor: Executor | None = None
 
+
+def register_executor(executor: Executor) -> None:
+    """Called once by tensor.py; the table's `call` and `full` run through it."""
+    global _executor
+    _executor = executor
+
+
+def _running() -> Executor:
+    if _executor is None:
+        raise RuntimeError("no executor registered: import py_in_browser (tensor.py registers it)")
+    return _executor
+
+
+def call(op: str, *inputs: TensorLike, **attrs: Any) -> TensorLike:
+    """Runs primitive `op` on tensors; the entry point of the VJPs and the tape."""
+    return _running().apply_op(op, inputs, attrs)
+
+
+def full(shape: Sequence[int], value: float, dtype: str) -> TensorLike:
+    """A constant tensor of `shape` (a VJP's zeros, the tape's seed gradient)."""
+    return _running().full(shape, value, dtype)
+
+
+def _full_like(t: TensorLike, value: float) -> TensorLike:
     return full(t.shape, value, t.dtype)
 
 
@@ -141,15 +190,15 @@ _define(
 )
 
 
-def _relu_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _relu_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     return [lambda: call("fused", g, xs[0], program=_RELU_GRAD)]
 
 
 _define("relu", 1, _unary_rule(NUMERIC), _relu_vjp)
 
 
-def _erf_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
-    def dx() -> Tensor:
+def _erf_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
+    def dx() -> TensorLike:
         x = xs[0]
         bell = call("exp", call("neg", call("mul", x, x)))
         return call("mul", g, call("mul", bell, _full_like(x, 1.1283791670955126)))  # 2/sqrt(pi)
@@ -183,10 +232,10 @@ _define(
 )
 
 
-def _pow_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _pow_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     base, exponent = xs
 
-    def d_base() -> Tensor:
+    def d_base() -> TensorLike:
         lowered = call("pow", base, call("sub", exponent, _full_like(exponent, 1.0)))
         return call("mul", g, call("mul", exponent, lowered))
 
@@ -196,9 +245,9 @@ def _pow_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
 _define("pow", 2, _binary_rule("pow", FLOAT), _pow_vjp)
 
 
-def _maximum_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _maximum_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     # Ties send the gradient to the second input, so relu-as-maximum(x, 0) has 0 slope at 0.
-    def pick(first: bool) -> Tensor:
+    def pick(first: bool) -> TensorLike:
         zeros = _full_like(g, 0.0)
         a_wins = call("less", xs[1], xs[0])
         return call("where", a_wins, g, zeros) if first else call("where", a_wins, zeros, g)
@@ -220,7 +269,7 @@ def _where_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str
     return tuple(shapes[0]), dtypes[1]
 
 
-def _where_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _where_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     cond = xs[0]
     return [
         None,
@@ -232,7 +281,7 @@ def _where_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
 _define("where", 3, _where_infer, _where_vjp)
 
 
-def _fused_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _fused_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     """Per float input, the fused program g * d(result)/d(input) (fusion.vjp_program), summed to
     () for a scalar input read at every element; so gradients of gradients work as well. Each is
     derived only when the tape asks for that input (losses never differentiate their targets);
@@ -240,7 +289,7 @@ def _fused_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
     kinds = tuple("bool" if x.dtype == "bool" else "float" for x in xs)
 
     def thunk(k: int) -> Thunk:
-        def gradient() -> Tensor:
+        def gradient() -> TensorLike:
             program = fusion.vjp_program(a["program"], kinds, k)
             if program is None:
                 return _full_like(xs[k], 0.0)
@@ -270,7 +319,7 @@ def _cast_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str,
     return tuple(shapes[0]), attrs["dtype"]
 
 
-def _cast_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _cast_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     if xs[0].dtype in FLOAT and y.dtype in FLOAT:
         return [lambda: call("cast", g, dtype=xs[0].dtype)]
     return [None]
@@ -289,7 +338,7 @@ def _expand_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[st
     return dst, dtypes[0]
 
 
-def _expand_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _expand_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     # Un-broadcasting, written once: sum over every axis that expand stretched.
     axes = tuple(
         i for i, (s, d) in enumerate(zip(xs[0].shape, y.shape, strict=True)) if s == 1 and d != 1
@@ -323,7 +372,7 @@ def _transpose_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict
     return tuple(shapes[0][p] for p in perm), dtypes[0]
 
 
-def _transpose_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _transpose_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     inverse = tuple(sorted(range(len(a["perm"])), key=lambda i: a["perm"][i]))
     return [lambda: call("transpose", g, perm=inverse)]
 
@@ -341,7 +390,7 @@ def _slice_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str
     return size, dtypes[0]
 
 
-def _slice_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _slice_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     pads = tuple((b, n - b - s) for b, s, n in zip(a["begin"], a["size"], xs[0].shape, strict=True))
     return [lambda: call("pad", g, paddings=pads, value=0.0)]
 
@@ -356,7 +405,7 @@ def _pad_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, 
     return tuple(n + p[0] + p[1] for n, p in zip(shape, pads, strict=True)), dtypes[0]
 
 
-def _pad_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _pad_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     begin = tuple(p[0] for p in a["paddings"])
     return [lambda: call("slice", g, begin=begin, size=xs[0].shape)]
 
@@ -378,7 +427,7 @@ def _concat_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[st
     return tuple(out), dtypes[0]
 
 
-def _concat_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _concat_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     axis, offset, thunks = a["axis"], 0, []
     for x in xs:
         begin = tuple(offset if i == axis else 0 for i in range(len(x.shape)))
@@ -409,14 +458,14 @@ def _reduce_infer(name: str, allowed: Sequence[str]) -> Infer:
     return infer
 
 
-def _reduce_sum_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _reduce_sum_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     kept = _kept_shape(xs[0].shape, a["axes"])
     return [lambda: call("expand", call("reshape", g, shape=kept), shape=xs[0].shape)]
 
 
-def _reduce_max_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _reduce_max_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     # Ties share the gradient equally (as torch.amax does).
-    def dx() -> Tensor:
+    def dx() -> TensorLike:
         x = xs[0]
         kept = _kept_shape(x.shape, a["axes"])
         peak = call("expand", call("reshape", y, shape=kept), shape=x.shape)
@@ -460,16 +509,16 @@ def _matmul_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[st
     return (*a[:-2], m, n), dtypes[0]
 
 
-def _matmul_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, at: dict[str, Any]):
+def _matmul_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, at: dict[str, Any]):
     a, b = xs
     ta, tb = at["transpose_a"], at["transpose_b"]
 
-    def da() -> Tensor:
+    def da() -> TensorLike:
         if ta:
             return call("matmul", b, g, transpose_a=tb, transpose_b=True)
         return call("matmul", g, b, transpose_a=False, transpose_b=not tb)
 
-    def db() -> Tensor:
+    def db() -> TensorLike:
         if tb:
             return call("matmul", g, a, transpose_a=True, transpose_b=ta)
         return call("matmul", a, g, transpose_a=not ta, transpose_b=False)
@@ -527,7 +576,7 @@ def _geometry(a: dict[str, Any]) -> dict[str, Any]:
     return {"strides": a["strides"], "pads": a["pads"]}
 
 
-def _conv_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _conv_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     x, w = xs
     geo = _geometry(a)
     return [
@@ -536,7 +585,7 @@ def _conv_vjp(g: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
     ]
 
 
-def _conv_input_vjp(gg: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _conv_input_vjp(gg: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     g, w = xs
     geo = _geometry(a)
     return [
@@ -545,7 +594,7 @@ def _conv_input_vjp(gg: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, An
     ]
 
 
-def _conv_filter_vjp(gw: Tensor, xs: Sequence[Tensor], y: Tensor, a: dict[str, Any]):
+def _conv_filter_vjp(gw: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
     x, g = xs
     geo = _geometry(a)
     return [
@@ -629,6 +678,32 @@ _define(
     lambda g, xs, y, a: [lambda: call("avg_pool2d", g, **_pool_attrs(a))],
     ("input_shape", "pool_size", "strides", "pads"),
 )
+
+
+# ---- random numbers ----------------------------------------------------------------------------
+
+
+def _random_uniform_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    if tuple(shapes[0]) != () or dtypes[0] not in ("float32", "int32"):
+        raise TypeError(
+            f"random_uniform: the counter must be a float32 or int32 scalar holding an integer in "
+            f"[0, 2^24), got shape {tuple(shapes[0])} dtype {dtypes[0]}"
+        )
+    shape = tuple(attrs["shape"])
+    if any(not isinstance(d, int) or d < 0 for d in shape):
+        raise ValueError(f"random_uniform: shape must be non-negative ints, got {shape}")
+    for name in ("seed", "stream"):
+        value = attrs[name]
+        if not isinstance(value, int) or not 0 <= value < 2**32:
+            raise ValueError(f"random_uniform: {name} must be an int in [0, 2^32), got {value!r}")
+    bits = attrs["bits"]
+    if not isinstance(bits, int) or not 1 <= bits <= 24:
+        raise ValueError(f"random_uniform: bits must be an int in [1, 24], got {bits!r}")
+    return shape, "float32"
+
+
+# Random draws have no gradient: the counter only picks which numbers come out.
+_define("random_uniform", 1, _random_uniform_infer, None, ("shape", "seed", "stream", "bits"))
 
 
 def _numel(shape: Sequence[int]) -> int:

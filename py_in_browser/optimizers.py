@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from . import events, fusion
+from . import events, fusion, runtime
 from . import functional as F
 from .fusion import Value
 from .tensor import Tensor, Variable
@@ -98,8 +98,6 @@ class Optimizer:
         self, grads_and_vars: Iterable[tuple[Tensor | None, Variable]], gate: Tensor | None = None
     ) -> None:
         """One update step; with a bool scalar `gate`, the step only takes effect where it is True."""
-        from . import runtime  # late: runtime imports the backends, which import tensors
-
         pairs = list(grads_and_vars)
         variables = [v for _, v in pairs]
         self.build(variables)
@@ -110,8 +108,8 @@ class Optimizer:
         step_rules = self._step_rules()
         shared: dict[str, Tensor] = {}
         if step_rules:  # once per step, not once per variable
-            step = fusion.fused(_advance, self.iterations)
-            shared = {name: fusion.fused(fn, step) for name, fn in step_rules.items()}
+            step = F.fused(_advance, self.iterations)
+            shared = {name: F.fused(fn, step) for name, fn in step_rules.items()}
         for (var, slots), grad in zip(zip(variables, self.slots, strict=True), grads, strict=True):
             if grad is None:
                 continue
@@ -154,8 +152,6 @@ class Optimizer:
         where epsilon is added under the square root) when the backend's storage cannot honour
         a smaller one; notes a raise once per optimizer and backend as an "epsilon_clamped"
         runtime event and a RuntimeWarning. float32 storage has floor 0: nothing changes."""
-        from . import runtime  # late: runtime imports the backends, which import tensors
-
         if requested >= floor:
             return requested
         backend = runtime.current_backend()
@@ -199,8 +195,8 @@ def _gate_rule(rule: Callable[..., Value]) -> Callable[..., Value]:
 def gated(rule: Callable[..., Value], inputs: Sequence[Tensor], gate: Tensor | None) -> Tensor:
     """One fused program computing rule(*inputs), kept at inputs[0] where `gate` is False."""
     if gate is None:
-        return fusion.fused(rule, *inputs)
-    return fusion.fused(_gate_rule(rule), *inputs, gate)
+        return F.fused(rule, *inputs)
+    return F.fused(_gate_rule(rule), *inputs, gate)
 
 
 class SGD(Optimizer):

@@ -12,26 +12,25 @@ tensors already on the device (Sequential.train_on_batch). Tensors are passed li
 recording reads a private copy made once when it is recorded, and each replay copies the given
 tensors into it on the device (no readback, no upload; the caller's tensors are never written).
 
-One StepReplayer lives on a model across fit and train_on_batch calls (training.Trainer), so
-recordings survive from one call to the next; compile, set_weights and a backend change drop it.
+One StepReplayer lives on a model across fit and train_on_batch calls (in its Trainer's
+DeviceStep), so recordings survive from one call to the next; compile, set_weights and a backend
+change drop it.
 """
 
 from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from . import functional as F
+from .backends import Backend
+from .fit_state import FitState
 from .runtime import keep
 from .tensor import Tensor, Variable, _wrap, tensor
-
-if TYPE_CHECKING:
-    from .backends import Backend
-    from .model import Sequential
-    from .training import FitState
+from .trainable import TrainableModel
 
 # Set False to run every step of fit eagerly (benchmarks compare recorded and eager steps).
 ENABLED = True
@@ -55,7 +54,7 @@ class _Entry:
 class StepReplayer:
     """Runs fit's train steps through recordings; `train_step` is the eager step it records."""
 
-    def __init__(self, model: Sequential, state: FitState, backend: Backend, train_step: Any):
+    def __init__(self, model: TrainableModel, state: FitState, backend: Backend, train_step: Any):
         # A weak reference: the model owns its replayer, and a cycle would keep a dropped model's
         # GPU buffers alive until the cyclic garbage collector happens to run.
         self._model = weakref.ref(model)
@@ -65,7 +64,7 @@ class StepReplayer:
         self.replayed = 0
 
     @property
-    def model(self) -> Sequential:
+    def model(self) -> TrainableModel:
         model = self._model()
         assert model is not None, "the model of this replayer was garbage collected"
         return model
@@ -76,6 +75,7 @@ class StepReplayer:
         seen: dict[int, Variable] = {}
         for v in (
             *self.model.weights,
+            *(v for layer in self.model.layers for v in layer.state_variables()),
             *self.model.optimizer.variables(),
             self.state.ok,
             *self.state.variables(),

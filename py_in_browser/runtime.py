@@ -5,14 +5,11 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from . import backends
 from .backends import Backend, cpu, webgl2, webgpu  # noqa: F401  (importing registers kernels)
 from .events import runtime_events  # noqa: F401  (public through this module)
-
-if TYPE_CHECKING:
-    from .tensor import Tensor
 
 _state: dict[str, Any] = {"backend": None}
 
@@ -70,6 +67,17 @@ def capabilities() -> dict[str, Any]:
 # ---- memory ------------------------------------------------------------------------------------
 
 
+class _Scoped(Protocol):
+    """What tidy scopes and keep need of a tensor (tensor.Tensor registers itself in scopes)."""
+
+    _kept: bool
+
+    def dispose(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Scoped)
+
+
 class _Tracker:
     """Counts live tensors and bytes; `collected` counts tensors freed by GC, not by dispose/tidy."""
 
@@ -78,7 +86,7 @@ class _Tracker:
         self.num_bytes = 0
         self.num_buffers = 0
         self.collected = 0
-        self.scopes: list[list[Tensor]] = []
+        self.scopes: list[list[_Scoped]] = []
 
 
 tracker = _Tracker()
@@ -95,7 +103,7 @@ def memory() -> dict[str, Any]:
     }
 
 
-def keep(t: Tensor) -> Tensor:
+def keep(t: S) -> S:
     """Exempts `t` from disposal by every enclosing tidy scope."""
     t._kept = True
     return t
@@ -110,24 +118,22 @@ class _TidyScope:
         _close_scope(keep_alive=())
 
 
-def _collect_tensors(value: Any, out: list[Tensor]) -> None:
-    from .tensor import Tensor
-
-    if isinstance(value, Tensor):
-        out.append(value)
-    elif isinstance(value, list | tuple):
+def _ids_within(value: Any, out: set[int]) -> None:
+    """Ids of `value` and of everything in its lists, tuples and dicts (at any depth). A tensor of
+    the closing scope survives if its id is among them; ids tell without knowing what a tensor is."""
+    out.add(id(value))
+    if isinstance(value, list | tuple):
         for v in value:
-            _collect_tensors(v, out)
+            _ids_within(v, out)
     elif isinstance(value, dict):
         for v in value.values():
-            _collect_tensors(v, out)
+            _ids_within(v, out)
 
 
 def _close_scope(keep_alive: Any) -> None:
     created = tracker.scopes.pop()
-    survivors: list[Tensor] = []
-    _collect_tensors(keep_alive, survivors)
-    survivor_ids = {id(t) for t in survivors}
+    survivor_ids: set[int] = set()
+    _ids_within(keep_alive, survivor_ids)
     for t in created:
         if id(t) in survivor_ids:
             if tracker.scopes:  # returned tensors belong to the enclosing scope now

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -127,69 +127,69 @@ class Tensor:
     # ---- operators (broadcasting composites in functional.py) ----
 
     def __add__(self, other: Any) -> Tensor:
-        return _f().add(self, other)
+        return _operator("add")(self, other)
 
     def __radd__(self, other: Any) -> Tensor:
-        return _f().add(other, self)
+        return _operator("add")(other, self)
 
     def __sub__(self, other: Any) -> Tensor:
-        return _f().sub(self, other)
+        return _operator("sub")(self, other)
 
     def __rsub__(self, other: Any) -> Tensor:
-        return _f().sub(other, self)
+        return _operator("sub")(other, self)
 
     def __mul__(self, other: Any) -> Tensor:
-        return _f().mul(self, other)
+        return _operator("mul")(self, other)
 
     def __rmul__(self, other: Any) -> Tensor:
-        return _f().mul(other, self)
+        return _operator("mul")(other, self)
 
     def __truediv__(self, other: Any) -> Tensor:
-        return _f().div(self, other)
+        return _operator("div")(self, other)
 
     def __rtruediv__(self, other: Any) -> Tensor:
-        return _f().div(other, self)
+        return _operator("div")(other, self)
 
     def __pow__(self, other: Any) -> Tensor:
-        return _f().pow(self, other)
+        return _operator("pow")(self, other)
 
     def __rpow__(self, other: Any) -> Tensor:
-        return _f().pow(other, self)
+        return _operator("pow")(other, self)
 
     def __matmul__(self, other: Any) -> Tensor:
-        return _f().matmul(self, other)
+        return _operator("matmul")(self, other)
 
     def __rmatmul__(self, other: Any) -> Tensor:
-        return _f().matmul(other, self)
+        return _operator("matmul")(other, self)
 
     def __neg__(self) -> Tensor:
         return apply_op("neg", (self,), {})
 
     def __lt__(self, other: Any) -> Tensor:
-        return _f().less(self, other)
+        return _operator("less")(self, other)
 
     def __le__(self, other: Any) -> Tensor:
-        return _f().less_equal(self, other)
+        return _operator("less_equal")(self, other)
 
     def __gt__(self, other: Any) -> Tensor:
-        return _f().greater(self, other)
+        return _operator("greater")(self, other)
 
     def __ge__(self, other: Any) -> Tensor:
-        return _f().greater_equal(self, other)
+        return _operator("greater_equal")(self, other)
 
     def __getitem__(self, index: Any) -> Tensor:
-        return _f().getitem(self, index)
+        return _operator("getitem")(self, index)
 
     @property
     def T(self) -> Tensor:
-        return _f().transpose(self)
+        return _operator("transpose")(self)
 
     def reshape(self, *shape: Any) -> Tensor:
         target = shape[0] if len(shape) == 1 and isinstance(shape[0], list | tuple) else shape
-        return _f().reshape(self, target)
+        return _operator("reshape")(self, target)
 
     def astype(self, dtype: str) -> Tensor:
-        return _f().cast(self, dtype)
+        return _operator("cast")(self, dtype)
 
 
 class Variable(Tensor):
@@ -224,10 +224,23 @@ class Variable(Tensor):
         return self
 
 
-def _f() -> Any:
-    from . import functional  # late: functional imports this module
+# Tensor's operators are functional.py's broadcasting functions, but functional.py sits above
+# this module (it builds on Tensor), so it registers them here when it is imported, as numpy's
+# umath fills in ndarray's number protocol. The package imports functional.py before user code
+# can make a tensor; an operator used before that says so.
+_OPERATORS: dict[str, Callable[..., Tensor]] = {}
 
-    return functional
+
+def register_operators(**functions: Callable[..., Tensor]) -> None:
+    """Called by functional.py: the function behind each operator, by name (add, getitem, ...)."""
+    _OPERATORS.update(functions)
+
+
+def _operator(name: str) -> Callable[..., Tensor]:
+    function = _OPERATORS.get(name)
+    if function is None:
+        raise RuntimeError(f"Tensor operator {name!r} is unset: import py_in_browser first")
+    return function
 
 
 def _infer_dtype(value: Any) -> str:
@@ -282,3 +295,12 @@ def apply_op(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any]) -> Tensor
     if autograd.active_tapes:
         autograd.record(op, inputs, attrs, out)
     return out
+
+
+def call(op: str, *inputs: Tensor, **attrs: Any) -> Tensor:
+    """Runs primitive `op` on tensors: the entry point of the composites in functional.py."""
+    return apply_op(op, inputs, attrs)
+
+
+# The op table's VJPs and the tape run ops through these (see "running ops" in ops.py).
+ops.register_executor(ops.Executor(apply_op=apply_op, full=full))

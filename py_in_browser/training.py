@@ -10,10 +10,13 @@ later update takes effect, so the weights stay exactly those before the first ba
 readback per step. The flag is read with the epoch's loss (or per batch when a callback asks for
 batch logs) and fit raises NonFiniteLossError.
 
-fit and train_on_batch run the same step through one Trainer per model (Sequential._training):
-the device-side FitState and, on backends that replay, the StepReplayer whose recordings carry
-over from call to call. train_on_batch starts each call with the ok flag set, so a batch with a
-NaN/Inf loss leaves the weights as they were and later batches train again.
+Each Sequential delegates fit, evaluate, predict and train_on_batch to its one Trainer, which owns
+everything training keeps between calls: the data cursor checkpoints save, a pending resume, the
+accumulators of the fit in progress, and per backend the DeviceStep that fit and train_on_batch
+share (the device-side FitState and, on backends that replay, the StepReplayer whose recordings
+carry over from call to call). checkpoint.py reads and restores the cursor through the Trainer.
+train_on_batch starts each call with the ok flag set, so a batch with a NaN/Inf loss leaves the
+weights as they were and later batches train again.
 """
 
 from __future__ import annotations
@@ -22,56 +25,31 @@ import asyncio
 import math
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from . import functional as F
 from . import fusion, replay
 from .autograd import GradientTape
+from .backends import Backend
 from .callbacks import Callback, History, call_hook
+from .fit_state import FitState
 from .nn import layers as layer_lib
-from .runtime import tidy
+from .runtime import current_backend, tidy
 from .tensor import Tensor, Variable, tensor
-
-if TYPE_CHECKING:
-    from .model import Sequential
+from .trainable import TrainableModel
 
 
 class NonFiniteLossError(FloatingPointError):
     """Training hit a NaN or Inf loss; the model keeps the weights from before that step."""
 
 
-class FitState:
-    """Device-side accumulators of one fit: the ok flag, the loss sum and metric hit counts."""
-
-    def __init__(self, num_metrics: int) -> None:
-        self.ok = Variable(True, trainable=False, name="fit/ok", dtype="bool")
-        self.loss_sum = Variable(0.0, trainable=False, name="fit/loss_sum")
-        self.metric_sums = [
-            Variable(0.0, trainable=False, name=f"fit/metric_{i}") for i in range(num_metrics)
-        ]
-        self.seen = 0
-
-    def variables(self) -> list[Variable]:
-        return [self.loss_sum, *self.metric_sums]
-
-    def reset(self) -> None:
-        with tidy():
-            for v in self.variables():
-                v.assign(F.zeros(()))
-        self.seen = 0
-
-    def dispose(self) -> None:
-        for v in (self.ok, *self.variables()):
-            v.dispose()
-
-
-class Trainer:
+class DeviceStep:
     """What fit and train_on_batch share on one model and backend: the FitState, the eager step
     and, where the backend replays, the StepReplayer (its recordings outlive each call)."""
 
-    def __init__(self, model: Sequential, backend: Any) -> None:
+    def __init__(self, model: TrainableModel, backend: Backend) -> None:
         self.backend = backend
         self.state = FitState(len(model.resolved_metrics()))
         self.ok_value = Variable(True, trainable=False, name="fit/ok_value", dtype="bool")
@@ -79,7 +57,7 @@ class Trainer:
         self.replayer: replay.StepReplayer | None = None
         if backend.supports_replay:
             self.replayer = replay.StepReplayer(model, self.state, backend, self.step_fn)
-        self._model = weakref.ref(model)  # the model owns its Trainer: no reference cycle
+        self._model = weakref.ref(model)  # the model owns its Trainer, which owns this
         self.checked: set[Any] = set()  # batch signatures train_on_batch has validated
 
     def reset_ok(self) -> None:
@@ -92,7 +70,7 @@ class Trainer:
         if self.replayer is not None and replay.ENABLED:
             return self.replayer.step(xb, yb, own_loss)
         model = self._model()
-        assert model is not None, "the model of this Trainer was garbage collected"
+        assert model is not None, "the model of this DeviceStep was garbage collected"
         return self.step_fn(model, xb, yb, self.state)
 
     def drop_recordings(self) -> None:
@@ -135,13 +113,13 @@ def _check_int(value: Any, name: str, low: int) -> int:
     return int(value)
 
 
-def _require_compiled(model: Sequential) -> None:
+def _require_compiled(model: TrainableModel) -> None:
     if model.optimizer is None or model.loss is None:
         raise RuntimeError("call model.compile(optimizer=..., loss=...) before fit/evaluate")
 
 
 async def _prepare(
-    model: Sequential, x: Any, y: Any | None
+    model: TrainableModel, x: Any, y: Any | None
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Host arrays checked against the model: shapes, finiteness, sample counts and targets."""
     xa = (await _host_array(x, "x")).astype(np.float32)
@@ -172,7 +150,7 @@ async def _prepare(
 # ---- steps -------------------------------------------------------------------------------------
 
 
-def train_step(model: Sequential, xb: Any, yb: Any, state: FitState) -> Tensor:
+def train_step(model: TrainableModel, xb: Any, yb: Any, state: FitState) -> Tensor:
     """One gated optimizer step on a batch (arrays or tensors); returns the batch loss tensor.
 
     Run it inside a tidy scope: it creates the batch tensors itself so the scope frees them.
@@ -208,35 +186,37 @@ def _loss_total(samples: float) -> Callable[[fusion.Value, fusion.Value], fusion
 fusion.register_common(fusion.trace(_loss_total(1.0), 2), ("scalar", "scalar"))
 
 
-def _accumulate(model: Sequential, state: FitState, yb: Tensor, pred: Tensor, loss: Tensor) -> None:
-    state.loss_sum.assign(fusion.fused(_loss_total(float(yb.shape[0])), state.loss_sum, loss))
+def _accumulate(
+    model: TrainableModel, state: FitState, yb: Tensor, pred: Tensor, loss: Tensor
+) -> None:
+    state.loss_sum.assign(F.fused(_loss_total(float(yb.shape[0])), state.loss_sum, loss))
     for metric, total in zip(model.resolved_metrics(), state.metric_sums, strict=True):
         total.assign(F.add(total, metric.correct(yb, pred)))
     state.seen += yb.shape[0]
 
 
-def _batch_tensors(model: Sequential, xb: Any, yb: Any) -> tuple[Tensor, Tensor]:
+def _batch_tensors(model: TrainableModel, xb: Any, yb: Any) -> tuple[Tensor, Tensor]:
     assert model.loss is not None
     x = xb if isinstance(xb, Tensor) else tensor(xb)
     y = yb if isinstance(yb, Tensor) else tensor(yb, dtype=model.loss.target_dtype)
     return x, y
 
 
-def _eval_step(model: Sequential, xb: Any, yb: Any, state: FitState) -> None:
+def _eval_step(model: TrainableModel, xb: Any, yb: Any, state: FitState) -> None:
     assert model.loss is not None
     xb, yb = _batch_tensors(model, xb, yb)
     pred = model(xb, training=False)
     _accumulate(model, state, yb, pred, model.loss(yb, pred))
 
 
-async def _read_logs(model: Sequential, state: FitState, prefix: str = "") -> dict[str, float]:
+async def _read_logs(model: TrainableModel, state: FitState, prefix: str = "") -> dict[str, float]:
     logs = {prefix + "loss": float(await state.loss_sum.item()) / max(state.seen, 1)}
     for metric, total in zip(model.resolved_metrics(), state.metric_sums, strict=True):
         logs[prefix + metric.name] = float(await total.item()) / max(state.seen, 1)
     return logs
 
 
-async def _raise_if_bad(model: Sequential, state: FitState, epoch: int) -> None:
+async def _raise_if_bad(model: TrainableModel, state: FitState, epoch: int) -> None:
     if not await state.ok.item():
         assert model.optimizer is not None and model.optimizer.iterations is not None
         good = int(await model.optimizer.iterations.item())
@@ -257,150 +237,7 @@ def epoch_order(seed: int, epoch: int, samples: int, shuffle: bool) -> np.ndarra
 # ---- fit / evaluate / predict ------------------------------------------------------------------
 
 
-async def fit(
-    model: Sequential,
-    x: Any,
-    y: Any,
-    epochs: int = 1,
-    batch_size: int = 32,
-    shuffle: bool = True,
-    seed: int = 0,
-    validation_split: float = 0.0,
-    validation_data: tuple[Any, Any] | None = None,
-    callbacks: list[Callback] | None = None,
-    verbose: int = 0,
-    initial_epoch: int = 0,
-    resume: bool = False,
-) -> History:
-    """Keras-style fit. resume=True continues from the cursor of model.load_checkpoint(...)."""
-    _require_compiled(model)
-    epochs = _check_int(epochs, "epochs", 0)
-    batch_size = _check_int(batch_size, "batch_size", 1)
-    initial_epoch = _check_int(initial_epoch, "initial_epoch", 0)
-    if not 0.0 <= validation_split < 1.0:
-        raise ValueError(f"validation_split must be in [0, 1), got {validation_split!r}")
-    callbacks = list(callbacks or [])
-    for cb in callbacks:
-        if not isinstance(cb, Callback):
-            raise TypeError(f"callbacks: expected Callback instances, got {type(cb).__name__}")
-    xa, ya = await _prepare(model, x, y)
-    assert ya is not None
-    val: tuple[np.ndarray, np.ndarray] | None = None
-    if validation_data is not None:
-        vx, vy = await _prepare(model, validation_data[0], validation_data[1])
-        assert vy is not None
-        val = (vx, vy)
-    elif validation_split > 0:
-        split = int(len(xa) * (1.0 - validation_split))
-        if split < 1 or split == len(xa):
-            raise ValueError(f"validation_split={validation_split} leaves an empty split")
-        xa, ya, val = xa[:split], ya[:split], (xa[split:], ya[split:])
-    samples = len(xa)
-    if samples == 0:
-        raise ValueError("x: no samples to train on")
-    steps = math.ceil(samples / batch_size)
-
-    start_batch = 0
-    trainer = model._training()
-    state = trainer.state
-    trainer.reset_ok()
-    state.reset()
-    if resume:
-        initial_epoch, start_batch, seed = _resume_cursor(
-            model, state, batch_size, samples, shuffle
-        )
-
-    history = History()
-    history.params = {"epochs": epochs, "steps": steps, "batch_size": batch_size}
-    model.history = history
-    all_callbacks: list[Callback] = [history, *callbacks]
-    for cb in all_callbacks:
-        cb.set_model(model)
-    want_batch_logs = any(cb.wants_batch_logs for cb in callbacks)
-    model.stop_training = False
-    model.fit_state = state
-    model.progress = {
-        "epoch": initial_epoch,
-        "batch": start_batch,
-        "seed": seed,
-        "batch_size": batch_size,
-        "shuffle": shuffle,
-        "samples": samples,
-    }
-    backend = trainer.backend
-    # Where the backend can, steps after the first ones replay a recording instead of running
-    # Python per op; the results are the same (replay.py says when it falls back to eager).
-    try:
-        await call_hook(all_callbacks, "on_train_begin", {})
-        for epoch in range(initial_epoch, epochs):
-            if start_batch == 0:
-                state.reset()
-            await call_hook(all_callbacks, "on_epoch_begin", epoch, {})
-            order = epoch_order(seed, epoch, samples, shuffle)
-            for batch in range(start_batch, steps):
-                idx = order[batch * batch_size : (batch + 1) * batch_size]
-                loss = trainer.step(xa[idx], ya[idx])
-                model.progress.update(epoch=epoch, batch=batch + 1)
-                logs: dict[str, Any] = {"batch": batch, "size": len(idx)}
-                if want_batch_logs:
-                    await _raise_if_bad(model, state, epoch)
-                    logs["loss"] = float(await loss.item())
-                loss.dispose()
-                await backend.end_step()
-                await call_hook(all_callbacks, "on_batch_end", batch, logs)
-                await asyncio.sleep(0)  # let other tasks of this event loop run
-                if model.stop_training:
-                    break
-            start_batch = 0
-            await _raise_if_bad(model, state, epoch)
-            epoch_logs = await _read_logs(model, state)
-            if val is not None:
-                epoch_logs.update(await _evaluate_arrays(model, *val, batch_size, prefix="val_"))
-            model.progress.update(epoch=epoch + 1, batch=0)
-            if verbose:
-                shown = " - ".join(f"{k}: {v:.4f}" for k, v in epoch_logs.items())
-                print(f"Epoch {epoch + 1}/{epochs} - {shown}")
-            await call_hook(all_callbacks, "on_epoch_end", epoch, epoch_logs)
-            if model.stop_training:
-                break
-        await call_hook(all_callbacks, "on_train_end", {})
-    finally:
-        model.fit_state = None
-    return history
-
-
-async def train_on_batch(
-    model: Sequential, x: Any, y: Any, return_dict: bool = False
-) -> Tensor | dict[str, float]:
-    """One training step on one batch, through fit's machinery; see Sequential.train_on_batch."""
-    _require_compiled(model)
-    trainer = model._training()
-    xb: Any
-    yb: Any
-    if isinstance(x, Tensor) or isinstance(y, Tensor):
-        xb, yb = _device_batch(model, trainer, x, y)
-    else:
-        xb, yb = await _prepare(model, x, y)
-        assert yb is not None
-        if len(xb) == 0:
-            raise ValueError("x: no samples to train on")
-    state = trainer.state
-    if return_dict:
-        state.reset()
-    trainer.reset_ok()
-    loss = trainer.step(xb, yb, own_loss=True)
-    if xb is not x and isinstance(xb, Tensor):  # a cast or reshape made here
-        xb.dispose()
-    if yb is not y and isinstance(yb, Tensor):
-        yb.dispose()
-    await trainer.backend.end_step()
-    if not return_dict:
-        return loss
-    loss.dispose()
-    return await _read_logs(model, state)
-
-
-def _device_input(model: Sequential, x: Tensor) -> Tensor:
+def _device_input(model: TrainableModel, x: Tensor) -> Tensor:
     """A float32 input tensor checked by shape only (its values stay on the device)."""
     if not model.built:
         model.build(model.input_shape or x.shape[1:])
@@ -409,7 +246,7 @@ def _device_input(model: Sequential, x: Tensor) -> Tensor:
     return x if x.dtype == "float32" else tensor(x, dtype="float32")
 
 
-def _device_batch(model: Sequential, trainer: Trainer, x: Any, y: Any) -> tuple[Tensor, Tensor]:
+def _device_batch(model: TrainableModel, step: DeviceStep, x: Any, y: Any) -> tuple[Tensor, Tensor]:
     """Checks a batch given as tensors by shape and dtype only (their values stay on the device:
     NaN/Inf in them shows up as a non-finite loss, and that step changes nothing)."""
     assert model.loss is not None
@@ -421,7 +258,7 @@ def _device_batch(model: Sequential, trainer: Trainer, x: Any, y: Any) -> tuple[
         if t.dtype == "bool":
             raise TypeError(f"{name}: expected a numeric tensor, got dtype bool")
     key = (xt.shape, xt.dtype, yt.shape, yt.dtype)
-    if key not in trainer.checked:
+    if key not in step.checked:
         if xt.shape[0] != yt.shape[0]:
             raise ValueError(
                 "x and y must have the same number of samples: "
@@ -436,7 +273,7 @@ def _device_batch(model: Sequential, trainer: Trainer, x: Any, y: Any) -> tuple[
             raise ValueError(f"x: expected shape (samples, *{model.input_shape}), got {xt.shape}")
         ya = np.zeros(_target_shape(model, yt.shape), dtype=model.loss.target_dtype)
         model.loss.check_targets(ya, model.output_shape)
-        trainer.checked.add(key)
+        step.checked.add(key)
     xt = F.cast(xt, "float32")
     target_shape = _target_shape(model, yt.shape)
     if target_shape != yt.shape:
@@ -444,7 +281,7 @@ def _device_batch(model: Sequential, trainer: Trainer, x: Any, y: Any) -> tuple[
     return xt, F.cast(yt, model.loss.target_dtype)
 
 
-def _target_shape(model: Sequential, shape: tuple[int, ...]) -> tuple[int, ...]:
+def _target_shape(model: TrainableModel, shape: tuple[int, ...]) -> tuple[int, ...]:
     """fit's one reshape of targets: (n,) -> (n, 1) for a single-output model's dense loss."""
     assert model.loss is not None
     if len(shape) == 1 and model.output_shape == (1,) and model.loss.target_dtype != "int32":
@@ -452,28 +289,8 @@ def _target_shape(model: Sequential, shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape
 
 
-def _resume_cursor(
-    model: Sequential, state: FitState, batch_size: int, samples: int, shuffle: bool
-) -> tuple[int, int, int]:
-    saved = model.resume_state
-    if saved is None:
-        raise ValueError("fit(resume=True) needs model.load_checkpoint(blob) first")
-    for key, value in (("batch_size", batch_size), ("samples", samples), ("shuffle", shuffle)):
-        if saved.get(key) != value:
-            raise ValueError(
-                f"fit(resume=True): {key}={value!r} differs from the checkpoint's {saved.get(key)!r}"
-            )
-    if saved["batch"] > 0:
-        with tidy():
-            for var, value in zip(state.variables(), saved["accumulators"], strict=True):
-                var.assign(tensor(value))
-        state.seen = saved["seen"]
-    model.resume_state = None
-    return saved["epoch"], saved["batch"], saved["seed"]
-
-
 async def _evaluate_arrays(
-    model: Sequential, xa: np.ndarray, ya: np.ndarray, batch_size: int, prefix: str = ""
+    model: TrainableModel, xa: np.ndarray, ya: np.ndarray, batch_size: int, prefix: str = ""
 ) -> dict[str, float]:
     state = FitState(len(model.resolved_metrics()))
     step = tidy(_eval_step)
@@ -487,44 +304,281 @@ async def _evaluate_arrays(
         state.dispose()
 
 
-async def evaluate(
-    model: Sequential, x: Any, y: Any, batch_size: int = 32, verbose: int = 0
-) -> dict[str, float]:
-    """Mean loss and metrics over (x, y) in inference mode: {"loss": ..., "accuracy": ...}."""
-    _require_compiled(model)
-    batch_size = _check_int(batch_size, "batch_size", 1)
-    xa, ya = await _prepare(model, x, y)
-    assert ya is not None
-    logs = await _evaluate_arrays(model, xa, ya, batch_size)
-    if verbose:
-        print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()))
-    return logs
+class Trainer:
+    """Trains one model (fit, evaluate, predict, train_on_batch) and owns what training keeps
+    between calls: the data cursor, a resume restored from a checkpoint, the accumulators of the
+    fit in progress and the DeviceStep of the current backend. checkpoint.py saves and restores
+    the cursor through saved_progress and restore_progress."""
 
+    def __init__(self, model: TrainableModel) -> None:
+        self._model = weakref.ref(model)  # the model owns its Trainer: no reference cycle
+        # Data-order cursor: the next batch to run and the settings that fix the order.
+        self._cursor: dict[str, Any] = {"epoch": 0, "batch": 0}
+        self._resume: dict[str, Any] | None = None  # a restored cursor fit(resume=True) takes
+        self._fitting: FitState | None = None  # the accumulators while a fit runs
+        self._device: DeviceStep | None = None
+        self._device_finalizer: weakref.finalize[Any, Any] | None = None
 
-async def predict(model: Sequential, x: Any, batch_size: int = 32) -> Tensor:
-    """Model outputs for x, computed batch by batch and concatenated into one tensor."""
-    batch_size = _check_int(batch_size, "batch_size", 1)
-    source: Tensor | np.ndarray
-    if isinstance(x, Tensor):
-        # A tensor stays where it is: batches are device slices, never a readback of the input.
-        source = _device_input(model, x)
-    else:
-        source, _ = await _prepare(model, x, None)
-    samples = source.shape[0]
-    if samples == 0:
-        raise ValueError("x: no samples to predict")
-    forward = tidy(lambda xb: model(xb if isinstance(xb, Tensor) else tensor(xb), training=False))
-    parts: list[Tensor] = []
-    for start in range(0, samples, batch_size):
-        # One batch covering every sample is the source itself: no slice copy on the device.
-        whole = start == 0 and samples <= batch_size
-        parts.append(forward(source if whole else source[start : start + batch_size]))
-        await asyncio.sleep(0)
-    if source is not x and isinstance(source, Tensor):  # a cast made here
-        source.dispose()
-    if len(parts) == 1:
-        return parts[0]
-    out = F.concat(parts, axis=0)
-    for part in parts:
-        part.dispose()
-    return out
+    @property
+    def model(self) -> TrainableModel:
+        model = self._model()
+        assert model is not None, "the model of this Trainer was garbage collected"
+        return model
+
+    def device_step(self) -> DeviceStep:
+        """The DeviceStep fit and train_on_batch share: one per backend, kept (with its step
+        recordings) until compile or a backend change; set_weights drops its recordings."""
+        backend = current_backend()
+        if self._device is not None and self._device.backend is not backend:
+            self.reset()
+        if self._device is None:
+            self._device = DeviceStep(self.model, backend)
+            # Frees its recordings (and the buffers only they hold) when the model goes away.
+            self._device_finalizer = weakref.finalize(self.model, self._device.close)
+            self._device_finalizer.atexit = False
+        return self._device
+
+    def reset(self) -> None:
+        """Drops the DeviceStep and its recordings (compile changes what a step computes)."""
+        self._device = None
+        if self._device_finalizer is not None:
+            self._device_finalizer()  # runs DeviceStep.close once
+            self._device_finalizer = None
+
+    def drop_recordings(self) -> None:
+        """Forgets recorded steps (new weights or optimizer state): the next steps re-record."""
+        if self._device is not None:
+            self._device.drop_recordings()
+
+    # ---- checkpoints ----
+
+    async def saved_progress(self) -> tuple[dict[str, Any], np.ndarray | None]:
+        """What a checkpoint keeps of training: the data cursor (epoch, batch, seed, batch_size,
+        shuffle, samples) and, while a fit runs, `seen` plus this epoch's accumulators (loss sum,
+        then metric hit counts). Refuses once the running fit has hit a NaN/Inf loss."""
+        progress = dict(self._cursor)
+        state = self._fitting
+        if state is None:
+            return progress, None
+        if not await state.ok.item():
+            raise FloatingPointError("refusing to checkpoint: this fit has hit a NaN/Inf loss")
+        progress["seen"] = state.seen
+        accumulators = [await v.numpy() for v in state.variables()]
+        return progress, np.array(accumulators, dtype=np.float32)
+
+    def restore_progress(self, progress: dict[str, Any], accumulators: Any | None) -> None:
+        """Restores a saved_progress: the next fit(resume=True) continues from that cursor."""
+        self._cursor = dict(progress)
+        self._resume = dict(progress)
+        if accumulators is not None:
+            self._resume["accumulators"] = list(accumulators)
+
+    # ---- fit / train_on_batch / evaluate / predict ----
+
+    async def fit(
+        self,
+        x: Any,
+        y: Any,
+        history: History,
+        epochs: int = 1,
+        batch_size: int = 32,
+        shuffle: bool = True,
+        seed: int = 0,
+        validation_split: float = 0.0,
+        validation_data: tuple[Any, Any] | None = None,
+        callbacks: list[Callback] | None = None,
+        verbose: int = 0,
+        initial_epoch: int = 0,
+        resume: bool = False,
+    ) -> History:
+        """Keras-style fit, reporting into `history` (Sequential.fit makes it model.history).
+        resume=True continues from the cursor restored by restore_progress (load_checkpoint)."""
+        model = self.model
+        _require_compiled(model)
+        epochs = _check_int(epochs, "epochs", 0)
+        batch_size = _check_int(batch_size, "batch_size", 1)
+        initial_epoch = _check_int(initial_epoch, "initial_epoch", 0)
+        if not 0.0 <= validation_split < 1.0:
+            raise ValueError(f"validation_split must be in [0, 1), got {validation_split!r}")
+        callbacks = list(callbacks or [])
+        for cb in callbacks:
+            if not isinstance(cb, Callback):
+                raise TypeError(f"callbacks: expected Callback instances, got {type(cb).__name__}")
+        xa, ya = await _prepare(model, x, y)
+        assert ya is not None
+        val: tuple[np.ndarray, np.ndarray] | None = None
+        if validation_data is not None:
+            vx, vy = await _prepare(model, validation_data[0], validation_data[1])
+            assert vy is not None
+            val = (vx, vy)
+        elif validation_split > 0:
+            split = int(len(xa) * (1.0 - validation_split))
+            if split < 1 or split == len(xa):
+                raise ValueError(f"validation_split={validation_split} leaves an empty split")
+            xa, ya, val = xa[:split], ya[:split], (xa[split:], ya[split:])
+        samples = len(xa)
+        if samples == 0:
+            raise ValueError("x: no samples to train on")
+        steps = math.ceil(samples / batch_size)
+
+        start_batch = 0
+        device = self.device_step()
+        state = device.state
+        device.reset_ok()
+        state.reset()
+        if resume:
+            initial_epoch, start_batch, seed = self._resume_cursor(
+                state, batch_size, samples, shuffle
+            )
+
+        history.params = {"epochs": epochs, "steps": steps, "batch_size": batch_size}
+        all_callbacks: list[Callback] = [history, *callbacks]
+        for cb in all_callbacks:
+            cb.set_model(model)
+        want_batch_logs = any(cb.wants_batch_logs for cb in callbacks)
+        self._fitting = state
+        self._cursor = {
+            "epoch": initial_epoch,
+            "batch": start_batch,
+            "seed": seed,
+            "batch_size": batch_size,
+            "shuffle": shuffle,
+            "samples": samples,
+        }
+        backend = device.backend
+        # Where the backend can, steps after the first ones replay a recording instead of running
+        # Python per op; the results are the same (replay.py says when it falls back to eager).
+        try:
+            await call_hook(all_callbacks, "on_train_begin", {})
+            for epoch in range(initial_epoch, epochs):
+                if start_batch == 0:
+                    state.reset()
+                await call_hook(all_callbacks, "on_epoch_begin", epoch, {})
+                order = epoch_order(seed, epoch, samples, shuffle)
+                for batch in range(start_batch, steps):
+                    idx = order[batch * batch_size : (batch + 1) * batch_size]
+                    loss = device.step(xa[idx], ya[idx])
+                    self._cursor.update(epoch=epoch, batch=batch + 1)
+                    logs: dict[str, Any] = {"batch": batch, "size": len(idx)}
+                    if want_batch_logs:
+                        await _raise_if_bad(model, state, epoch)
+                        logs["loss"] = float(await loss.item())
+                    loss.dispose()
+                    await backend.end_step()
+                    await call_hook(all_callbacks, "on_batch_end", batch, logs)
+                    await asyncio.sleep(0)  # let other tasks of this event loop run
+                    if model.stop_training:
+                        break
+                start_batch = 0
+                await _raise_if_bad(model, state, epoch)
+                epoch_logs = await _read_logs(model, state)
+                if val is not None:
+                    epoch_logs.update(
+                        await _evaluate_arrays(model, *val, batch_size, prefix="val_")
+                    )
+                self._cursor.update(epoch=epoch + 1, batch=0)
+                if verbose:
+                    shown = " - ".join(f"{k}: {v:.4f}" for k, v in epoch_logs.items())
+                    print(f"Epoch {epoch + 1}/{epochs} - {shown}")
+                await call_hook(all_callbacks, "on_epoch_end", epoch, epoch_logs)
+                if model.stop_training:
+                    break
+            await call_hook(all_callbacks, "on_train_end", {})
+        finally:
+            self._fitting = None
+        return history
+
+    async def train_on_batch(
+        self, x: Any, y: Any, return_dict: bool = False
+    ) -> Tensor | dict[str, float]:
+        """One training step on one batch, through fit's machinery; see Sequential.train_on_batch."""
+        model = self.model
+        _require_compiled(model)
+        device = self.device_step()
+        xb: Any
+        yb: Any
+        if isinstance(x, Tensor) or isinstance(y, Tensor):
+            xb, yb = _device_batch(model, device, x, y)
+        else:
+            xb, yb = await _prepare(model, x, y)
+            assert yb is not None
+            if len(xb) == 0:
+                raise ValueError("x: no samples to train on")
+        state = device.state
+        if return_dict:
+            state.reset()
+        device.reset_ok()
+        loss = device.step(xb, yb, own_loss=True)
+        if xb is not x and isinstance(xb, Tensor):  # a cast or reshape made here
+            xb.dispose()
+        if yb is not y and isinstance(yb, Tensor):
+            yb.dispose()
+        await device.backend.end_step()
+        if not return_dict:
+            return loss
+        loss.dispose()
+        return await _read_logs(model, state)
+
+    async def evaluate(
+        self, x: Any, y: Any, batch_size: int = 32, verbose: int = 0
+    ) -> dict[str, float]:
+        """Mean loss and metrics over (x, y) in inference mode: {"loss": ..., "accuracy": ...}."""
+        model = self.model
+        _require_compiled(model)
+        batch_size = _check_int(batch_size, "batch_size", 1)
+        xa, ya = await _prepare(model, x, y)
+        assert ya is not None
+        logs = await _evaluate_arrays(model, xa, ya, batch_size)
+        if verbose:
+            print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()))
+        return logs
+
+    async def predict(self, x: Any, batch_size: int = 32) -> Tensor:
+        """Model outputs for x, computed batch by batch and concatenated into one tensor."""
+        model = self.model
+        batch_size = _check_int(batch_size, "batch_size", 1)
+        source: Tensor | np.ndarray
+        if isinstance(x, Tensor):
+            # A tensor stays where it is: batches are device slices, never a readback of the input.
+            source = _device_input(model, x)
+        else:
+            source, _ = await _prepare(model, x, None)
+        samples = source.shape[0]
+        if samples == 0:
+            raise ValueError("x: no samples to predict")
+        forward = tidy(
+            lambda xb: model(xb if isinstance(xb, Tensor) else tensor(xb), training=False)
+        )
+        parts: list[Tensor] = []
+        for start in range(0, samples, batch_size):
+            # One batch covering every sample is the source itself: no slice copy on the device.
+            whole = start == 0 and samples <= batch_size
+            parts.append(forward(source if whole else source[start : start + batch_size]))
+            await asyncio.sleep(0)
+        if source is not x and isinstance(source, Tensor):  # a cast made here
+            source.dispose()
+        if len(parts) == 1:
+            return parts[0]
+        out = F.concat(parts, axis=0)
+        for part in parts:
+            part.dispose()
+        return out
+
+    def _resume_cursor(
+        self, state: FitState, batch_size: int, samples: int, shuffle: bool
+    ) -> tuple[int, int, int]:
+        saved = self._resume
+        if saved is None:
+            raise ValueError("fit(resume=True) needs model.load_checkpoint(blob) first")
+        for key, value in (("batch_size", batch_size), ("samples", samples), ("shuffle", shuffle)):
+            if saved.get(key) != value:
+                raise ValueError(
+                    f"fit(resume=True): {key}={value!r} differs from the checkpoint's {saved.get(key)!r}"
+                )
+        if saved["batch"] > 0:
+            with tidy():
+                for var, value in zip(state.variables(), saved["accumulators"], strict=True):
+                    var.assign(tensor(value))
+            state.seen = saved["seen"]
+        self._resume = None
+        return saved["epoch"], saved["batch"], saved["seed"]

@@ -1,8 +1,10 @@
-"""A dev server in a child process on a free loopback port, for the e2e tests and the benchmarks."""
+"""A dev server in a child process on a free loopback port, for the e2e tests and the benchmarks;
+RegistryProcess runs one with a given registry database (live registry tests, registry bench)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -10,6 +12,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from server.settings import REPO_ROOT
 
@@ -47,3 +50,42 @@ def background_dev_server(start_timeout_s: float = 300) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+class RegistryProcess:
+    """`start()` waits until /api/models answers; `kill()` is SIGKILL, `stop()` a clean stop."""
+
+    def __init__(self, data_dir: Path, database_url: str | None, **env: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "PIB_DATA_DIR": str(data_dir),
+            "PIB_DATABASE_URL": database_url or "",
+            **env,
+        }
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 60) -> RegistryProcess:
+        command = [sys.executable, "-m", "uvicorn", "--factory", "server.main:create_app"]
+        command += ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
+        self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=self.env)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/models", timeout=2):
+                    return self
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the registry server did not start") from None
+                time.sleep(0.1)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
@@ -11,6 +13,10 @@ from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.engine_wheel import WHEEL_NAME, EngineWheel, ensure_engine_wheel
+from server.registry import LazyRegistry
+from server.registry.config import RegistryConfig
+from server.request_limits import RequestBodyLimits
+from server.routers import models, training
 from server.runtime_setup import runtime_problems
 from server.settings import PYODIDE_VERSION, Paths
 from server.static import IMMUTABLE, REVALIDATE, resolve_inside, serve_file
@@ -22,7 +28,20 @@ SECURITY_HEADERS = [
     (b"cross-origin-embedder-policy", b"require-corp"),
     (b"cross-origin-resource-policy", b"same-origin"),
     (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
 ]
+# Same-origin everything; blob: scripts because the engine imports its JS bridges from blob URLs
+# (py_in_browser/_js.py); 'wasm-unsafe-eval' to compile Pyodide's WebAssembly; no inline code.
+CONTENT_SECURITY_POLICY = (
+    b"default-src 'self'; script-src 'self' blob: 'wasm-unsafe-eval'; "
+    b"worker-src 'self' blob:; connect-src 'self'; img-src 'self' data: blob:; "
+    b"style-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    b"frame-ancestors 'none'"
+)
+# Only the benchmark pages, which also run TensorFlow.js: its bundle evaluates strings.
+BENCH_CONTENT_SECURITY_POLICY = CONTENT_SECURITY_POLICY.replace(
+    b"script-src 'self'", b"script-src 'self' 'unsafe-eval'"
+)
 
 
 class SecurityHeaders:
@@ -32,9 +51,13 @@ class SecurityHeaders:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        bench = scope["type"] == "http" and scope["path"].startswith("/bench/")
+        csp = BENCH_CONTENT_SECURITY_POLICY if bench else CONTENT_SECURITY_POLICY
+        headers = [*SECURITY_HEADERS, (b"content-security-policy", csp)]
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+                message["headers"] = [*message.get("headers", []), *headers]
             await send(message)
 
         await self.app(scope, receive, send_with_headers if scope["type"] == "http" else send)
@@ -50,11 +73,24 @@ def _serve_web_folder(request: Request, root: Path, relative: str) -> Response:
     return serve_file(request, path, REVALIDATE)
 
 
-def create_app(paths: Paths | None = None) -> FastAPI:
+def create_app(paths: Paths | None = None, registry: RegistryConfig | None = None) -> FastAPI:
     paths = paths or Paths.default()
+    registry_config = registry or RegistryConfig.from_env()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        app.state.registry.close()
+
     app = FastAPI(
-        title="py_in_browser dev server", docs_url="/api/docs", openapi_url="/api/openapi.json"
+        title="py_in_browser dev server",
+        docs_url="/api/docs",
+        openapi_url="/api/openapi.json",
+        lifespan=lifespan,
     )
+    app.state.registry = LazyRegistry(registry_config)
+    app.include_router(models.router)
+    app.include_router(training.router)
     wheel_lock = threading.Lock()
 
     def engine_wheel() -> EngineWheel:
@@ -80,14 +116,20 @@ def create_app(paths: Paths | None = None) -> FastAPI:
             "runtime_url": f"{RUNTIME_PREFIX}/",
         }
 
-    @app.api_route("/engine/{digest}/{name}", methods=["GET", "HEAD"])
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi_schema() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.api_route("/engine/{digest}/{name}", methods=["GET", "HEAD"], include_in_schema=False)
     def engine_file(request: Request, digest: str, name: str) -> Response:
         wheel = engine_wheel()
         if digest != wheel.digest or name != WHEEL_NAME:
             raise HTTPException(404, "no such engine build; ask /api/engine for the current one")
         return serve_file(request, wheel.path, IMMUTABLE)
 
-    @app.api_route(RUNTIME_PREFIX + "/{relative:path}", methods=["GET", "HEAD"])
+    @app.api_route(
+        RUNTIME_PREFIX + "/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False
+    )
     def runtime_file(request: Request, relative: str) -> Response:
         path = resolve_inside(paths.runtime, relative)
         if path is not None and not path.name.endswith(".gz") and path.name != "MANIFEST.json":
@@ -99,21 +141,31 @@ def create_app(paths: Paths | None = None) -> FastAPI:
             )
         raise HTTPException(404, "not found")
 
-    @app.api_route("/bench/{relative:path}", methods=["GET", "HEAD"])
+    @app.api_route("/bench/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False)
     def bench_file(request: Request, relative: str) -> Response:
         return _serve_web_folder(request, paths.bench_page, relative)
 
-    @app.api_route("/vendor/{relative:path}", methods=["GET", "HEAD"])
+    @app.api_route("/vendor/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False)
     def vendor_file(request: Request, relative: str) -> Response:
         path = resolve_inside(paths.vendor, relative)
         if path is None:
             raise HTTPException(404, "not found (benchmark packages come with `make bench`)")
         return serve_file(request, path, REVALIDATE)
 
-    @app.api_route("/{relative:path}", methods=["GET", "HEAD"])
+    @app.api_route("/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False)
     def web_file(request: Request, relative: str) -> Response:
         return _serve_web_folder(request, paths.web, relative)
 
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
+    app.add_middleware(
+        RequestBodyLimits,
+        upload_path="/api/models",
+        max_upload_bytes=registry_config.max_upload_bytes,
+        max_body_bytes=registry_config.max_json_body_bytes,
+        max_concurrent_uploads=registry_config.max_concurrent_uploads,
+        take_upload_token=lambda client: app.state.registry.get().rate_limiter.take(
+            "upload", client, registry_config.rate_limits["upload"]
+        ),
+    )
     app.add_middleware(SecurityHeaders)
     return app

@@ -37,11 +37,11 @@ def test_training_compiles_no_program_after_the_warm_up(engine_page: EnginePage)
 from py_in_browser import runtime
 from py_in_browser.testing import workloads
 backend = runtime.current_backend()
-before = set(backend._known_programs)
+before = set(backend.queue.known_programs)
 x, y = workloads.synthetic_images(8, size=8, seed=0)
 model = workloads.small_cnn(size=8, seed=0)
 await model.fit(x, y, epochs=1, batch_size=4)
-sorted(set(backend._known_programs) - before)
+sorted(set(backend.queue.known_programs) - before)
 """
     )
     assert compiled_late == []
@@ -200,7 +200,7 @@ BLOCK_CASES: list[tuple[str, tuple[tuple[int, ...], ...], dict[str, Any], str]] 
     ),
 ]
 BLOCKS = """
-from py_in_browser.backends.webgl2 import backend as webgl2_backend
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 from py_in_browser.ops import call
 rng = np.random.default_rng(7)
 inputs = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _, shapes, _, _ in CASES]
@@ -208,13 +208,13 @@ got = {"inputs": inputs}
 for buffers in (8, 4):
     await pib.init(backend="webgl2", limits={"max_draw_buffers": buffers})
     backend = pib.runtime.current_backend()
-    draw, programs = backend._draw, []
+    draw, programs = backend.queue.draw, []
     def spy(key, *args):
         if "_block:" in key:
             programs.append(key)
         draw(key, *args)
-    backend._draw = spy
-    threshold, webgl2_backend.BLOCKS_AT = webgl2_backend.BLOCKS_AT, 0
+    backend.queue.draw = spy
+    threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
     try:
         results = []
         for (op, _, attrs, _), arrays in zip(CASES, inputs):
@@ -222,7 +222,7 @@ for buffers in (8, 4):
             out = call(op, *(pib.tensor(a) for a in arrays), **{**defaults, **attrs})
             results.append(await out.numpy())
     finally:
-        webgl2_backend.BLOCKS_AT = threshold
+        webgl2_rewrites.BLOCKS_AT = threshold
     got[buffers] = {"results": results, "programs": programs}
 await pib.init(backend="webgl2")
 got
@@ -263,18 +263,17 @@ def test_block_kernels_match_numpy(engine_page: EnginePage) -> None:
 
 
 PADDED_MATMULS = """
-from py_in_browser.backends.webgl2 import backend as webgl2_backend
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 from py_in_browser.ops import call
 rng = np.random.default_rng(3)
-backend = pib.runtime.current_backend()
-padded = backend._matmul_padded
+padded = webgl2_rewrites.matmul_padded
 taken = []
 def spy(*args):
     result = padded(*args)
     taken.append(result is not None)
     return result
-backend._matmul_padded = spy
-threshold, webgl2_backend.PAD_MATMUL_AT = webgl2_backend.PAD_MATMUL_AT, 0
+webgl2_rewrites.matmul_padded = spy
+threshold, webgl2_rewrites.PAD_MATMUL_AT = webgl2_rewrites.PAD_MATMUL_AT, 0
 try:
     got = []
     for sa, sb, ta, tb in CASES:
@@ -282,8 +281,8 @@ try:
         out = call("matmul", pib.tensor(a), pib.tensor(b), transpose_a=ta, transpose_b=tb)
         got.append([a, b, await out.numpy()])
 finally:
-    webgl2_backend.PAD_MATMUL_AT = threshold
-    backend._matmul_padded = padded
+    webgl2_rewrites.PAD_MATMUL_AT = threshold
+    webgl2_rewrites.matmul_padded = padded
 {"got": got, "taken": taken}
 """
 PADDED_CASES = [  # (a, b, transpose_a, transpose_b): K, N (and M if a is transposed) not all 4k

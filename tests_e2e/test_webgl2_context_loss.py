@@ -14,7 +14,7 @@ WAIT_S = 10
 
 LOSE_CONTEXT = f"""
 import asyncio
-from py_in_browser.backends.webgl2.backend import WebGLContextLostError
+from py_in_browser.backends.webgl2.context import WebGLContextLostError
 await pib.init(backend="webgl2")
 backend = pib.runtime.current_backend()
 events_before = len(pib.runtime_events())
@@ -32,7 +32,7 @@ t = pib.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
 before = (await pib.relu(t).numpy()).tolist()
 pending = asyncio.ensure_future(pib.exp(t).numpy())
 await asyncio.sleep(0)  # the read is now waiting on its fence in bridge.js
-pending_reads = backend._engine.pendingReads.size
+pending_reads = backend.queue.engine.pendingReads.size
 backend.lose_context()
 {{
     "before": before,

@@ -9,8 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from py_in_browser.nn.layers import DROPOUT_BITS
+from py_in_browser.testing.op_cases import random_uniform_reference
 from tests_e2e import webgl2_trajectories
-from tests_e2e.engine_page import EnginePage
+from tests_e2e.engine_page import EnginePage, PythonError
 from tests_e2e.op_oracle import assert_op_table_matches
 
 # Every stored value is rounded to half (relative 2^-11 = 4.9e-4) while shaders compute in float32;
@@ -84,11 +86,10 @@ def test_xor_and_the_small_cnn_converge_on_float16(half_page: EnginePage) -> Non
 
 FUSED_STEPS = 100
 FUSED_INCREMENTS = f"""
-from py_in_browser import fusion
 w = pib.tensor(np.ones((8, 16), np.float32))
 lr = pib.tensor(np.float32(1e-4))
 for _ in range({FUSED_STEPS}):
-    w = fusion.fused(lambda w, lr: w + lr, w, lr)
+    w = pib.fused(lambda w, lr: w + lr, w, lr)
 await w.numpy()
 """
 
@@ -123,3 +124,50 @@ def test_compensated_updates_reduce_weight_drift(half_page: EnginePage) -> None:
         f"f16 weight drift after {DRIFT_STEPS} XOR steps: plain {plain:.2e}, compensated {compensated:.2e}"
     )
     assert compensated < 0.5 * plain
+
+
+HALF_DRAWS = """
+with pib.tidy():
+    counter = pib.tensor(COUNTER, dtype=COUNTER_DTYPE)
+    u = pib.random_uniform((7, 301), seed=5, stream=2, counter=counter, bits=BITS)
+    layer = pib.layers.Dropout(0.3, seed=4)
+    mask = layer(pib.ones((16, 300)), training=True) if BITS >= DROPOUT_BITS else u
+    result = [(await u.numpy()).ravel().tolist(), (await mask.numpy()).ravel().tolist()]
+[*result, list(layer.seed)]
+"""
+
+
+def _half_draws(page: EnginePage, counter: int, bits: int, dtype: str = "float32") -> list[Any]:
+    values = f"{counter}, {dtype!r}, {bits}, {DROPOUT_BITS}"
+    code = f"COUNTER, COUNTER_DTYPE, BITS, DROPOUT_BITS = {values}\n{HALF_DRAWS}"
+    result: list[Any] = page.run(code)
+    return result
+
+
+def _bits(values: Any) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32).view(np.uint32)
+
+
+def test_random_draws_and_dropout_masks_stay_exact_on_float16(half_page: EnginePage) -> None:
+    """Draws are stored as half plus compensation: 22-bit draws (Dropout's) and counters past
+    half's 2^11 come back bit-identical; more bits than the storage holds are refused."""
+    init(half_page, float32_render=False)
+    draw, mask, (_, stream) = _half_draws(half_page, 4321, DROPOUT_BITS)
+    want = random_uniform_reference(4321, (7, 301), 5, 2, DROPOUT_BITS)
+    np.testing.assert_array_equal(_bits(draw), _bits(want.ravel()))
+    # An int32 counter has no compensation texture: the draw still gets one.
+    draw, _, _ = _half_draws(half_page, 1000, DROPOUT_BITS, "int32")
+    want = random_uniform_reference(1000, (7, 301), 5, 2, DROPOUT_BITS)
+    np.testing.assert_array_equal(_bits(draw), _bits(want.ravel()))
+    drawn = random_uniform_reference(0, (16, 300), 4, stream, DROPOUT_BITS).ravel()
+    np.testing.assert_array_equal(_bits(mask), _bits(np.where(drawn < 0.3, 0.0, 1 / 0.7)))
+    with pytest.raises(PythonError, match="float16 storage holds 22 bits"):
+        half_page.run("pib.random_uniform((4,), bits=24)")
+    # Without compensation a half holds 11 bits (and integers to 2^11): Dropout is refused.
+    init(half_page, float32_render=False, compensated_updates=False)
+    draw, _, _ = _half_draws(half_page, 1000, 11)
+    want = random_uniform_reference(1000, (7, 301), 5, 2, 11)
+    np.testing.assert_array_equal(_bits(draw), _bits(want.ravel()))
+    with pytest.raises(PythonError, match="float16 storage holds 11 bits"):
+        half_page.run("pib.layers.Dropout(0.5)(pib.ones((2, 2)), training=True)")
+    init(half_page, float32_render=False)

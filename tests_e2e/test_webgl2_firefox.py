@@ -41,10 +41,9 @@ def test_a_fused_program_may_leave_inputs_unread_in_firefox(engine_page: EngineP
     """Firefox's shader compiler drops the uniforms of an input the program never reads (ANGLE
     keeps them); the inputs after it must still get their textures and layouts."""
     got = engine_page.run(
-        "from py_in_browser import fusion\n"
         "a = pib.tensor(np.full((3, 5), 7.0, np.float32))\n"
         "b = pib.tensor(np.arange(15, dtype=np.float32).reshape(3, 5))\n"
-        "await fusion.fused(lambda a, b, s: b * s, a, b, pib.tensor(np.float32(2.0))).numpy()"
+        "await pib.fused(lambda a, b, s: b * s, a, b, pib.tensor(np.float32(2.0))).numpy()"
     )
     np.testing.assert_array_equal(got, np.arange(15, dtype=np.float32).reshape(3, 5) * 2.0)
 

@@ -1,13 +1,18 @@
-"""Backend registry: kernel coverage of the op table, backend selection and capabilities."""
+"""Backend registry: kernel coverage of the op table (read from the one kernel table every
+backend registers into), backend selection and capabilities."""
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
 
 import py_in_browser as pib
 from py_in_browser import backends
+from py_in_browser.backends import OutSpec
 from py_in_browser.backends.cpu import CpuBackend
+from py_in_browser.backends.webgl2 import kernels as webgl2_kernels
+from py_in_browser.backends.webgpu import kernels as webgpu_kernels
 from py_in_browser.ops import OPS
 
 
@@ -33,6 +38,25 @@ def test_coverage_check_reports_a_missing_kernel() -> None:
     finally:
         for key in [k for k in backends.KERNELS if k[0] == Partial.name]:
             del backends.KERNELS[key]
+
+
+@pytest.mark.parametrize(
+    "plan", [webgl2_kernels.plan, webgpu_kernels.plan], ids=["webgl2", "webgpu"]
+)
+def test_gpu_backends_plan_from_the_kernel_table(plan: Any) -> None:
+    """The GPU backends find their planners where the coverage test looks: without its entry
+    in the table a primitive has no plan, and with another entry it gets that one's."""
+    backend = plan.__module__.split(".")[-2]
+    spec = OutSpec((3, 7), "float32", ((3, 7),), ("float32",))
+    probe = {"probe": True}  # attrs relu ignores: a call webgpu has not memoized a plan for
+    relu = backends.KERNELS.pop((backend, "relu"))
+    try:
+        with pytest.raises(NotImplementedError, match=f"{backend}.*relu"):
+            plan("relu", probe, spec)
+        backends.register_kernel(backend, "relu")(lambda *args: ("stand-in", args[0]))
+        assert plan("relu", probe, spec) == ("stand-in", "relu")
+    finally:
+        backends.KERNELS[(backend, "relu")] = relu
 
 
 def test_init_auto_picks_cpu_and_rejects_unknown_backends() -> None:

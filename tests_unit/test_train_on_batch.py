@@ -83,14 +83,14 @@ def test_loss_is_the_batch_loss_and_return_dict_reads_it() -> None:
 def test_fit_after_train_on_batch_continues_from_its_weights_and_shares_the_trainer() -> None:
     model, reference = mlp(), mlp()
     run(model.train_on_batch(X[:BATCH], Y[:BATCH]))
-    trainer = model._training()
+    step = model._trainer.device_step()
     run(model.fit(X[BATCH:], Y[BATCH:], epochs=1, batch_size=BATCH, shuffle=False))
-    assert model._training() is trainer
+    assert model._trainer.device_step() is step
     run(reference.fit(X, Y, epochs=1, batch_size=BATCH, shuffle=False))
     for a, b in zip(run(model.get_weights()), run(reference.get_weights()), strict=True):
         np.testing.assert_array_equal(a, b)
     model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
-    assert model._trainer is None  # compile drops it (and its recordings)
+    assert model._trainer.device_step() is not step  # compile drops it (and its recordings)
 
 
 def test_a_nan_batch_changes_nothing_and_later_batches_train() -> None:

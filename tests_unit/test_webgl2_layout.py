@@ -16,11 +16,9 @@ import pytest
 from py_in_browser import runtime
 from py_in_browser.backends import OutSpec
 from py_in_browser.backends.webgl2 import blocks, kernels, shaders
-from py_in_browser.backends.webgl2.backend import (
-    REPLAY_COPY_LABEL,
-    WebGL2Backend,
-    WebGLContextLostError,
-)
+from py_in_browser.backends.webgl2.backend import WebGL2Backend
+from py_in_browser.backends.webgl2.context import WebGLContextLostError
+from py_in_browser.backends.webgl2.recorder import REPLAY_COPY_LABEL
 from py_in_browser.backends.webgl2.recording import RecordingBuilder, replay_program, signature
 from py_in_browser.backends.webgl2.texture_layout import (
     PACK_MIN_ELEMENTS,
@@ -159,8 +157,8 @@ class FakeEngine:
 def fake_backend(max_side: int = 4096) -> tuple[WebGL2Backend, FakeEngine]:
     backend = WebGL2Backend({"max_texture_size": max_side})
     engine = FakeEngine()
-    backend._engine = engine
-    backend.max_side = max_side
+    backend.queue.engine = engine
+    backend.memory.max_side = max_side
     return backend, engine
 
 
@@ -173,10 +171,10 @@ def test_a_result_too_large_is_refused_before_anything_is_queued() -> None:
     with pytest.raises(TextureTooLargeError, match="MAX_TEXTURE_SIZE 64"):
         backend.upload(np.zeros((200, 100), np.float32))
     one = backend.upload(np.ones((1,), np.float32))
-    queued = len(backend._commands)
+    queued = len(backend.queue.commands)
     with pytest.raises(TextureTooLargeError):
         backend.run("expand", [one], {"shape": (200, 100)}, spec((200, 100), (1,)))
-    assert len(backend._commands) == queued  # no texture, no draw
+    assert len(backend.queue.commands) == queued  # no texture, no draw
     assert backend.pool.live_textures == 1
     assert engine.payloads == []
 
@@ -185,16 +183,16 @@ def test_broadcast_scalars_and_same_layout_reshapes_share_their_texture() -> Non
     backend, _ = fake_backend()
     one = backend.upload(np.ones((1,), np.float32))
     matrix = backend.upload(np.ones((8, 16), np.float32))
-    queued = len(backend._commands)
+    queued = len(backend.queue.commands)
     wide = backend.run("expand", [one], {"shape": (8, 16)}, spec((8, 16), (1,)))
     same = backend.run("reshape", [matrix], {"shape": (2, 4, 16)}, spec((2, 4, 16), (8, 16)))
-    assert len(backend._commands) == queued  # no texture, no draw
+    assert len(backend.queue.commands) == queued  # no texture, no draw
     assert wide.texture.id == one.texture.id and same.texture.id == matrix.texture.id
     # A bias over a batch (new leading dims) is read periodically from its own texture too.
     bias = backend.upload(np.ones((16,), np.float32))
-    queued = len(backend._commands)
+    queued = len(backend.queue.commands)
     batch = backend.run("expand", [bias], {"shape": (8, 16)}, spec((8, 16), (16,)))
-    assert len(backend._commands) == queued and batch.texture.id == bias.texture.id
+    assert len(backend.queue.commands) == queued and batch.texture.id == bias.texture.id
     # Another layout (innermost 8, not 16) is a copy into its own texture.
     other = backend.run("reshape", [matrix], {"shape": (16, 8)}, spec((16, 8), (8, 16)))
     assert other.texture.id != matrix.texture.id
@@ -211,9 +209,9 @@ def test_trailing_broadcasts_are_read_in_place_with_a_repeat() -> None:
     repeat 10: no draw, element kernels only, and read back as numpy broadcasts it."""
     backend, _ = fake_backend()
     column = backend.upload(np.arange(6, dtype=np.float32).reshape(6, 1))
-    queued = len(backend._commands)
+    queued = len(backend.queue.commands)
     rows = backend.run("expand", [column], {"shape": (6, 10)}, spec((6, 10), (6, 1)))
-    assert len(backend._commands) == queued and rows.texture.id == column.texture.id
+    assert len(backend.queue.commands) == queued and rows.texture.id == column.texture.id
     assert rows.repeat == 10
     both = backend.upload(np.ones((1, 6, 1), np.float32))
     tiled = backend.run("expand", [both], {"shape": (2, 6, 3)}, spec((2, 6, 3), (1, 6, 1)))
@@ -223,7 +221,7 @@ def test_trailing_broadcasts_are_read_in_place_with_a_repeat() -> None:
     assert copied.texture.id != middle.texture.id and copied.repeat == 1
     matrix = backend.upload(np.ones((6, 10), np.float32))
     backend.run("add", [matrix, rows], {}, spec((6, 10), (6, 10), (6, 10)))
-    draw: list[Any] = [c for c in backend._commands if c[0] == "draw"][-1]
+    draw: list[Any] = [c for c in backend.queue.commands if c[0] == "draw"][-1]
     assert not str(draw[1]).startswith("binary4:")  # whole-texel kernels cannot read a repeat
     assert draw[5][1] == [column.texture.id, -1, 6, 10]
 
@@ -252,7 +250,7 @@ def test_a_replays_copies_are_labelled_and_kept_out_of_the_signature() -> None:
     out = backend.run("exp", [x], {}, spec((2, 2), (2, 2)))
     recording = backend.finish_recording([x], [], [out])
     backend.replay(recording, [np.zeros((2, 2), np.float32)], [])
-    draws = [c for c in backend._commands if c[0] == "draw"]
+    draws = [c for c in backend.queue.commands if c[0] == "draw"]
     assert [d[7] for d in draws] == [REPLAY_COPY_LABEL]
     (step,) = json.loads(recording.signature)
     assert step[0] == "unary4:exp" and len(step) == 6  # the label follows the program: not kept
@@ -290,7 +288,7 @@ def test_context_loss_is_a_clear_error_and_one_runtime_event() -> None:
     a = backend.upload(np.ones((2,), np.float32))
     before = len(runtime.runtime_events())
     engine.lost = True
-    backend._lost_event()  # what bridge.js's webglcontextlost listener calls
+    backend.lost_event()  # what bridge.js's webglcontextlost listener calls
     with pytest.raises(WebGLContextLostError, match="context was lost"):
         asyncio.run(backend.download(a))
     with pytest.raises(WebGLContextLostError):
@@ -362,7 +360,7 @@ def test_fused_draws_are_whole_texel_where_layouts_allow_and_pairs_on_compensate
         dtypes = tuple("bool" if h.dtype == "bool" else "float32" for h in inputs)
         out = OutSpec(shape, "float32", tuple(h.shape for h in inputs), dtypes)
         result = backend.run("fused", list(inputs), attrs, out)
-        return str([c for c in backend._commands if c[0] == "draw"][-1][1]), result
+        return str([c for c in backend.queue.commands if c[0] == "draw"][-1][1]), result
 
     lr, on = backend.upload(np.array(0.5, np.float32)), backend.upload(np.array(True))
     w, g = (backend.upload(np.ones((8, 16), np.float32)) for _ in range(2))
@@ -375,7 +373,7 @@ def test_fused_draws_are_whole_texel_where_layouts_allow_and_pairs_on_compensate
     key, _ = draw((3, 5), w, wide, lr, on)
     assert key.startswith("fused:")
     # float16 storage: an input with a low part makes the result a compensated pair.
-    backend.compensated = backend.half = True
+    backend.memory.compensated = backend.memory.half = True
     w = backend.upload(np.ones((8, 16), np.float32))
     g = backend.upload(np.ones((8, 16), np.float32))
     key, out = draw((8, 16), w, g, lr, on)

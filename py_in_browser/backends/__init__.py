@@ -3,34 +3,44 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-Kernel = Callable[[list[Any], dict[str, Any]], Any]
+# What a backend does for one primitive. cpu registers kernels that compute it: (inputs,
+# attrs) -> array. The GPU backends register planners that say how to compute it: webgl2
+# (op, attrs, out) -> (program key, uniforms), webgpu (op, attrs, out, limits) -> KernelPlan.
+Kernel = Callable[..., Any]
+KernelT = TypeVar("KernelT", bound=Kernel)
 
-# (backend name, primitive op name) -> kernel. Backends fill it at import time.
+# (backend name, primitive op name) -> kernel: the one table every backend registers into (at
+# import time, through register_kernel) and looks its kernels up in.
 KERNELS: dict[tuple[str, str], Kernel] = {}
 
 
-def register_kernel(backend: str, op: str) -> Callable[[Kernel], Kernel]:
+def register_kernel(backend: str, op: str) -> Callable[[KernelT], KernelT]:
     """Decorator registering `fn` as the kernel of primitive `op` on `backend`."""
 
-    def decorate(fn: Kernel) -> Kernel:
+    def decorate(fn: KernelT) -> KernelT:
         KERNELS[(backend, op)] = fn
         return fn
 
     return decorate
 
 
+def kernel_for(backend: str, op: str) -> Kernel:
+    """The kernel `backend` registered for primitive `op`."""
+    kernel = KERNELS.get((backend, op))
+    if kernel is None:
+        raise NotImplementedError(f"backend {backend!r} has no kernel for primitive {op!r}")
+    return kernel
+
+
 def kernels_of(backend: str) -> set[str]:
-    """Names of the primitives that `backend` has kernels for: its KERNELS entries, plus what a
-    backend that generates its kernels itself (webgpu) declares at registration."""
-    entry = BACKENDS.get(backend)
-    declared = set(entry.primitives()) if entry is not None and entry.primitives else set()
-    return {op for (name, op) in KERNELS if name == backend} | declared
+    """Names of the primitives that `backend` registered kernels for."""
+    return {op for (name, op) in KERNELS if name == backend}
 
 
 @dataclass(frozen=True)
@@ -77,9 +87,7 @@ class Backend:
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Any:
         """Runs the kernel of primitive `op`; the op table has already checked shapes and dtypes
         and says in `out` what the result will be (GPU backends size its buffer from it)."""
-        kernel = KERNELS.get((self.name, op))
-        if kernel is None:
-            raise NotImplementedError(f"backend {self.name!r} has no kernel for primitive {op!r}")
+        kernel = kernel_for(self.name, op)
         if self.profile_log is None:
             return kernel(inputs, attrs)
         start = time.perf_counter()
@@ -155,7 +163,6 @@ class BackendEntry:
     factory: Callable[[dict[str, Any] | None], Backend]
     priority: int
     available: Callable[[], bool]
-    primitives: Callable[[], Iterable[str]] | None = None
 
 
 BACKENDS: dict[str, BackendEntry] = {}
@@ -166,9 +173,8 @@ def register_backend(
     factory: Callable[[dict[str, Any] | None], Backend],
     priority: int,
     available: Callable[[], bool] = lambda: True,
-    primitives: Callable[[], Iterable[str]] | None = None,
 ) -> None:
-    BACKENDS[name] = BackendEntry(name, factory, priority, available, primitives)
+    BACKENDS[name] = BackendEntry(name, factory, priority, available)
 
 
 def registered_backends() -> list[str]:

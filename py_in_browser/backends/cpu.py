@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from . import KERNELS, Backend, Kernel, OutSpec, register_backend, register_kernel
+from . import KERNELS, Backend, Kernel, OutSpec, counter_hash, register_backend, register_kernel
 
 NAME = "cpu"
 
@@ -308,3 +308,11 @@ def _avg_pool2d_grad(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     cols = np.broadcast_to(share[:, :, :, None, None, :], (*g.shape[:3], kh, kw, g.shape[3]))
     padded = (shape[0], shape[1] + pt + pb, shape[2] + pl + pr, shape[3])
     return _scatter_windows(cols, padded, attrs["strides"], attrs["pads"], g.shape[1:3])
+
+
+@_kernel("random_uniform")
+def _random_uniform(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    shape = tuple(attrs["shape"])
+    count = int(np.prod(shape, dtype=np.int64))
+    values = counter_hash.uniform(attrs["seed"], attrs["stream"], int(xs[0]), count, attrs["bits"])
+    return values.reshape(shape)

@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .. import functional as F
-from ..tensor import Tensor, Variable, tensor
+from .. import fusion
+from ..tensor import Tensor, Variable, call, tensor
 from . import activations, initializers
 
 Shape = tuple[int, ...]
@@ -77,6 +78,12 @@ class Layer:
 
     def count_params(self) -> int:
         return sum(w.size for w in self.weights)
+
+    def state_variables(self) -> list[Variable]:
+        """Device state a train step advances that is not a weight (Dropout's draw counter):
+        recorded steps carry it like the weights; get_weights leaves it out, as Keras leaves
+        seed state out of `weights`."""
+        return []
 
     def get_config(self) -> dict[str, Any]:
         return {"name": self.name}
@@ -245,9 +252,35 @@ class Activation(Layer):
         return self.activation(x)
 
 
+# Dropout keeps an element where its uniform draw is >= rate. 22 bits: every backend stores such
+# a draw exactly (float16 storage too, as value plus compensation), so masks agree everywhere.
+DROPOUT_BITS = 22
+
+
+def _mask_program(rate: float) -> fusion.Program:
+    """x * (0 where draw < rate, else 1 / (1 - rate)): one kernel, and NaN * 0 stays NaN."""
+    scale = 1.0 / (1.0 - rate)
+    return fusion.trace(lambda x, u: x * fusion.where(fusion.less(u, rate), 0.0, scale), 2)
+
+
+# Masking and its gradient run in every step of a Dropout model: GPU backends compile them at
+# start-up (constants travel as parameters, so one rate's kernels serve every rate).
+fusion.register_common(_mask_program(0.5), ("full", "full"), gradient_kind="full", wrt=(0,))
+
+
 class Dropout(Layer):
-    """Inverted dropout. Mask k of a layer is drawn from PCG64([seed, layer index, k]) on the host,
-    so it is reproducible and resumable from the call counter alone."""
+    """Inverted dropout: in training, zeroes each element with probability `rate` and scales
+    the rest by 1 / (1 - rate); the identity otherwise.
+
+    Mask k of a layer is draw k of pib.random_uniform keyed by (seed, layer index), seed being
+    the model's unless given here: reproducible, and the same on every backend. The draw counter
+    k lives on the device and the train step advances it (only when the loss is finite, like
+    moving statistics), so a recorded step replays with a new mask each time, and checkpoints
+    store it (rng/dropout_calls) so resumed training draws the same masks.
+
+    >>> layer = Dropout(0.5, seed=1)
+    >>> y = layer(pib.ones((2, 4)), training=True)  # entries 0.0 or 2.0
+    """
 
     def __init__(self, rate: float, seed: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -255,17 +288,44 @@ class Dropout(Layer):
             raise ValueError(f"Dropout rate must be in [0, 1), got {rate!r}")
         self.rate = float(rate)
         self.explicit_seed = seed
-        self.calls = 0
+        self.draws: Variable | None = None  # masks drawn so far; a float32 scalar on the device
+        self._program = _mask_program(self.rate)
+
+    def build(self, input_shape: Shape) -> None:
+        self.draws = Variable(0.0, trainable=False, name=f"{self.name}/draws")
+        super().build(input_shape)
+
+    def state_variables(self) -> list[Variable]:
+        return [self.draws] if self.draws is not None else []
+
+    async def draw_count(self) -> int:
+        """How many masks this layer has drawn (read from the device)."""
+        return int(await self.draws.item()) if self.draws is not None else 0
+
+    def set_draw_count(self, count: int) -> None:
+        if self.draws is None:
+            raise RuntimeError(f"layer {self.name!r} is not built")
+        self.draws.assign(tensor(float(count)))
 
     def call(self, x: Tensor, training: bool) -> Tensor:
         if not training or self.rate == 0.0:
             return x
+        assert self.draws is not None
         seed = self.seed[0] if self.explicit_seed is None else self.explicit_seed
-        rng = np.random.Generator(np.random.PCG64([seed, self.seed[1], self.calls]))
-        self.calls += 1
-        keep = rng.uniform(size=x.shape) >= self.rate
-        mask = tensor(keep / (1.0 - self.rate), dtype=x.dtype)
-        return F.mul(x, mask)
+        draw = F.random_uniform(
+            x.shape,
+            seed=seed % 2**32,
+            stream=self.seed[1] % 2**32,
+            counter=self.draws,
+            bits=DROPOUT_BITS,
+        )
+        y = call("fused", x, F.cast(draw, x.dtype), program=self._program)
+        advanced = F.add(self.draws, 1.0)
+        if state_update_sink is not None:
+            state_update_sink.append((self.draws, advanced))
+        else:
+            self.draws.assign(advanced)
+        return y
 
 
 class BatchNormalization(Layer):

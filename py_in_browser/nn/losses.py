@@ -48,7 +48,7 @@ class MeanSquaredError(Loss):
     def __call__(self, y_true: Tensor, y_pred: Tensor) -> Tensor:
         target = F.broadcast_to(y_true, F.broadcast_shapes(y_true.shape, y_pred.shape))
         pred = F.broadcast_to(y_pred, target.shape)
-        return F.sum(fusion.fused(_squared_error(float(np.prod(pred.shape))), pred, target))
+        return F.sum(F.fused(_squared_error(float(np.prod(pred.shape))), pred, target))
 
 
 class BinaryCrossentropy(Loss):
@@ -88,10 +88,10 @@ def softmax_cross_entropy(target: Tensor, logits: Tensor) -> Tensor:
     one-hot mask of the logits' shape."""
     shape = logits.shape
     row_max = F.broadcast_to(F.stop_gradient(F.max(logits, -1, keepdims=True)), shape)
-    total = F.sum(fusion.fused(_shifted_exp, logits, row_max), -1, keepdims=True)
+    total = F.sum(F.fused(_shifted_exp, logits, row_max), -1, keepdims=True)
     rows = float(np.prod(shape[:-1], dtype=np.int64))
     terms = _masked_terms(rows) if target.dtype == "bool" else _weighted_terms(rows)
-    return F.sum(fusion.fused(terms, target, logits, row_max, F.broadcast_to(total, shape)))
+    return F.sum(F.fused(terms, target, logits, row_max, F.broadcast_to(total, shape)))
 
 
 # Every training step with a logits loss runs these, forward and backward (see fusion.py).

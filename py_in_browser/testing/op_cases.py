@@ -125,6 +125,30 @@ def _ref_slice(x: np.ndarray, begin: Any, size: Any) -> np.ndarray:
 
 
 _erf = np.vectorize(math.erf)
+_WORD = 0xFFFFFFFF
+
+
+def _lowbias32(x: int) -> int:
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & _WORD
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & _WORD
+    return x ^ (x >> 16)
+
+
+def random_uniform_reference(
+    counter: Any, shape: Any, seed: int = 0, stream: int = 0, bits: int = 24
+) -> np.ndarray:
+    """pib.random_uniform in plain Python integers, written apart from the backends' numpy
+    (backends/counter_hash.py states the construction): the oracle every backend must match
+    bit for bit."""
+    key = _lowbias32(_lowbias32((seed ^ 0x9E3779B9) & _WORD) ^ stream)
+    k = _lowbias32(key ^ int(counter))
+    count = math.prod(shape)
+    hashed = [_lowbias32((_lowbias32(i ^ k) + k) & _WORD) for i in range(count)]
+    top = np.array([h >> (32 - bits) for h in hashed], dtype=np.float64)
+    return (top / 2.0**bits).reshape(shape)
+
 
 REFERENCES: dict[str, Callable[..., Any]] = {
     "add": np.add,
@@ -173,6 +197,7 @@ REFERENCES: dict[str, Callable[..., Any]] = {
     "conv2d": _ref_conv2d,
     "max_pool2d": _ref_pool("max"),
     "avg_pool2d": _ref_pool("avg"),
+    "random_uniform": random_uniform_reference,
 }
 
 
@@ -300,15 +325,28 @@ CASES: list[OpCase] = [
         ((1, 5, 5, 2),),
         {"pool_size": 3, "strides": 2, "padding": "same"},
     ),
+    # The counter is the one tensor input (an int32 scalar here); 22 bits, which float16
+    # storage holds exactly, so the case runs on every backend.
+    _C(
+        "random_uniform",
+        "random_uniform",
+        ((),),
+        {"shape": (5, 7), "seed": 11, "stream": 3, "bits": 22},
+        kinds=("int1000",),
+        grad=False,
+    ),
 ]
 
 
 def _call_pib(case: OpCase, tensors: list[pib.Tensor]) -> pib.Tensor:
     if case.op == "concat_list":
         return pib.concat(tensors, **case.attrs)
+    if case.op == "random_uniform":
+        drawn: pib.Tensor = pib.random_uniform(counter=tensors[0], **case.attrs)
+        return drawn
     if case.op == "fused":
         program = FUSED_PROGRAMS[case.attrs["program"]]
-        fused: pib.Tensor = fusion.fused(lambda *xs: program(fusion, *xs), *tensors)
+        fused: pib.Tensor = pib.fused(lambda *xs: program(fusion, *xs), *tensors)
         return fused
     out: pib.Tensor = getattr(pib, case.op)(*tensors, **case.attrs)
     return out

@@ -5,8 +5,7 @@ from __future__ import annotations
 from ... import _js
 from .. import register_backend
 from .backend import WebGL2Backend
-
-NAME = "webgl2"
+from .kernels import NAME
 
 
 def available() -> bool:

@@ -1,12 +1,11 @@
 // WebGL2 executor for py_in_browser: Python records command lists; this file runs them on a
 // WebGL2 context on an OffscreenCanvas in the engine's worker. Self-contained (imported via blob:).
+// Opcodes, command fields, limits and uniform names come from Python at start-up (wire.py).
 
 const VERTEX_SHADER = `#version 300 es
 in vec2 position;
 void main() { gl_Position = vec4(position, 0.0, 1.0); }`;
 
-const FENCE_EVERY_FLUSHES = 4;
-const MAX_INPUTS_PER_DRAW = 8;
 const POLL_MS = 1;
 
 // A profile's timer queries that are not available after this long are discarded, not awaited.
@@ -87,12 +86,23 @@ export class DrawTimer {
   }
 }
 
-export function createEngine() {
-  return new Engine();
+// `protocolJson`: wire.protocol(), the constants Python and this file share.
+export function createEngine(protocolJson) {
+  return new Engine(JSON.parse(protocolJson));
+}
+
+// {name: position} for a list of field names.
+function positions(names) {
+  return Object.fromEntries(names.map((name, k) => [name, k]));
 }
 
 class Engine {
-  constructor() {
+  constructor(protocol) {
+    if (protocol.read_channels !== 4) throw new Error("readPixels of float textures reads RGBA: read_channels must be 4");
+    this.protocol = protocol;
+    this.op = protocol.opcodes;
+    // Where each command keeps each field: this.at.draw.key, this.at.input.repeat, ...
+    this.at = Object.fromEntries(Object.entries(protocol.fields).map(([kind, names]) => [kind, positions(names)]));
     this.canvas = new OffscreenCanvas(1, 1);
     const gl = this.canvas.getContext("webgl2", {
       alpha: true, antialias: false, depth: false, stencil: false,
@@ -123,8 +133,13 @@ class Engine {
     this.recordings = new Map(); // id -> {commands, constants}: recorded train steps
     this.flushes = 0;
     this.framebuffer = gl.createFramebuffer();
-    // Render targets one draw can write (block kernels use up to 8; WebGL2 guarantees 4).
-    this.maxTargets = Math.min(gl.getParameter(gl.MAX_DRAW_BUFFERS), gl.getParameter(gl.MAX_COLOR_ATTACHMENTS), 8);
+    // Render targets one draw can write (block kernels use up to max_render_targets; WebGL2
+    // guarantees 4).
+    this.maxTargets = Math.min(
+      gl.getParameter(gl.MAX_DRAW_BUFFERS),
+      gl.getParameter(gl.MAX_COLOR_ATTACHMENTS),
+      protocol.max_render_targets,
+    );
     this.vertexShader = this.compileShader(gl.VERTEX_SHADER, VERTEX_SHADER);
     // One triangle covering the viewport: every output texel gets exactly one fragment.
     this.vao = gl.createVertexArray();
@@ -219,20 +234,27 @@ class Engine {
       uniforms.set(name, { location: gl.getUniformLocation(program, info.name), type: info.type });
     }
     // Samplers never move: input k on unit 2k, its float16 low part (if any) on unit 2k + 1.
+    const u = this.protocol.uniforms;
+    const sampler = new RegExp(`^${u.input}(\\d+)(${u.low_part})?$`);
     for (const [name, { location }] of uniforms) {
-      const match = /^u_x(\d+)(_lo)?$/.exec(name);
+      const match = sampler.exec(name);
       if (match) gl.uniform1i(location, Number(match[1]) * 2 + (match[2] ? 1 : 0));
     }
     // Per input k: whether the program samples a low part, and its uniforms' slots (looked up
-    // once here, not by name on every draw). Every slot a draw may fill (backend.py
-    // MAX_INPUTS_PER_DRAW) is looked at: a fused program may leave an input unread, whose
-    // uniforms the compiler then drops, and the inputs after it still need theirs.
+    // once here, not by name on every draw). Every slot a draw may fill (max_inputs_per_draw)
+    // is looked at: a fused program may leave an input unread, whose uniforms the compiler then
+    // drops, and the inputs after it still need theirs.
     const inputs = [];
-    for (let k = 0; k < MAX_INPUTS_PER_DRAW; k++) {
-      inputs.push({ lo: uniforms.has(`u_x${k}_lo`), layout: uniforms.get(`u_l${k}`), hasLo: uniforms.get(`u_has_lo${k}`) });
+    for (let k = 0; k < this.protocol.max_inputs_per_draw; k++) {
+      inputs.push({
+        lo: uniforms.has(`${u.input}${k}${u.low_part}`),
+        layout: uniforms.get(`${u.input_layout}${k}`),
+        hasLo: uniforms.get(`${u.input_has_low_part}${k}`),
+      });
     }
     this.current.program = null; // useProgram above
-    this.programs.set(key, { program, uniforms, inputs, out: uniforms.get("u_out"), outSize: uniforms.get("u_out_size") });
+    const out = uniforms.get(u.target_layout), outSize = uniforms.get(u.target_size);
+    this.programs.set(key, { program, uniforms, inputs, out, outSize });
   }
 
   // Compiles programs ahead (warm-up), in parallel where KHR_parallel_shader_compile exists.
@@ -264,14 +286,16 @@ class Engine {
     for (const [key, source] of Object.entries(programs)) this.finishProgram(this.startProgram(key, source));
     if (profile) this.timer.start();
     else this.timer.active = false;
+    const op = this.op;
     for (const command of commands) {
-      if (command[0] === "draw") this.timedDraw(command);
-      else if (command[0] === "texture") this.createTexture(command);
-      else if (command[0] === "upload") this.upload(command, staging);
-      else if (command[0] === "delete") this.deleteTexture(command[1]);
-      else if (command[0] === "replay") this.replay(command);
+      if (command[0] === op.draw) this.timedDraw(command);
+      else if (command[0] === op.texture) this.createTexture(command);
+      else if (command[0] === op.upload) this.upload(command, staging);
+      else if (command[0] === op.delete) this.deleteTexture(command[this.at.delete.id]);
+      else if (command[0] === op.replay) this.replay(command);
+      else throw new Error(`unknown command ${command[0]}`);
     }
-    if (++this.flushes % FENCE_EVERY_FLUSHES === 0) {
+    if (++this.flushes % this.protocol.fence_every_flushes === 0) {
       this.fences.push(this.gl.fenceSync(this.gl.SYNC_GPU_COMMANDS_COMPLETE, 0));
     }
     this.gl.flush();
@@ -279,7 +303,7 @@ class Engine {
   }
 
   timedDraw(command) {
-    if (this.timer.active) this.timer.time(command[7], () => this.draw(command));
+    if (this.timer.active) this.timer.time(command[this.at.draw.label], () => this.draw(command));
     else this.draw(command);
   }
 
@@ -299,17 +323,19 @@ class Engine {
     this.recordings.delete(id);
   }
 
-  // ["replay", id]: the batch was uploaded into the recorded input textures just before.
-  replay([, id]) {
-    const { commands, constants } = this.recordings.get(id);
-    for (const command of commands) {
-      if (command[0] === "draw") this.timedDraw(command);
-      else this.upload(command, constants);
+  // The batch was uploaded into the recorded input textures just before.
+  replay(command) {
+    const { commands, constants } = this.recordings.get(command[this.at.replay.id]);
+    for (const recorded of commands) {
+      if (recorded[0] === this.op.draw) this.timedDraw(recorded);
+      else this.upload(recorded, constants);
     }
   }
 
-  createTexture([, id, width, height, channels, half]) {
+  createTexture(command) {
     const gl = this.gl;
+    const at = this.at.texture;
+    const [id, width, height, channels, half] = [at.id, at.width, at.height, at.channels, at.half].map((k) => command[k]);
     const texture = gl.createTexture();
     gl.bindTexture(gl.TEXTURE_2D, texture);
     const format = channels === 4 ? (half ? gl.RGBA16F : gl.RGBA32F) : half ? gl.R16F : gl.R32F;
@@ -326,8 +352,9 @@ class Engine {
     this.textures.delete(id);
   }
 
-  upload([, id, offset], staging) {
+  upload(command, staging) {
     const gl = this.gl;
+    const id = command[this.at.upload.id], offset = command[this.at.upload.offset];
     const { texture, width, height, channels } = this.textures.get(id);
     gl.bindTexture(gl.TEXTURE_2D, texture);
     gl.pixelStorei(gl.UNPACK_ALIGNMENT, 1);
@@ -336,13 +363,17 @@ class Engine {
     this.current.units = []; // bound on whichever unit was active
   }
 
-  // ["draw", key, outId, [moreIds], size, [[id, loId, size, repeat], ...], [[name, kind, values], ...], label]
-  // moreIds: render targets 1, 2, ... (a float16 low part, or a block kernel's other targets).
+  // A draw's fields (wire.DRAW_FIELDS): program key, target texture, more_targets (render
+  // targets 1, 2, ...: a float16 low part, or a block kernel's other targets), the target's
+  // elements, inputs (wire.INPUT_FIELDS each), uniforms ([name, kind, values] each), label.
   // GL state is only changed where this draw differs from the last one (program, bound
   // textures, the extra attachments, viewport): redundant calls cost a command-buffer round
   // and, under ANGLE, framebuffer revalidation per draw.
-  draw([, key, outId, moreIds, size, inputs, uniforms]) {
+  draw(command) {
     const gl = this.gl;
+    const at = this.at.draw, input = this.at.input;
+    const key = command[at.key], outId = command[at.target], moreIds = command[at.more_targets];
+    const size = command[at.size], inputs = command[at.inputs], uniforms = command[at.uniforms];
     const entry = this.programs.get(key);
     const { program, uniforms: slots } = entry;
     if (this.current.program !== program) {
@@ -350,12 +381,14 @@ class Engine {
       this.current.program = program;
     }
     const out = this.textures.get(outId);
-    inputs.forEach(([id, loId, inputSize, repeat = 1], k) => {
-      const input = this.textures.get(id);
-      this.bindUnit(2 * k, input.texture);
+    inputs.forEach((fields, k) => {
+      const id = fields[input.texture], loId = fields[input.lo];
+      const inputSize = fields[input.size], repeat = fields[input.repeat];
+      const texture = this.textures.get(id);
+      this.bindUnit(2 * k, texture.texture);
       const slot = entry.inputs[k];
-      if (slot && slot.lo) this.bindUnit(2 * k + 1, (loId >= 0 ? this.textures.get(loId) : input).texture);
-      if (slot && slot.layout) this.setSlot(slot.layout, [input.width, input.channels, inputSize, repeat]);
+      if (slot && slot.lo) this.bindUnit(2 * k + 1, (loId >= 0 ? this.textures.get(loId) : texture).texture);
+      if (slot && slot.layout) this.setSlot(slot.layout, [texture.width, texture.channels, inputSize, repeat]);
       if (slot && slot.hasLo) this.setSlot(slot.hasLo, [loId >= 0 ? 1 : 0]);
     });
     if (entry.out) this.setSlot(entry.out, [out.width, out.channels]);
@@ -434,7 +467,8 @@ class Engine {
     if (this.run(payloadJson, staging) === "lost") throw new Error("WebGL context lost");
     const gl = this.gl;
     const ids = JSON.parse(idsJson);
-    const bytes = ids.reduce((sum, id) => sum + this.texelCount(id) * 16, 0);
+    const texelBytes = 4 * this.protocol.read_channels; // float32 RGBA
+    const bytes = ids.reduce((sum, id) => sum + this.texelCount(id) * texelBytes, 0);
     const buffer = gl.createBuffer();
     gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
     gl.bufferData(gl.PIXEL_PACK_BUFFER, bytes, gl.STREAM_READ);
@@ -446,7 +480,7 @@ class Engine {
       const { texture, width, height } = this.textures.get(id);
       gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, texture, 0);
       gl.readPixels(0, 0, width, height, gl.RGBA, gl.FLOAT, offset);
-      offset += width * height * 16;
+      offset += width * height * texelBytes;
     }
     gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
     this.resetState(); // attachments changed for the reads

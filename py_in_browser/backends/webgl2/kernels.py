@@ -1,6 +1,8 @@
 """Per-primitive draw plans: which program runs and the uniforms it gets (shapes, strides, pads).
 
-Programs take shapes as uniforms, so one compiled program serves every shape of its op.
+Each primitive's planner is registered in the backends' kernel table (backends.register_kernel)
+and looked up there. Programs take shapes as uniforms, so one compiled program serves every
+shape of its op.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import KERNELS, OutSpec, register_kernel
+from .. import OutSpec, counter_hash, kernel_for, register_kernel
 from .shaders import BINARY, UNARY, fused_constant_bits, fused_token
 
 NAME = "webgl2"
@@ -147,7 +149,7 @@ def _reduce(kind: str, shape: Sequence[int], axes: Sequence[int]) -> Plan:
     red = [(n, s) for i, (n, s) in enumerate(zip(shape, strides, strict=True)) if i in axes]
     kept, red = _merge_index_space(kept), _merge_index_space(red)
     return f"reduce:{kind}", [
-        ints("u_parts", [1]),  # one pass (backend._split_reduction sets more)
+        ints("u_parts", [1]),  # one pass (rewrites.split_reduction sets more)
         ints("u_chunk", [0]),
         ints("u_kept_rank", [len(kept)]),
         ints("u_red_rank", [len(red)]),
@@ -221,10 +223,37 @@ def _fused(program: Any, count: int) -> Plan:
     return f"fused:{fused_token(program, count)}", [ints("u_c", bits)] if bits else []
 
 
+def _random_uniform(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    key = counter_hash.stream_key(attrs["seed"], attrs["stream"])
+    return "random_uniform", [
+        ints("u_key", [key >> 16, key & 0xFFFF]),
+        ints("u_shift", [32 - attrs["bits"]]),
+        ("u_scale", "f", [2.0 ** -attrs["bits"]]),
+    ]
+
+
+# Bits of a random_uniform value float16 storage holds exactly: 11 in one half; 22 as the half
+# rounding plus the compensation texture's remainder (below 2^11 units of 2^-22, whichever way
+# the driver rounds to half).
+HALF_DRAW_BITS = 11
+COMPENSATED_DRAW_BITS = 22
+
+
+def check_half_draw(bits: int, compensated: bool) -> None:
+    """Refuses a random_uniform draw float16 storage would round (values would differ)."""
+    limit = COMPENSATED_DRAW_BITS if compensated else HALF_DRAW_BITS
+    if bits > limit:
+        raise ValueError(
+            f"random_uniform: webgl2 on float16 storage holds {limit} bits of a uniform draw "
+            f"exactly, not {bits}; pass bits <= {limit} (Dropout draws {limit} or fewer)"
+        )
+
+
 def _elementwise(kind: str) -> Planner:
     return lambda op, attrs, out: (f"{kind}:{op}", [])
 
 
+# Registered below into backends.KERNELS, where plan() looks them up.
 PLANNERS: dict[str, Planner] = {
     **{op: _elementwise("unary") for op in UNARY},
     **{op: _elementwise("binary") for op in BINARY},
@@ -248,16 +277,12 @@ PLANNERS: dict[str, Planner] = {
     "max_pool2d_grad": _pool,
     "avg_pool2d": _pool,
     "avg_pool2d_grad": _pool,
+    "random_uniform": _random_uniform,
 }
 
 
-def _register(op: str, planner: Planner) -> None:
-    # The registry's kernel for a GPU backend plans the draw: called with [out spec] and attrs.
-    register_kernel(NAME, op)(lambda specs, attrs: planner(op, attrs, specs[0]))
-
-
 for _op, _planner in PLANNERS.items():
-    _register(_op, _planner)
+    register_kernel(NAME, _op)(_planner)
 
 
 VECTOR_OPS = frozenset(
@@ -326,8 +351,5 @@ def vector_plan(
 
 def plan(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
     """The program key and uniforms of one primitive call."""
-    kernel = KERNELS.get((NAME, op))
-    if kernel is None:
-        raise NotImplementedError(f"backend {NAME!r} has no kernel for primitive {op!r}")
-    result: Plan = kernel([out], attrs)
-    return result
+    planner: Planner = kernel_for(NAME, op)
+    return planner(op, attrs, out)

@@ -1,8 +1,9 @@
-"""Recorded train steps for WebGL2: the step's uploads and draws, replayed by bridge.js in one call.
+"""What a recorded train step is on WebGL2: its uploads and draws, the program bridge.js keeps to
+replay them in one call, and a signature that says whether two recordings computed the same step.
 
-Python captures what an eager step did; bridge.js keeps that command list (constants included)
-and replays it with new batch data written into the recorded input textures. Every texture a
-recording names is retained (not pooled for others) until the recording is dropped.
+Python captures what an eager step did (recorder.py drives that); bridge.js keeps the command list
+(constants included) and replays it with new batch data written into the recorded input textures.
+Every texture a recording names is retained (not pooled for others) until it is dropped.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from . import wire
 
 
 @dataclass
@@ -36,9 +39,9 @@ class Recording:
 def texture_ids(builder: RecordingBuilder) -> set[int]:
     ids = {tex for tex, _ in builder.uploads}
     for draw in builder.draws:
-        ids.add(draw[2])
-        ids.update(draw[3])  # more render targets: a low part, or a block kernel's others
-        for tex, lo, *_ in draw[5]:
+        ids.add(draw[wire.DRAW_TARGET])
+        ids.update(draw[wire.DRAW_MORE_TARGETS])  # a low part, or a block kernel's others
+        for tex, lo, *_ in draw[wire.DRAW_INPUTS]:
             ids.add(tex)
             if lo >= 0:
                 ids.add(lo)
@@ -68,7 +71,7 @@ def signature(builder: RecordingBuilder, inputs: list[Any], state: list[tuple[An
             is_input = name(tex).startswith("input")
             steps.append(["upload", name(tex), "" if is_input else data.tobytes().hex()])
         else:
-            _, key, out, more, size, ins, uniforms = builder.draws[index][:7]  # not the label
+            _, key, out, more, size, ins, uniforms = builder.draws[index][: wire.DRAW_LABEL]
             roles = [[name(t), name(lo) if lo >= 0 else "", *rest] for t, lo, *rest in ins]
             steps.append([key, name(out), [name(t) for t in more], size, roles, uniforms])
     return json.dumps(steps)
@@ -87,7 +90,7 @@ def replay_program(builder: RecordingBuilder, inputs: list[Any]) -> tuple[str, n
             continue
         tex, data = builder.uploads[index]
         if tex not in input_ids:
-            commands.append(["upload", tex, offset])
+            commands.append([wire.UPLOAD, tex, offset])
             constants.append(data)
             offset += data.size
     staging = np.concatenate(constants) if constants else np.zeros(1, np.float32)

@@ -40,10 +40,11 @@ WHERE = "c != 0.0 ? a : b"
 # Every dtype is stored as float (integers are exact to 2^24 in float32, 2^11 in float16).
 CAST = {"float32": "a", "float64": "a", "int32": "trunc(a)", "bool": "float(a != 0.0)"}
 # Ops whose float16 results carry a compensation texture (see backend.py: weights stay exact);
-# "fused" because optimizers compute weight updates with it.
-PAIR_OPS = ("add", "sub", "where", "fused")
+# "fused" because optimizers compute weight updates with it, random_uniform so that its draws
+# (up to kernels.COMPENSATED_DRAW_BITS) stay exact.
+PAIR_OPS = ("add", "sub", "where", "fused", "random_uniform")
 # Kernels applying a function f to the input elements at one index: key "<kind>:<arg>" is the
-# element form, "<kind>4:<arg>" the whole-texel form (see backend._vector_variant).
+# element form, "<kind>4:<arg>" the whole-texel form (see rewrites.vector_variant).
 ELEMENTWISE_KINDS = ("unary", "binary", "where", "cast", "fused")
 # Fused programs' GLSL functions by token (a hash of the function): the key names the token, so
 # equal keys build equal sources, and a key stays short however long its program.
@@ -79,7 +80,7 @@ def _frag(name: str) -> str:
 def _inputs(count: int, pair: bool) -> str:
     """Uniforms and fetch functions per input: x<k>(flat index) for element kernels, x<k>v(texel
     position) for vector elementwise kernels; pair inputs add their low part. An input with
-    fewer elements than the output is a broadcast along leading dims (backend._alias): one
+    fewer elements than the output is a broadcast along leading dims (rewrites.alias): one
     element everywhere, or a period of whole texels."""
     lines = []
     for k in range(count):
@@ -231,8 +232,8 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _POOL_DEFINES[arg] + _frag("pool"), 2 if arg == "max_grad" else 1
     if kind == "concat":
         return _concat(int(arg)), int(arg)
-    if kind == "strided":
-        return _frag("strided"), 1
+    if kind in ("strided", "random_uniform"):
+        return _frag(kind), 1
     if kind in ("matmul_block", "conv2d_block", "block_interleave"):  # "nn_4x2", "4x2"
         variant, _, shape = arg.rpartition("_")
         rows, cols = (int(d) for d in shape.split("x"))
@@ -274,7 +275,7 @@ def warmup_keys() -> list[str]:
     keys += ["where", *(f"cast:{d}" for d in ("float32", "int32", "bool")), "strided"]
     keys += [f"reduce:{r}" for r in ("sum", "max", "argmax")]
     keys += ["matmul", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"]
-    keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2"]
+    keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2", "random_uniform"]
     keys += [f"{kind}:{arg}" for kind, args in VECTOR_KERNELS.items() for arg in args]
     keys += [f"unary4:{op}" for op in UNARY] + [f"binary4:{op}" for op in BINARY]
     keys += [

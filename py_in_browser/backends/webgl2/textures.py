@@ -1,16 +1,16 @@
-"""Texture bookkeeping on the Python side: ids, a pool keyed by physical shape and format."""
+"""Textures on the Python side: ids, a pool keyed by physical shape and format, and the handles
+(tensors) that name them."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
 
+from . import wire
 from .texture_layout import Layout
 
 # Freed textures beyond this many pooled bytes are deleted instead of kept for reuse.
 POOL_BYTES = 64 * 1024 * 1024
-
-Command = list[object]
 
 
 @dataclass(frozen=True)
@@ -24,12 +24,26 @@ class Texture:
         return self.layout.bytes(2 if self.half else 4)
 
 
+@dataclass(eq=False)
+class Handle:
+    """A tensor on the GPU: its texture, the float16 rounding error texture (compensated
+    storage, or None), and the logical shape and dtype needed to read it back."""
+
+    texture: Texture
+    lo: Texture | None
+    shape: tuple[int, ...]
+    dtype: str
+    # Element i of the tensor is element (i // repeat) % size of the texture: an expand along
+    # trailing dims ((64, 1) -> (64, 10)) read in place (see rewrites.periodic_view, element()).
+    repeat: int = 1
+
+
 class TexturePool:
     """Hands out texture ids; freed ones wait in a pool for the next tensor of the same physical
     shape and format, so a training step allocates nothing once the first step has run."""
 
-    def __init__(self, commands: list[Command]) -> None:
-        self._commands = commands  # the recorder's list: creation and deletion are commands too
+    def __init__(self, commands: list[wire.Command]) -> None:
+        self._commands = commands  # the draw queue's list: creation and deletion are commands too
         self._free: defaultdict[tuple[int, int, int, bool], list[Texture]] = defaultdict(list)
         self._next_id = 1
         self.live_textures = 0  # created and not deleted (in use or pooled)
@@ -45,16 +59,14 @@ class TexturePool:
             return Texture(texture.id, layout, half)
         texture = Texture(self._next_id, layout, half)
         self._next_id += 1
-        self._commands.append(
-            ["texture", texture.id, layout.width, layout.height, layout.channels, int(half)]
-        )
+        self._commands.append(wire.texture(texture.id, layout, half))
         self.live_textures += 1
         self.gpu_bytes += texture.nbytes
         return texture
 
     def release(self, texture: Texture) -> None:
         if self.pooled_bytes + texture.nbytes > POOL_BYTES:
-            self._commands.append(["delete", texture.id])
+            self._commands.append([wire.DELETE, texture.id])
             self.live_textures -= 1
             self.gpu_bytes -= texture.nbytes
             return

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from .. import register_backend
-from .backend import NAME, WebGPUBackend, webgpu_available
-from .kernels import all_primitive_names
+from .backend import WebGPUBackend, webgpu_available
+from .kernels import NAME
 
-register_backend(
-    NAME, WebGPUBackend, priority=100, available=webgpu_available, primitives=all_primitive_names
-)
+register_backend(NAME, WebGPUBackend, priority=100, available=webgpu_available)
 
 __all__ = ["WebGPUBackend"]

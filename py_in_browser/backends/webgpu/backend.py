@@ -11,12 +11,13 @@ import numpy as np
 
 from ... import _js, events
 from .. import Backend, OutSpec
-from . import kernels, views, warmup
-from .commands import BufferPool, CommandList, dispatch_record
+from . import commands, kernels, views, warmup
+from .buffers import BufferPool, GpuHandle
+from .commands import CommandList, dispatch_record
+from .kernels import NAME
 from .plan import BufferRef, DeviceLimits
-from .recording import GpuHandle, Recording, RecordingBuilder, signature
+from .recording import Recording, RecordingBuilder, signature
 
-NAME = "webgpu"
 # A flush is forced when this many dispatches wait (long eager sequences outside fit).
 FLUSH_DISPATCHES = 512
 # fit awaits the GPU every this many steps: back-pressure without reading any data.
@@ -27,12 +28,25 @@ WARM_UP = True
 POOL_MAX_IDLE_FLUSHES = 8
 POOL_FREE_BUDGET = 64 << 20
 _GPU_TYPES = {"float32": "float32", "int32": "int32", "bool": "uint32"}
-_LIMIT_NAMES = {  # DeviceLimits field -> (WebGPU limit, pib.init(limits=...) key)
+_LIMIT_NAMES = {  # DeviceLimits field (also the pib.init(limits=...) key) -> WebGPU limit
     "max_workgroups_per_dimension": "maxComputeWorkgroupsPerDimension",
     "max_storage_buffer_binding_size": "maxStorageBufferBindingSize",
     "max_workgroup_storage_size": "maxComputeWorkgroupStorageSize",
     "max_invocations_per_workgroup": "maxComputeInvocationsPerWorkgroup",
 }
+# The limits bridge.js asks the adapter for in full and reports back: those read above, the
+# buffer size, and what the kernels' workgroups and bindings need.
+REQUESTED_LIMITS = (
+    "maxStorageBufferBindingSize",
+    "maxBufferSize",
+    "maxComputeWorkgroupsPerDimension",
+    "maxComputeWorkgroupStorageSize",
+    "maxComputeInvocationsPerWorkgroup",
+    "maxComputeWorkgroupSizeX",
+    "maxComputeWorkgroupSizeY",
+    "maxComputeWorkgroupSizeZ",
+    "maxStorageBuffersPerShaderStage",
+)
 
 
 def webgpu_available() -> bool:
@@ -98,7 +112,7 @@ class WebGPUBackend(Backend):
             raise RuntimeError("WebGPU needs a browser with navigator.gpu")
         bridge = await _js.load_bridge(__package__ or "py_in_browser.backends.webgpu", "bridge.js")
         self._on_lost = _js.create_proxy(self._device_lost)
-        self.engine = await bridge.createEngine(self._on_lost)
+        self.engine = await bridge.createEngine(self._on_lost, bridge_protocol())
         info = json.loads(self.engine.info())
         device = info["limits"]
         values = {
@@ -330,7 +344,7 @@ class WebGPUBackend(Backend):
             if pipeline_id not in self._ready:
                 self._unready.add(pipeline_id)
             record = dispatch_record(
-                pipeline_id | self._label_id(op) << 16,
+                pipeline_id | self._label_id(op) << commands.LABEL_SHIFT,
                 self._params_id(dispatch.params),
                 dispatch.workgroups,
                 bindings,
@@ -477,11 +491,17 @@ class WebGPUBackend(Backend):
         self.engine.destroyDevice()
 
 
+def bridge_protocol() -> str:
+    """What bridge.js's createEngine takes: the command stream's layout and the limits to ask
+    the adapter for, both from here."""
+    return json.dumps({**commands.protocol(), "limits": REQUESTED_LIMITS})
+
+
 def _count_dispatches(words: list[int]) -> int:
     count, i = 0, 0
     while i < len(words):
         count += 1
-        i += 7 + 2 * words[i + 6]
+        i += commands.DISPATCH_HEADER + 2 * words[i + commands.DISPATCH_BINDINGS]
     return count
 
 

@@ -1,35 +1,35 @@
 // WebGPU bridge of py_in_browser (self-contained: imported from a blob: URL, no relative imports).
 // Python sends command lists (Int32Array words + a byte blob, see commands.py); each flush becomes
 // one command encoder, one compute pass and one submit. Recorded steps are replayed from here.
+// The command stream's layout and the limits to request come from Python at start-up.
 
-const CREATE = 1, WRITE = 2, PARAMS = 3, DISPATCH = 4, COPY = 5, REPLAY = 6, DESTROY = 7;
 const STORAGE = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
-const LIMITS = [
-  "maxStorageBufferBindingSize",
-  "maxBufferSize",
-  "maxComputeWorkgroupsPerDimension",
-  "maxComputeWorkgroupStorageSize",
-  "maxComputeInvocationsPerWorkgroup",
-  "maxComputeWorkgroupSizeX",
-  "maxComputeWorkgroupSizeY",
-  "maxComputeWorkgroupSizeZ",
-  "maxStorageBuffersPerShaderStage",
-];
 const QUERY_CHUNK = 1024; // timed passes per query set while profiling
 const BIND_GROUP_CACHE_SIZE = 2048; // eager steps reuse pooled buffers, so combinations repeat
 
-export async function createEngine(onLost) {
+// `protocolJson`: backend.bridge_protocol(), {opcodes, arguments, label_shift, limits}.
+export async function createEngine(onLost, protocolJson) {
   if (!globalThis.navigator?.gpu) throw new Error("WebGPU is not available here (navigator.gpu is missing)");
+  const protocol = JSON.parse(protocolJson);
   const adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
   if (!adapter) throw new Error("navigator.gpu.requestAdapter() found no GPU adapter");
-  const requiredLimits = Object.fromEntries(LIMITS.map((name) => [name, adapter.limits[name]]));
+  const requiredLimits = Object.fromEntries(protocol.limits.map((name) => [name, adapter.limits[name]]));
   const requiredFeatures = adapter.features.has("timestamp-query") ? ["timestamp-query"] : [];
   const device = await adapter.requestDevice({ requiredLimits, requiredFeatures });
-  return new Engine(adapter, device, onLost);
+  return new Engine(adapter, device, onLost, protocol);
 }
 
 class Engine {
-  constructor(adapter, device, onLost) {
+  constructor(adapter, device, onLost, protocol) {
+    this.limitNames = protocol.limits;
+    this.op = protocol.opcodes;
+    // Per opcode: {argument name: its word's offset from the opcode, ..., next: the words used}.
+    this.at = {};
+    for (const [name, args] of Object.entries(protocol.arguments)) {
+      this.at[protocol.opcodes[name]] = { ...Object.fromEntries(args.map((arg, k) => [arg, k + 1])), next: args.length + 1 };
+    }
+    this.labelShift = protocol.label_shift;
+    this.pipelineMask = (1 << protocol.label_shift) - 1;
     this.adapterInfo = adapter.info ?? {};
     this.device = device;
     this.queue = device.queue;
@@ -39,7 +39,7 @@ class Engine {
     this.pipelines = new Map(); // id -> {label, module, pipeline, promise, error}
     this.warmQueue = []; // warm-up entries not compiled yet, in order
     this.warming = false;
-    this.labels = []; // label id -> op name: a DISPATCH's pipeline word is pipeline | label << 16
+    this.labels = []; // label id -> op name: a DISPATCH's pipeline word is pipeline | label << shift
     this.bindGroups = new Map(); // key -> GPUBindGroup, oldest first
     this.groupsOfBuffer = new Map(); // buffer id -> Set of bind-group keys binding it
     this.recordings = new Map(); // id -> {words, dispatches: [{pipeline, bindGroup, x, y, z, label}]}
@@ -60,7 +60,7 @@ class Engine {
   }
 
   info() {
-    const limits = Object.fromEntries(LIMITS.map((name) => [name, this.device.limits[name]]));
+    const limits = Object.fromEntries(this.limitNames.map((name) => [name, this.device.limits[name]]));
     const { vendor, architecture, description } = this.adapterInfo;
     // A fallback (software) adapter runs workgroups on this many CPU threads at most.
     const software = { fallback: Boolean(this.adapterInfo.isFallbackAdapter), threads: navigator.hardwareConcurrency || 1 };
@@ -207,18 +207,20 @@ class Engine {
     this.buffers.delete(id);
   }
 
-  // A DISPATCH record at words[at] resolved to what encoding needs; returns [dispatch, next index].
-  resolveDispatch(words, at, cache) {
-    const pipelineId = words[at + 1] & 0xffff, paramsId = words[at + 2], count = words[at + 6];
+  // A DISPATCH record at words[i] resolved to what encoding needs; returns [dispatch, next index].
+  resolveDispatch(words, i, cache) {
+    const at = this.at[this.op.DISPATCH];
+    const pipelineWord = words[i + at.pipeline], count = words[i + at.bindings];
+    const pipelineId = pipelineWord & this.pipelineMask, paramsId = words[i + at.params];
     const dispatch = {
       pipeline: this.pipeline(pipelineId),
-      bindGroup: this.bindGroup(pipelineId, paramsId, words, at + 7, count, cache),
-      x: words[at + 3],
-      y: words[at + 4],
-      z: words[at + 5],
-      label: this.labels[words[at + 1] >>> 16] ?? this.pipelines.get(pipelineId).label,
+      bindGroup: this.bindGroup(pipelineId, paramsId, words, i + at.next, count, cache),
+      x: words[i + at.x],
+      y: words[i + at.y],
+      z: words[i + at.z],
+      label: this.labels[pipelineWord >>> this.labelShift] ?? this.pipelines.get(pipelineId).label,
     };
-    return [dispatch, at + 7 + 2 * count];
+    return [dispatch, i + at.next + 2 * count];
   }
 
   // Runs one command list: buffer creation and writes now, GPU work in one encoder and one submit.
@@ -239,46 +241,42 @@ class Engine {
   encode(words, blob, timed) {
     const encoder = this.device.createCommandEncoder();
     const run = new Pass(encoder, timed ? this.device : null);
+    const { CREATE, WRITE, PARAMS, DISPATCH, COPY, REPLAY, DESTROY } = this.op;
     for (let i = 0; i < words.length; ) {
+      const at = this.at[words[i]];
+      if (!at) throw new Error(`bad command ${words[i]} at word ${i}`);
       switch (words[i]) {
         case CREATE:
-          this.buffers.set(words[i + 1], this.device.createBuffer({ size: words[i + 2], usage: STORAGE }));
-          i += 3;
+          this.buffers.set(words[i + at.buffer], this.device.createBuffer({ size: words[i + at.capacity], usage: STORAGE }));
           break;
         case WRITE:
-          this.queue.writeBuffer(this.buffers.get(words[i + 1]), 0, blob, words[i + 2], words[i + 3]);
-          i += 4;
+          this.queue.writeBuffer(this.buffers.get(words[i + at.buffer]), 0, blob, words[i + at.offset], words[i + at.size]);
           break;
         case PARAMS: {
           const usage = GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST;
-          const buffer = this.device.createBuffer({ size: Math.max(16, words[i + 3]), usage });
-          this.queue.writeBuffer(buffer, 0, blob, words[i + 2], words[i + 3]);
-          this.params.set(words[i + 1], buffer);
-          i += 4;
+          const buffer = this.device.createBuffer({ size: Math.max(16, words[i + at.size]), usage });
+          this.queue.writeBuffer(buffer, 0, blob, words[i + at.offset], words[i + at.size]);
+          this.params.set(words[i + at.params], buffer);
           break;
         }
         case DISPATCH: {
           const [dispatch, next] = this.resolveDispatch(words, i, true);
           run.dispatch(dispatch);
           i = next;
-          break;
+          continue;
         }
         case COPY:
           run.end();
-          encoder.copyBufferToBuffer(this.buffers.get(words[i + 1]), 0, this.buffers.get(words[i + 2]), 0, words[i + 3]);
-          i += 4;
+          encoder.copyBufferToBuffer(this.buffers.get(words[i + at.source]), 0, this.buffers.get(words[i + at.target]), 0, words[i + at.size]);
           break;
         case DESTROY:
-          this.destroyBuffer(words[i + 1]);
-          i += 2;
+          this.destroyBuffer(words[i + at.buffer]);
           break;
         case REPLAY:
-          for (const dispatch of this.replayed(words[i + 1])) run.dispatch(dispatch);
-          i += 2;
+          for (const dispatch of this.replayed(words[i + at.recording])) run.dispatch(dispatch);
           break;
-        default:
-          throw new Error(`bad command ${words[i]} at word ${i}`);
       }
+      i += at.next;
     }
     run.end();
     this.submit(encoder);

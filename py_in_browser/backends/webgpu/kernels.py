@@ -1,7 +1,9 @@
 """WGSL kernel plans for every primitive: `plan(op, attrs, out, limits)`, memoized per call site.
 
-Pure generators: no GPU, no js. The runtime turns each KernelPlan into dispatches; the native
-tests (tests_unit/test_wgsl_kernels.py) run the same plans with wgpu-py against numpy.
+Each primitive's planner is registered in the backends' kernel table (backends.register_kernel)
+and looked up there. Pure generators: no GPU, no js. The runtime turns each KernelPlan into
+dispatches; the native tests (tests_unit/test_wgsl_kernels.py) run the same plans with wgpu-py
+against numpy.
 """
 
 from __future__ import annotations
@@ -9,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .. import OutSpec
-from . import codegen, elementwise, fused, linalg, movement, pooling, reductions
+from .. import OutSpec, kernel_for, register_kernel
+from . import codegen, elementwise, fused, linalg, movement, pooling, random_draws, reductions
 from .plan import DeviceLimits, KernelPlan
+
+NAME = "webgpu"
 
 Planner = Callable[[str, dict[str, Any], OutSpec, DeviceLimits], KernelPlan]
 
+# Registered below into backends.KERNELS, where plan() looks them up.
 PLANNERS: dict[str, Planner] = {
     **dict.fromkeys(elementwise.EXPRESSIONS, elementwise.plan_elementwise),
     "fused": fused.plan_fused,
@@ -35,7 +40,10 @@ PLANNERS: dict[str, Planner] = {
     "max_pool2d_grad": pooling.plan_max_pool2d_grad,
     "avg_pool2d": pooling.plan_avg_pool2d,
     "avg_pool2d_grad": pooling.plan_avg_pool2d_grad,
+    "random_uniform": random_draws.plan_random_uniform,
 }
+for _op, _planner in PLANNERS.items():
+    register_kernel(NAME, _op)(_planner)
 
 DEFAULT_LIMITS = DeviceLimits()
 MAX_CACHED_PLANS = 4096
@@ -46,11 +54,6 @@ def reads_views_in_place(op: str) -> bool:
     """Whether `op`'s kernel reads broadcast views (attrs["input_strides"]) itself; runtimes
     materialize views into dense buffers for every other kernel."""
     return op in elementwise.EXPRESSIONS or op == "fused"
-
-
-def all_primitive_names() -> frozenset[str]:
-    """The primitives this module can plan (the coverage test compares it with the op table)."""
-    return frozenset(PLANNERS)
 
 
 def _freeze(value: Any) -> Any:
@@ -83,9 +86,7 @@ def plan(
 
 
 def _build(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:
-    planner = PLANNERS.get(op)
-    if planner is None:
-        raise ValueError(f"webgpu: no kernel for primitive {op!r}")
+    planner: Planner = kernel_for(NAME, op)
     for dtype in (*out.in_dtypes, out.dtype):
         codegen.wgsl_type(dtype, op)
     codegen.check_spec_fits(op, out, limits)

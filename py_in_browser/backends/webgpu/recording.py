@@ -6,21 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .commands import DISPATCH
-
-
-@dataclass(frozen=True)
-class GpuHandle:
-    """A tensor's storage buffer: pool id, bytes bound for it, and how to read it back.
-
-    `strides` is None for a dense row-major tensor; a broadcast view (views.py) has element
-    strides into buffer `id`, which may then be smaller than its shape says."""
-
-    id: int
-    nbytes: int
-    shape: tuple[int, ...]
-    dtype: str
-    strides: tuple[int, ...] | None = None
+from .buffers import GpuHandle
+from .commands import DISPATCH, DISPATCH_BINDINGS, DISPATCH_HEADER
 
 
 @dataclass
@@ -75,14 +62,14 @@ def signature(
     i = 0
     while i < len(words):
         assert words[i] == DISPATCH
-        count = words[i + 6]
-        pairs = words[i + 7 : i + 7 + 2 * count]
+        count = words[i + DISPATCH_BINDINGS]
+        pairs = words[i + DISPATCH_HEADER : i + DISPATCH_HEADER + 2 * count]
         steps.append(
             (
-                *words[i + 1 : i + 6],
+                *words[i + 1 : i + DISPATCH_BINDINGS],
                 *((name(b), n) for b, n in zip(pairs[::2], pairs[1::2], strict=True)),
             )
         )
-        i += 7 + 2 * count
+        i += DISPATCH_HEADER + 2 * count
     final = tuple(name(after.id) for _, after in state) + tuple(name(h.id) for h in outputs)
     return (tuple(steps), final)

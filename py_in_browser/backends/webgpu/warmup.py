@@ -73,6 +73,8 @@ def _calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
     calls.append(("max_pool2d", pool, OutSpec((2, 4, 4, 8), _F32, ((2, 8, 8, 8),), (_F32,))))
     grad = OutSpec((2, 8, 8, 8), _F32, ((2, 8, 8, 8), (2, 4, 4, 8), (2, 4, 4, 8)), (_F32,) * 3)
     calls.append(("max_pool2d_grad", pool, grad))
+    draw = {"shape": _SQUARE, "seed": 0, "stream": 0, "bits": 24}  # Dropout's masks
+    calls.append(("random_uniform", draw, OutSpec(_SQUARE, _F32, ((),), (_F32,))))
     return calls + _fused_calls()
 
 

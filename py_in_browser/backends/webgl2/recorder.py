@@ -1,0 +1,109 @@
+"""Records a train step's draws once and replays them from bridge.js (the protocol replay.py
+drives): what a recording is and its signature live in recording.py."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import OutSpec
+from . import kernels, wire
+from .draw_queue import DrawQueue
+from .memory import TextureMemory
+from .recording import Recording, RecordingBuilder, replay_program, signature, texture_ids
+from .textures import Handle
+
+# What a profile calls the draws a replay adds: copies of the state in and of the outputs out.
+REPLAY_COPY_LABEL = "replay_copy"
+
+
+class StepRecorder:
+    """Captures what the queue sends between begin and finish; replays it on new batches."""
+
+    def __init__(self, memory: TextureMemory, queue: DrawQueue) -> None:
+        self.memory = memory
+        self.queue = queue
+        self.recordings = 0  # ids handed out
+        self.steps_replayed = 0
+
+    def begin(self) -> None:
+        self.queue.recording = RecordingBuilder()
+
+    def _end(self, keep: set[int]) -> None:
+        self.queue.recording = None
+        self.memory.end_recording(keep)
+
+    def abort(self) -> None:
+        self._end(set())
+
+    def finish(
+        self, inputs: list[Handle], state: list[tuple[Handle, Handle]], outputs: list[Handle]
+    ) -> Recording:
+        """Hands the captured step to bridge.js (one call); its textures stay reserved for it."""
+        builder = self.queue.recording
+        assert builder is not None, "finish_recording without begin_recording"
+        ids = texture_ids(builder)
+        self.memory.retain(ids)
+        self._end(ids)
+        self.recordings += 1
+        commands, constants = replay_program(builder, inputs)
+        self.queue.flush()  # the eager step's own commands first
+        self.queue.call("record", self.recordings, commands, constants)
+        return Recording(
+            id=self.recordings,
+            inputs=tuple(inputs),
+            state_in=tuple(before for before, _ in state),
+            outputs=tuple(outputs),
+            textures=frozenset(ids),
+            signature=signature(builder, inputs, state),
+        )
+
+    def replay(
+        self, recording: Recording, arrays: list[np.ndarray], state_now: list[Handle]
+    ) -> list[Handle]:
+        """Copies the state in, runs the recorded step on new inputs, copies the outputs out:
+        queued with the rest, so with end_step's flush a replayed step is one JS call."""
+        for now, recorded in zip(state_now, recording.state_in, strict=True):
+            if now.texture.id != recorded.texture.id:
+                self._copy(now, recorded)
+        for handle, array in zip(recording.inputs, arrays, strict=True):
+            if tuple(array.shape) != handle.shape:
+                raise ValueError(f"replay: input of shape {array.shape}, recorded {handle.shape}")
+            self.memory.stage_array(handle, array)  # the batch goes into the recorded inputs
+        self.queue.start_profile_if_asked()
+        self.queue.commands.append([wire.REPLAY, recording.id])
+        self.steps_replayed += 1
+        outputs = []
+        for source in recording.outputs:
+            target = self.memory.allocate(source.shape, source.dtype, source.lo is not None)
+            self._copy(source, target)
+            outputs.append(target)
+        return outputs
+
+    def _copy(self, source: Handle, target: Handle) -> None:
+        """A draw copying source's elements into target (replay state in, outputs out). A
+        broadcast scalar (one-element texture for a bigger shape) fills the target."""
+        size, out_size = source.texture.layout.size, target.texture.layout.size
+        if out_size == 1 and size != 1:
+            raise RuntimeError("webgl2: a replay cannot copy a tensor into a broadcast scalar")
+        _, uniforms = kernels.plan(
+            "reshape", {"shape": (size,)}, OutSpec((size,), "float32", ((size,),), ("float32",))
+        )
+        for src, dst in ((source.texture, target.texture), (source.lo, target.lo)):
+            if src is not None and dst is not None:
+                same = src.layout.channels == dst.layout.channels and size == out_size
+                key = "fill4" if size == 1 else "copy4" if same else "strided"
+                self.queue.commands.append(
+                    wire.draw(
+                        key,
+                        dst.id,
+                        [],
+                        out_size,
+                        [[src.id, -1, size, 1]],
+                        [list(u) for u in uniforms],
+                        REPLAY_COPY_LABEL,
+                    )
+                )
+
+    def drop(self, recording: Recording) -> None:
+        self.queue.call("dropRecording", recording.id)
+        self.memory.release(recording.textures)

@@ -1,0 +1,351 @@
+"""Rewrite rules: primitive calls that run better as other draws than their planned kernel
+(split-K and padded products, blocks, two-pass reductions, a transposed operand, concat in
+groups, views without a draw) and the whole-texel variant of a planned kernel."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Protocol
+
+from .. import OutSpec
+from . import blocks, kernels, shaders, wire
+from .draw_queue import DrawQueue
+from .memory import TextureMemory
+from .texture_layout import choose_layout
+from .textures import Handle
+
+# (1, K) @ (K, N) products with K at least this are cut into K slices (see matmul_split_k).
+SPLIT_K_AT = 2048
+# Whole-texel products and convolutions of at least this many multiply-adds run as blocks (see
+# blocks.py): below it the extra interleave draw and targets cost more than they save.
+BLOCKS_AT = 2**20
+# Products of at least this many multiply-adds whose dimensions are not whole texels are padded
+# to whole texels (see matmul_padded); below it the pad and slice draws cost more.
+PAD_MATMUL_AT = 2**15
+# Whole-texel kernels that have a block form: (block program, its variant, profile label).
+BLOCK_PROGRAMS = {
+    "matmul4:nn_aligned": ("matmul_block", "nn", "matmul"),
+    "matmul4:nt_aligned": ("matmul_block", "nt", "matmul"),
+    "conv2d4:vec": ("conv2d_block", "vec", "conv2d"),
+    "conv2d4:scalar": ("conv2d_block", "scalar", "conv2d"),
+}
+# Reductions of at least this many values into at most this many outputs run in two passes.
+SPLIT_REDUCTION_AT = 2048
+SPLIT_REDUCTION_OUTPUTS = 1024
+# Expands of one element and same-layout reshapes share their source's texture (see alias);
+# False draws a copy for each (for comparisons).
+ALIAS_VIEWS = True
+FLOAT_DTYPES = ("float32", "float64")
+
+
+class Drawing(Protocol):
+    """What the rules draw with: the backend's memory and queue, and run/free for sub-calls."""
+
+    memory: TextureMemory
+    queue: DrawQueue
+    draw_buffers: int
+
+    def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Handle: ...
+
+    def free(self, handle: Handle) -> None: ...
+
+
+def rewrite(
+    backend: Drawing, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec
+) -> Handle | None:
+    """The call rewritten into other draws (or none), or None where the planned kernel runs."""
+    if op == "concat" and len(inputs) > wire.MAX_INPUTS_PER_DRAW:
+        return concat_in_groups(backend, inputs, attrs, out)
+    if op == "matmul" and transpose_first(backend, attrs, out, inputs):
+        return matmul_transposed_a(backend, inputs, attrs, out)
+    if op == "matmul":
+        split = matmul_split_k(backend, inputs, attrs, out) or matmul_padded(
+            backend, inputs, attrs, out
+        )
+        if split is not None:
+            return split
+    if op in ("reduce_sum", "reduce_max") and out.dtype in FLOAT_DTYPES:
+        split = split_reduction(backend, op, inputs, attrs, out)
+        if split is not None:
+            return split
+    if op in ("expand", "reshape") and ALIAS_VIEWS:
+        return alias(backend, op, inputs[0], out)
+    return None
+
+
+def split_reduction(
+    backend: Drawing, op: str, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
+) -> Handle | None:
+    """A long reduction over few outputs in two passes: each output element's reduced
+    indices are cut into about sqrt(n) chunks reduced in parallel (one fragment each), then
+    the chunks are reduced. One fragment walking all n indices alone left the GPU idle (a
+    conv bias gradient sums 8192 values per channel)."""
+    shape = out.in_shapes[0]
+    count = math.prod(shape[a] for a in attrs["axes"])
+    kept = math.prod(shape) // max(count, 1)
+    if count < SPLIT_REDUCTION_AT or kept > SPLIT_REDUCTION_OUTPUTS:
+        return None
+    chunk = math.isqrt(count - 1) + 1
+    parts = -(-count // chunk)
+    key, uniforms = kernels.plan(op, attrs, out)
+    uniforms = [u for u in uniforms if u[0] not in ("u_parts", "u_chunk")]
+    uniforms += [kernels.ints("u_parts", [parts]), kernels.ints("u_chunk", [chunk])]
+    partial = backend.memory.allocate((kept, parts), out.dtype, False)
+    backend.queue.draw(key, partial, inputs, uniforms, op, pair=False)
+    spec = OutSpec(out.shape, out.dtype, ((kept, parts),), (out.dtype,))
+    result = backend.run(op, [partial], {**attrs, "axes": (1,)}, spec)
+    backend.free(partial)
+    return result
+
+
+def alias(backend: Drawing, op: str, source: Handle, out: OutSpec) -> Handle | None:
+    """The result as another handle on source's texture(s), with no draw, where that reads
+    the same: an expand of one element (kernels read a one-element texture at every index:
+    element() and x<k>v in shaders.py), or a reshape whose natural layout is source's
+    texture layout. Textures shared this way are counted, so free() pools them once."""
+    layout = source.texture.layout
+    repeat = 1
+    if op == "expand":
+        periodic = periodic_view(source.shape, out.shape, layout.size)
+        if periodic is None or source.repeat != 1:
+            return None
+        choose_layout(out.shape, backend.memory.max_side)  # what reads it densely must hold it
+        repeat = periodic
+    elif source.repeat != 1 or choose_layout(out.shape, backend.memory.max_side) != layout:
+        return None
+    backend.memory.share(source)
+    return Handle(source.texture, source.lo, out.shape, out.dtype, repeat)
+
+
+def vector_variant(
+    max_side: int,
+    op: str,
+    attrs: dict[str, Any],
+    out: OutSpec,
+    inputs: list[Handle],
+    key: str,
+    uniforms: list[kernels.Uniform],
+) -> tuple[str, list[kernels.Uniform]]:
+    """The whole-texel kernel for this call where the textures allow one (see
+    kernels.vector_plan and shaders.VECTOR_KERNELS), else the element kernel planned."""
+    layout = choose_layout(out.shape, max_side)
+    ins = [h.texture.layout for h in inputs]
+    if any(h.repeat != 1 for h in inputs):
+        return key, uniforms  # a trailing broadcast view: element kernels read it in place
+    if op in kernels.VECTOR_OPS:
+        if any(h.texture.layout.size != math.prod(h.shape) for h in inputs):
+            return key, uniforms  # a broadcast view: element kernels read it periodically
+        all_rgba = all(item.channels == 4 for item in [layout, *ins])
+        aligned = all(
+            item.width * 4 == shape[-1] for item, shape in zip(ins, out.in_shapes, strict=True)
+        )
+        vector = kernels.vector_plan(op, attrs, out, all_rgba, aligned)
+        return vector if vector is not None else (key, uniforms)
+    kind, _, arg = key.partition(":")
+    same = (layout.width, layout.height, layout.channels)
+    if kind in shaders.ELEMENTWISE_KINDS and all(
+        (item.width, item.height, item.channels) == same
+        or item.size == 1
+        or (  # a broadcast view repeating whole texels (see shaders._inputs)
+            item.channels == 4 == layout.channels
+            and item.size % 4 == 0
+            and layout.size % item.size == 0
+        )
+        for item in ins
+    ):
+        # Elementwise uniforms (a fused program's constants) serve both forms.
+        return (f"{kind}4:{arg}" if arg else f"{kind}4"), uniforms
+    if op == "reshape" and ins[0].channels == layout.channels and ins[0].size == layout.size:
+        return "copy4", []
+    return key, uniforms
+
+
+def transpose_first(
+    backend: Drawing, attrs: dict[str, Any], out: OutSpec, inputs: list[Handle]
+) -> bool:
+    """a^T @ b with whole-texel operands: the vector kernel would fetch a texel of a for
+    every element it uses, so transposing a once (a quarter of the fetches of the product
+    per output column block) and running the plain product is cheaper."""
+    if not attrs["transpose_a"] or attrs["transpose_b"]:
+        return False
+    a = out.in_shapes[0]
+    k, m, n = a[-2], a[-1], out.shape[-1]
+    rgba = all(h.texture.layout.channels == 4 for h in inputs)
+    rgba = rgba and all(h.texture.layout.size == math.prod(h.shape) for h in inputs)
+    out_rgba = choose_layout(out.shape, backend.memory.max_side).channels == 4
+    return rgba and out_rgba and min(k, m, n) > 0 and not (k % 4 or m % 4 or n % 4)
+
+
+def matmul_split_k(
+    backend: Drawing, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
+) -> Handle | None:
+    """A row vector times a tall matrix (a batch-1 Dense layer: (1, K) @ (K, N), K large)
+    has N / 4 output texels, each a K-long loop: the GPU sat nearly idle. Cut K into P
+    slices, a batched product (P, 1, K/P) @ (P, K/P, N) on the same textures (the same
+    flat elements), then a sum over the slices."""
+    if attrs["transpose_a"] or attrs["transpose_b"] or len(out.shape) != 2:
+        return None
+    (m, k), (_, n) = out.in_shapes
+    rgba = all(h.texture.layout.channels == 4 for h in inputs)
+    rgba = rgba and all(h.texture.layout.size == math.prod(h.shape) for h in inputs)
+    if m != 1 or k < SPLIT_K_AT or n % 4 or not rgba:
+        return None
+    parts = next((p for p in (64, 32, 16, 8) if k % (4 * p) == 0 and k // p >= 64), 0)
+    if not parts:
+        return None
+    rows = k // parts
+    a = Handle(inputs[0].texture, None, (parts, 1, rows), out.in_dtypes[0])
+    b = Handle(inputs[1].texture, None, (parts, rows, n), out.in_dtypes[1])
+    spec = OutSpec((parts, 1, n), out.dtype, (a.shape, b.shape), out.in_dtypes)
+    key, uniforms = kernels.plan("matmul", attrs, spec)
+    key, uniforms = vector_variant(
+        backend.memory.max_side, "matmul", attrs, spec, [a, b], key, uniforms
+    )
+    partial = backend.memory.allocate(spec.shape, out.dtype, False)
+    backend.queue.draw(key, partial, [a, b], uniforms, "matmul", pair=False)
+    total = OutSpec((1, 1, n), out.dtype, (spec.shape,), (out.dtype,))
+    summed = backend.run("reduce_sum", [partial], {"axes": (0,), "keepdims": True}, total)
+    backend.free(partial)
+    return Handle(summed.texture, summed.lo, out.shape, out.dtype)
+
+
+def blocked(
+    backend: Drawing, key: str, inputs: list[Handle], out: OutSpec, uniforms: list[kernels.Uniform]
+) -> Handle | None:
+    """A large product or convolution as blocks (blocks.py): one draw into rows * cols
+    targets, then one interleaving them into the output."""
+    program, variant, label = BLOCK_PROGRAMS[key]
+    rows, columns = out.shape[-2], out.shape[-1]  # matmul: M, N; conv2d: OW, CO
+    a, b = out.in_shapes
+    inner = a[-1] if label == "matmul" else math.prod(b[:-1])  # K; KH * KW * CI
+    shape = blocks.shape_for(rows, columns, backend.draw_buffers)
+    if shape is None or math.prod(out.shape) * inner < BLOCKS_AT:
+        return None
+    block_rows, cols = shape
+    block = (math.prod(out.shape[:-1]) // block_rows, columns // cols)
+    # The matmul block kernel addresses its targets by texture row and column.
+    aligned = choose_layout(block, backend.memory.max_side).width * 4 * cols == columns
+    if label == "matmul" and not aligned:
+        return None
+    targets = [backend.memory.allocate(block, out.dtype, False) for _ in range(block_rows * cols)]
+    key = f"{program}:{variant}_{block_rows}x{cols}"
+    backend.queue.draw(key, targets[0], inputs, uniforms, label, False, targets[1:])
+    handle = backend.memory.allocate(out.shape, out.dtype, False)
+    interleave = f"block_interleave:{block_rows}x{cols}"
+    cols4 = [kernels.ints("u_cols4", [columns // 4])]
+    backend.queue.draw(interleave, handle, targets, cols4, label, False)
+    for target in targets:
+        backend.free(target)
+    return handle
+
+
+def matmul_padded(
+    backend: Drawing, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
+) -> Handle | None:
+    """A product whose inner, column (or, with a transposed, row) count is not a multiple
+    of 4 runs on the element kernel, two element reads per multiply-add (a W2 logits layer
+    of 10 units took 10x the time per multiply-add of a whole-texel product). Zero-padding
+    those dims to multiples of 4 (zeros add nothing to the sums), the whole-texel product,
+    then a slice of the result is cheaper from PAD_MATMUL_AT multiply-adds on."""
+    ta, tb = attrs["transpose_a"], attrs["transpose_b"]
+    a = out.in_shapes[0]
+    m, n = out.shape[-2], out.shape[-1]
+    k = a[-2] if ta else a[-1]
+    dense = all(h.texture.layout.size == math.prod(h.shape) for h in inputs)
+    up = {d: -d % 4 for d in (m, n, k)}  # padding to the next multiple of 4
+    needed = up[k] or up[n] or (ta and up[m])
+    if (ta and tb) or not dense or not needed or math.prod(out.shape) * k < PAD_MATMUL_AT:
+        return None
+    pads_a = (up[k], up[m]) if ta else (0, up[k])  # (rows, columns) of a as stored
+    pads_b = (up[n], up[k]) if tb else (up[k], up[n])
+    padded = [
+        pad_matrix(backend, h, pad, dtype)
+        for h, pad, dtype in zip(inputs, (pads_a, pads_b), out.in_dtypes, strict=True)
+    ]
+    rows = m + (up[m] if ta else 0)
+    shape = (*out.shape[:-2], rows, n + up[n])
+    spec = OutSpec(shape, out.dtype, tuple(h.shape for h in padded), out.in_dtypes)
+    product = backend.run("matmul", padded, attrs, spec)
+    for handle in padded:
+        if handle not in inputs:
+            backend.free(handle)
+    if shape == out.shape:
+        return product
+    begin = {"begin": (0,) * len(shape)}
+    result = backend.run(
+        "slice", [product], begin, OutSpec(out.shape, out.dtype, (shape,), (out.dtype,))
+    )
+    backend.free(product)
+    return result
+
+
+def pad_matrix(backend: Drawing, handle: Handle, pads: tuple[int, int], dtype: str) -> Handle:
+    """The matrix (batch) `handle` with pads[0] zero rows and pads[1] zero columns added."""
+    if pads == (0, 0):
+        return handle
+    *batch, rows, cols = handle.shape
+    shape = (*batch, rows + pads[0], cols + pads[1])
+    paddings = [(0, 0)] * len(batch) + [(0, pads[0]), (0, pads[1])]
+    spec = OutSpec(shape, dtype, (handle.shape,), (dtype,))
+    return backend.run("pad", [handle], {"paddings": paddings, "value": 0.0}, spec)
+
+
+def matmul_transposed_a(
+    backend: Drawing, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
+) -> Handle:
+    a = out.in_shapes[0]
+    rows, cols = a[-1], a[-2]
+    shape = (*a[:-2], rows, cols)
+    transposed = backend.memory.allocate(shape, out.in_dtypes[0], False)
+    backend.queue.draw(
+        "transpose4",
+        transposed,
+        [inputs[0]],
+        [kernels.ints("u_rows", [rows]), kernels.ints("u_cols", [cols])],
+        "matmul",
+        pair=False,
+    )
+    spec = OutSpec(out.shape, out.dtype, (shape, out.in_shapes[1]), out.in_dtypes)
+    result = backend.run("matmul", [transposed, inputs[1]], {**attrs, "transpose_a": False}, spec)
+    backend.free(transposed)
+    return result
+
+
+def concat_in_groups(
+    backend: Drawing, inputs: list[Any], attrs: dict[str, Any], out: OutSpec
+) -> Handle:
+    """Concat of more inputs than a draw can sample: concatenate groups, then the groups."""
+    axis = attrs["axis"]
+    parts: list[Handle] = []
+    for start in range(0, len(inputs), wire.MAX_INPUTS_PER_DRAW):
+        group = inputs[start : start + wire.MAX_INPUTS_PER_DRAW]
+        shapes = out.in_shapes[start : start + wire.MAX_INPUTS_PER_DRAW]
+        shape = list(shapes[0])
+        shape[axis] = sum(s[axis] for s in shapes)
+        spec = OutSpec(tuple(shape), out.dtype, tuple(shapes), out.in_dtypes[: len(group)])
+        parts.append(backend.run("concat", group, attrs, spec))
+    spec = OutSpec(out.shape, out.dtype, tuple(p.shape for p in parts), (out.dtype,) * len(parts))
+    result = backend.run("concat", parts, attrs, spec)
+    for part in parts:
+        backend.free(part)
+    return result
+
+
+def periodic_view(source: tuple[int, ...], shape: tuple[int, ...], elements: int) -> int | None:
+    """Whether expanding `source` (held in a texture of `elements` elements) to `shape` reads
+    element i of the result as element (i // repeat) % elements of the source, and that repeat:
+    size-1 dims broadcast before its own (a bias over a batch: repeat 1) and after them (a
+    per-row value over columns, (64, 1) -> (64, 10): repeat 10). None when another dim is
+    broadcast in between."""
+    if elements == 1:
+        return 1
+    aligned = (1,) * (len(shape) - len(source)) + tuple(source)
+    dims = list(zip(aligned, shape, strict=True))
+    while dims and dims[0][0] == 1:
+        dims.pop(0)
+    repeat = 1
+    while dims and dims[-1][0] == 1:
+        repeat *= dims.pop()[1]
+    if any(s != n for s, n in dims) or math.prod(s for s, _ in dims) != elements:
+        return None
+    return repeat

@@ -1,0 +1,1 @@
+"""The HTTP API beyond static files: the model registry and training permits."""
