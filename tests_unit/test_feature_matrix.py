@@ -99,7 +99,11 @@ def public_surface() -> set[str]:
         for name, value in vars(pib.Sequential).items()
         if inspect.isfunction(value) and (not name.startswith("_") or name == "__call__")
     }
-    surface |= {f"fit-option:{name}" for name in parameters(training.fit, skip=3)}
+    surface |= {  # Sequential.fit(x, y, **options) hands its options to the Trainer
+        f"fit-option:{name}"
+        for name, p in parameters(training.Trainer.fit).items()
+        if p.default is not p.empty
+    }
     return surface
 
 
@@ -243,6 +247,13 @@ def test_inference_results_have_the_data_shape(results: dict[str, Any]) -> None:
         np.testing.assert_allclose(from_array.sum(axis=1), 1.0, rtol=1e-5)
         np.testing.assert_array_equal(from_tensor, from_array)
         assert set(out["evaluate"]) == {"loss", "accuracy"}
+
+
+def test_a_loaded_model_file_predicts_as_the_saved_model(results: dict[str, Any]) -> None:
+    out = result_of(results, "model_file")
+    saved, loaded = out["predict"]
+    assert saved == loaded
+    assert out["loaded"]["weights"] != out["weights"]  # and it trained on
 
 
 def test_train_on_batch_reports_each_step(results: dict[str, Any]) -> None:

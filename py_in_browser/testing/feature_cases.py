@@ -276,6 +276,27 @@ async def checkpoint_resume(make: ModelFactory, data: Arrays) -> dict[str, Any]:
     }
 
 
+async def save_and_load_model(make: ModelFactory, data: Arrays) -> dict[str, Any]:
+    """A trained model through its model file (model.save, pib.load_model): the loaded model
+    predicts as the original and trains on after compile."""
+    model = make()
+    history = await model.fit(*data, epochs=EPOCHS, batch_size=BATCH)
+    blob = await model.save(labels=["a", "b", "c"], description="feature matrix")
+    loaded = await pib.load_model(blob)
+    outputs = []
+    for source in (model, loaded):
+        predicted = await source.predict(data[0])
+        outputs.append((await predicted.numpy()).tolist())
+        predicted.dispose()
+    loaded.compile(optimizer=optimizers.SGD(0.05), loss="sparse_categorical_crossentropy")
+    loaded_history = await loaded.fit(*data, epochs=1, batch_size=BATCH)
+    return {
+        **await trained(model, history),
+        "predict": outputs,
+        "loaded": await trained(loaded, loaded_history),
+    }
+
+
 async def sequential_api(make: ModelFactory, data: Arrays) -> dict[str, Any]:
     """A model assembled with add/build, inspected, called directly and fit from epoch 1 without
     shuffling (initial_epoch), printing its epochs (verbose): the rest of Sequential's surface."""
@@ -715,6 +736,23 @@ CASES: list[FeatureCase] = [
         binary,
         "callback:LambdaCallback callback:ProgressCallback callback:Callback fit-option:callbacks",
         fit_with_callbacks,
+    ),
+    case(
+        "model_file",
+        model_of(
+            lambda: [
+                layers.Conv2D(2, 3, activation="relu", input_shape=(6, 6, 2)),
+                layers.BatchNormalization(),
+                layers.Dropout(0.2),
+                layers.GlobalAveragePooling2D(),
+                layers.Dense(CLASSES, activation="softmax"),
+            ],
+            lambda: optimizers.Adam(0.01),
+            "sparse_categorical_crossentropy",
+        ),
+        images,
+        "method:save",
+        save_and_load_model,
     ),
     case(
         "sequential_api",
