@@ -6,7 +6,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PORT   ?= 8000
 HOST   ?= 127.0.0.1
 
-.PHONY: run test setup lint unit e2e browsers postgres bench
+.PHONY: run test setup lint unit e2e browsers postgres bench docs
 
 $(VENV)/.installed-base: pyproject.toml
 	python3 -m venv $(VENV)
@@ -15,7 +15,11 @@ $(VENV)/.installed-base: pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed-base
-	$(PY) -m pip install -q -e '.[test,torch]'
+	$(PY) -m pip install -q -e '.[test,torch,docs]'
+	touch $@
+
+$(VENV)/.installed-docs: $(VENV)/.installed-base
+	$(PY) -m pip install -q -e '.[docs]'
 	touch $@
 
 setup: $(VENV)/.installed-base
@@ -51,8 +55,13 @@ unit: $(VENV)/.installed-test setup postgres
 e2e: $(VENV)/.installed-test setup browsers bench/node_modules/.installed
 	$(VENV)/bin/pytest tests_e2e
 
+# The API reference (served at /docs) from the engine's docstrings, into the git-ignored
+# build/docs; any Sphinx warning fails the build, so `make test` catches broken docstrings.
+docs: $(VENV)/.installed-docs
+	$(VENV)/bin/sphinx-build -q -W --keep-going -b html -d build/docs-doctrees docs build/docs
+
 # The e2e suite includes a smoke run of the benchmark harness, so TF.js is installed here too.
-test: $(VENV)/.installed-test setup browsers postgres bench/node_modules/.installed lint
+test: $(VENV)/.installed-test setup browsers postgres bench/node_modules/.installed lint docs
 	$(VENV)/bin/pytest tests_unit tests_e2e
 
 # TensorFlow.js 4.22.0 for the benchmarks, from npm into the git-ignored bench/node_modules.

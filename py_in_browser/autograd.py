@@ -21,6 +21,14 @@ class GradientTape:
     Trainable Variables are watched automatically (watch_accessed_variables=True); other tensors
     need `tape.watch(t)`. A non-persistent tape can compute gradients once. Gradients of
     unconnected sources are None, as in TensorFlow.
+
+    Example:
+        >>> x = pib.tensor([3.0])
+        >>> with pib.GradientTape() as tape:
+        ...     tape.watch(x)
+        ...     y = x * x
+        >>> await tape.gradient(y, x).numpy()  # d(x^2)/dx = 2x
+        array([6.], dtype=float32)
     """
 
     def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True) -> None:
@@ -41,6 +49,7 @@ class GradientTape:
         active_tapes.remove(self)
 
     def watch(self, *tensors: TensorLike) -> None:
+        """Records the ops that read these tensors from now on, so they can be sources."""
         for t in tensors:
             self._tracked[id(t)] = t
 
@@ -59,7 +68,11 @@ class GradientTape:
     def gradient(
         self, target: TensorLike, sources: Any, output_gradients: TensorLike | None = None
     ) -> Any:
-        """d(sum of target * output_gradients)/d(source) for one source or a list/tuple of them."""
+        """d(sum of target * output_gradients)/d(source) for one source or a list/tuple of them.
+
+        output_gradients defaults to ones of the target's shape (the gradient of the sum). The
+        result has the sources' structure, None where a source does not affect the target.
+        """
         if self._used and not self.persistent:
             raise RuntimeError("a non-persistent GradientTape can compute gradients only once")
         self._used = True
@@ -103,9 +116,15 @@ class GradientTape:
 
 
 def grad(fn: Callable[..., TensorLike]) -> Callable[..., Any]:
-    """grad(f)(*tensors): gradient of f's (summed) output w.r.t. each positional TensorLike argument.
+    """``grad(f)(*tensors)``: gradient of f's (summed) output w.r.t. each positional tensor argument.
 
     Returns one gradient for one argument, else a list in argument order.
+
+    Example:
+        >>> dot_grads = pib.grad(lambda a, b: pib.sum(a * b))
+        >>> da, db = dot_grads(pib.tensor([1.0, 2.0]), pib.tensor([3.0, 4.0]))
+        >>> await da.numpy(), await db.numpy()
+        (array([3., 4.], dtype=float32), array([1., 2.], dtype=float32))
     """
 
     def gradient_of(*args: Any) -> Any:

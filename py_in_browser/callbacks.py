@@ -18,23 +18,50 @@ Logs = dict[str, Any]
 
 
 class Callback:
+    """Base class of fit's callbacks: override the hooks you need (plain or ``async def``).
+
+    fit calls, in order: on_train_begin, then per epoch on_epoch_begin, on_batch_end after each
+    step, on_epoch_end with the epoch's mean loss and metrics (and ``val_`` ones), and finally
+    on_train_end. `self.model` is the model being trained; setting
+    ``self.model.stop_training = True`` ends fit after the current batch.
+
+    Example:
+        >>> class PrintLoss(pib.Callback):
+        ...     def on_epoch_end(self, epoch, logs):
+        ...         print(epoch, round(logs["loss"], 4))
+        >>> dense = pib.layers.Dense(1, kernel_initializer="zeros", input_shape=(1,))
+        >>> model = pib.Sequential([dense])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> x = y = np.ones((4, 1))
+        >>> history = await model.fit(x, y, epochs=2, callbacks=[PrintLoss()])
+        0 1.0
+        1 0.9216
+    """
+
     wants_batch_logs = False
 
     def __init__(self) -> None:
         self.model: TrainableModel | None = None
 
     def set_model(self, model: TrainableModel) -> None:
+        """Called by fit before training: the model the hooks act on."""
         self.model = model
 
-    def on_train_begin(self, logs: Logs) -> Any: ...
+    def on_train_begin(self, logs: Logs) -> Any:
+        """Before the first epoch; logs is empty."""
 
-    def on_train_end(self, logs: Logs) -> Any: ...
+    def on_train_end(self, logs: Logs) -> Any:
+        """After the last epoch (or an early stop); logs is empty."""
 
-    def on_epoch_begin(self, epoch: int, logs: Logs) -> Any: ...
+    def on_epoch_begin(self, epoch: int, logs: Logs) -> Any:
+        """Before epoch `epoch` (counted from 0); logs is empty."""
 
-    def on_epoch_end(self, epoch: int, logs: Logs) -> Any: ...
+    def on_epoch_end(self, epoch: int, logs: Logs) -> Any:
+        """After epoch `epoch`: logs holds "loss", each metric, and ``val_`` ones with validation."""
 
-    def on_batch_end(self, batch: int, logs: Logs) -> Any: ...
+    def on_batch_end(self, batch: int, logs: Logs) -> Any:
+        """After each step: logs holds "batch" and "size", plus the batch "loss" (a readback)
+        when `wants_batch_logs` is True."""
 
 
 async def call_hook(callbacks: list[Callback], hook: str, *args: Any) -> None:
@@ -45,7 +72,18 @@ async def call_hook(callbacks: list[Callback], hook: str, *args: Any) -> None:
 
 
 class History(Callback):
-    """history.history[name] holds one float per epoch; history.epoch the epoch indices."""
+    """history.history[name] holds one float per epoch; history.epoch the epoch indices.
+
+    fit always records one and returns it (also as ``model.history``); history.params holds
+    epochs, steps per epoch and batch_size.
+
+    Example:
+        >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(2,))])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> history = await model.fit(np.ones((8, 2)), np.ones((8, 1)), epochs=3, batch_size=4)
+        >>> history.epoch, len(history.history["loss"]), history.params["steps"]
+        ([0, 1, 2], 3, 2)
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -60,7 +98,23 @@ class History(Callback):
 
 
 class EarlyStopping(Callback):
-    """Stops when `monitor` has not improved by min_delta for `patience` epochs."""
+    """Stops when `monitor` has not improved by min_delta for `patience` epochs.
+
+    An epoch improves when the monitored log is below the best so far by more than min_delta
+    (above, for mode "max"; mode "auto" maximizes names containing "acc"). After `patience`
+    epochs in a row without improvement fit stops; with restore_best_weights the weights of the
+    best epoch are put back. `stopped_epoch` is the epoch it stopped at (None if it did not).
+    The default monitor, "val_loss", needs validation_split or validation_data.
+
+    Example:
+        >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(1,))])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> stop = pib.EarlyStopping(monitor="loss", min_delta=10.0)  # nothing improves by 10
+        >>> x = y = np.ones((4, 1))
+        >>> history = await model.fit(x, y, epochs=5, callbacks=[stop])
+        >>> stop.stopped_epoch, len(history.epoch)
+        (1, 2)
+    """
 
     def __init__(
         self,
@@ -106,7 +160,22 @@ class EarlyStopping(Callback):
 
 
 class LambdaCallback(Callback):
-    """Wraps plain functions: LambdaCallback(on_epoch_end=lambda epoch, logs: ...)."""
+    """Wraps plain functions: LambdaCallback(on_epoch_end=lambda epoch, logs: ...).
+
+    Keyword arguments name hooks of `Callback` (on_train_begin, on_train_end, on_epoch_begin,
+    on_epoch_end, on_batch_end) and take the same arguments; passing on_batch_end turns on
+    batch losses.
+
+    Example:
+        >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(1,))])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> seen = []
+        >>> log_batches = pib.LambdaCallback(on_batch_end=lambda batch, logs: seen.append(batch))
+        >>> x = y = np.ones((6, 1))
+        >>> history = await model.fit(x, y, batch_size=2, callbacks=[log_batches])
+        >>> seen
+        [0, 1, 2]
+    """
 
     def __init__(self, **hooks: Callable[..., Any]) -> None:
         super().__init__()
@@ -131,7 +200,17 @@ class ProgressCallback(Callback):
     """Calls report(dict) for a UI: {"event": "batch"|"epoch"|"end", "epoch", "batch", "logs"}.
 
     Batch events come every `every_batches` batches (each one costs a loss readback on a GPU);
-    set every_batches=0 for epoch events only.
+    set every_batches=0 for epoch events only. `report` may be a coroutine function.
+
+    Example:
+        >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(1,))])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> events = []
+        >>> progress = pib.ProgressCallback(events.append, every_batches=0)
+        >>> x = y = np.ones((4, 1))
+        >>> history = await model.fit(x, y, epochs=2, callbacks=[progress])
+        >>> [(e["event"], e["epoch"]) for e in events]
+        [('epoch', 0), ('epoch', 1), ('end', 1)]
     """
 
     def __init__(self, report: Callable[[dict[str, Any]], Any], every_batches: int = 1) -> None:

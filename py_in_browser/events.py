@@ -18,5 +18,15 @@ def record_event(kind: str, step: int, **extra: Any) -> None:
 
 
 def runtime_events() -> list[dict[str, Any]]:
-    """What happened to the runtime, oldest first: dicts with at least type, step and time."""
+    """What happened to the runtime, oldest first: dicts with at least type, step and time.
+
+    Types: "checkpoint" (save_checkpoint), "epsilon_clamped" (an optimizer's epsilon raised for
+    float16 storage), "device_lost" (webgpu), "context_lost" (webgl2).
+
+    Example:
+        >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(1,))])
+        >>> blob = await model.save_checkpoint()
+        >>> pib.runtime_events()[-1]["type"]
+        'checkpoint'
+    """
     return list(_events)

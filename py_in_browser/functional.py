@@ -33,7 +33,12 @@ def _pair(a: Any, b: Any) -> tuple[Tensor, Tensor]:
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
-    """NumPy broadcasting of shapes, with an error naming both shapes."""
+    """NumPy broadcasting of shapes, with an error naming both shapes.
+
+    Example:
+        >>> pib.functional.broadcast_shapes((2, 1), (3,))
+        (2, 3)
+    """
     rank = builtins.max(len(s) for s in shapes)
     out = []
     for axis in range(rank):
@@ -45,6 +50,13 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
 
 
 def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
+    """x repeated along new leading axes and its size-1 axes to `shape` (numpy's rule).
+
+    Example:
+        >>> await pib.broadcast_to(pib.tensor([1.0, 2.0]), (2, 2)).numpy()
+        array([[1., 2.],
+               [1., 2.]], dtype=float32)
+    """
     shape = tuple(shape)
     if x.shape == shape:
         return x
@@ -78,60 +90,150 @@ def _axes(x: Tensor, axis: Axes) -> tuple[int, ...]:
 
 
 def add(a: Any, b: Any) -> Tensor:
+    """a + b elementwise, numpy broadcasting; a Python number takes the tensor's dtype.
+
+    Both operands must have the same dtype (cast one first). The other binary functions
+    (sub, mul, div, pow, maximum, minimum and the comparisons) follow the same rules.
+
+    Example:
+        >>> await pib.add(pib.tensor([1.0, 2.0]), 10).numpy()
+        array([11., 12.], dtype=float32)
+    """
     return _binary("add", a, b)
 
 
 def sub(a: Any, b: Any) -> Tensor:
+    """a - b elementwise, broadcast as `add`.
+
+    Example:
+        >>> await pib.sub(10, pib.tensor([1.0, 2.0])).numpy()
+        array([9., 8.], dtype=float32)
+    """
     return _binary("sub", a, b)
 
 
 def mul(a: Any, b: Any) -> Tensor:
+    """a * b elementwise, broadcast as `add`.
+
+    Example:
+        >>> await pib.mul(pib.tensor([[1.0], [2.0]]), pib.tensor([1.0, 10.0])).numpy()
+        array([[ 1., 10.],
+               [ 2., 20.]], dtype=float32)
+    """
     return _binary("mul", a, b)
 
 
 def div(a: Any, b: Any) -> Tensor:
+    """a / b elementwise (true division), broadcast as `add`; x / 0 gives +-inf or nan.
+
+    Example:
+        >>> await pib.div(pib.tensor([1.0, 3.0]), 2).numpy()
+        array([0.5, 1.5], dtype=float32)
+    """
     return _binary("div", a, b)
 
 
 def pow(a: Any, b: Any) -> Tensor:
+    """a ** b elementwise, broadcast as `add`.
+
+    Example:
+        >>> await pib.pow(pib.tensor([2.0, 3.0]), 2).numpy()
+        array([4., 9.], dtype=float32)
+    """
     return _binary("pow", a, b)
 
 
 def maximum(a: Any, b: Any) -> Tensor:
+    """The larger of a and b elementwise, broadcast as `add`.
+
+    Example:
+        >>> await pib.maximum(pib.tensor([1.0, 5.0]), 3).numpy()
+        array([3., 5.], dtype=float32)
+    """
     return _binary("maximum", a, b)
 
 
 def minimum(a: Any, b: Any) -> Tensor:
+    """The smaller of a and b elementwise, broadcast as `add`.
+
+    Example:
+        >>> await pib.minimum(pib.tensor([1.0, 5.0]), 3).numpy()
+        array([1., 3.], dtype=float32)
+    """
     a, b = _pair(a, b)
     a, b = _broadcast(a, b)
     return call("where", call("less", a, b), a, b)
 
 
 def less(a: Any, b: Any) -> Tensor:
+    """a < b elementwise as a bool tensor, broadcast as `add`.
+
+    Example:
+        >>> await pib.less(pib.tensor([1.0, 5.0]), 3).numpy()
+        array([ True, False])
+    """
     return _binary("less", a, b)
 
 
 def less_equal(a: Any, b: Any) -> Tensor:
+    """a <= b elementwise as a bool tensor, broadcast as `add`.
+
+    Example:
+        >>> await pib.less_equal(pib.tensor([1.0, 3.0]), 3).numpy()
+        array([ True,  True])
+    """
     return _binary("less_equal", a, b)
 
 
 def greater(a: Any, b: Any) -> Tensor:
+    """a > b elementwise as a bool tensor, broadcast as `add`.
+
+    Example:
+        >>> await pib.greater(pib.tensor([1.0, 5.0]), 3).numpy()
+        array([False,  True])
+    """
     return _binary("less", b, a)
 
 
 def greater_equal(a: Any, b: Any) -> Tensor:
+    """a >= b elementwise as a bool tensor, broadcast as `add`.
+
+    Example:
+        >>> await pib.greater_equal(pib.tensor([1.0, 3.0]), 3).numpy()
+        array([False,  True])
+    """
     return _binary("less_equal", b, a)
 
 
 def equal(a: Any, b: Any) -> Tensor:
+    """a == b elementwise as a bool tensor, broadcast as `add` (the ``==`` operator on
+    tensors compares identity instead).
+
+    Example:
+        >>> await pib.equal(pib.tensor([1.0, 3.0]), 3).numpy()
+        array([False,  True])
+    """
     return _binary("equal", a, b)
 
 
 def not_equal(a: Any, b: Any) -> Tensor:
+    """a != b elementwise as a bool tensor, broadcast as `add`.
+
+    Example:
+        >>> await pib.not_equal(pib.tensor([1.0, 3.0]), 3).numpy()
+        array([ True, False])
+    """
     return _binary("not_equal", a, b)
 
 
 def where(condition: Tensor, a: Any, b: Any) -> Tensor:
+    """a where `condition` (a bool tensor) is True, else b; all three broadcast together.
+
+    Example:
+        >>> mask = pib.tensor([True, False], dtype="bool")
+        >>> await pib.where(mask, pib.tensor([1.0, 2.0]), 0.0).numpy()
+        array([1., 0.], dtype=float32)
+    """
     a, b = _pair(a, b)
     if condition.dtype != "bool":
         raise TypeError(f"where: condition must be bool, got {condition.dtype}")
@@ -140,58 +242,137 @@ def where(condition: Tensor, a: Any, b: Any) -> Tensor:
 
 
 def neg(x: Tensor) -> Tensor:
+    """-x elementwise.
+
+    Example:
+        >>> await pib.neg(pib.tensor([1.0, -2.0])).numpy()
+        array([-1.,  2.], dtype=float32)
+    """
     return call("neg", x)
 
 
 def exp(x: Tensor) -> Tensor:
+    """e ** x elementwise.
+
+    Example:
+        >>> (await pib.exp(pib.tensor([0.0, 1.0])).numpy()).round(4)
+        array([1.    , 2.7183], dtype=float32)
+    """
     return call("exp", x)
 
 
 def log(x: Tensor) -> Tensor:
+    """Natural logarithm elementwise: log(0) = -inf, log of a negative number is nan.
+
+    Example:
+        >>> (await pib.log(pib.tensor([1.0, np.e])).numpy()).round(4)
+        array([0., 1.], dtype=float32)
+    """
     return call("log", x)
 
 
 def sqrt(x: Tensor) -> Tensor:
+    """Square root elementwise (nan below zero).
+
+    Example:
+        >>> await pib.sqrt(pib.tensor([4.0, 9.0])).numpy()
+        array([2., 3.], dtype=float32)
+    """
     return call("sqrt", x)
 
 
 def tanh(x: Tensor) -> Tensor:
+    """Hyperbolic tangent elementwise.
+
+    Example:
+        >>> (await pib.tanh(pib.tensor([0.0, 1.0])).numpy()).round(4)
+        array([0.    , 0.7616], dtype=float32)
+    """
     return call("tanh", x)
 
 
 def sigmoid(x: Tensor) -> Tensor:
+    """1 / (1 + exp(-x)) elementwise.
+
+    Example:
+        >>> await pib.sigmoid(pib.tensor([0.0])).numpy()
+        array([0.5], dtype=float32)
+    """
     return call("sigmoid", x)
 
 
 def relu(x: Tensor) -> Tensor:
+    """max(x, 0) elementwise.
+
+    Example:
+        >>> await pib.relu(pib.tensor([-1.0, 2.0])).numpy()
+        array([0., 2.], dtype=float32)
+    """
     return call("relu", x)
 
 
 def erf(x: Tensor) -> Tensor:
+    """The Gauss error function 2 / sqrt(pi) * integral from 0 to x of exp(-t^2) dt, elementwise.
+
+    Example:
+        >>> (await pib.erf(pib.tensor([0.0, 1.0])).numpy()).round(4)
+        array([0.    , 0.8427], dtype=float32)
+    """
     return call("erf", x)
 
 
 def square(x: Tensor) -> Tensor:
+    """x * x elementwise.
+
+    Example:
+        >>> await pib.square(pib.tensor([-3.0])).numpy()
+        array([9.], dtype=float32)
+    """
     return call("mul", x, x)
 
 
 def abs(x: Tensor) -> Tensor:
+    """``|x|`` elementwise, as max(x, -x).
+
+    Example:
+        >>> await pib.abs(pib.tensor([-3.0, 2.0])).numpy()
+        array([3., 2.], dtype=float32)
+    """
     return call("maximum", x, call("neg", x))
 
 
 def clip(x: Tensor, low: float, high: float) -> Tensor:
+    """min(max(x, low), high) elementwise.
+
+    Example:
+        >>> await pib.clip(pib.tensor([-2.0, 0.5, 3.0]), 0.0, 1.0).numpy()
+        array([0. , 0.5, 1. ], dtype=float32)
+    """
     return minimum(maximum(x, low), high)
 
 
 def leaky_relu(x: Tensor, negative_slope: float = 0.2) -> Tensor:
-    """max(x, slope * x) for 0 <= slope <= 1 (Keras 3 default slope 0.2)."""
+    """max(x, slope * x) for 0 <= slope <= 1 (Keras 3 default slope 0.2).
+
+    Example:
+        >>> await pib.leaky_relu(pib.tensor([-1.0, 2.0])).numpy()
+        array([-0.2,  2. ], dtype=float32)
+    """
     if not 0.0 <= negative_slope <= 1.0:
         raise ValueError(f"leaky_relu: negative_slope must be in [0, 1], got {negative_slope}")
     return maximum(x, mul(x, negative_slope))
 
 
 def gelu(x: Tensor, approximate: bool = False) -> Tensor:
-    """Gaussian error linear unit; exact (erf) by default as in Keras and PyTorch."""
+    """Gaussian error linear unit; exact (erf) by default as in Keras and PyTorch.
+
+    x * Phi(x) with Phi the standard normal CDF, 0.5 * (1 + erf(x / sqrt(2))); approximate=True
+    uses 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))).
+
+    Example:
+        >>> (await pib.gelu(pib.tensor([0.0, 1.0])).numpy()).round(4)
+        array([0.    , 0.8413], dtype=float32)
+    """
     if approximate:
         inner = mul(add(x, mul(mul(x, square(x)), 0.044715)), math.sqrt(2.0 / math.pi))
         return mul(mul(x, 0.5), add(tanh(inner), 1.0))
@@ -199,6 +380,13 @@ def gelu(x: Tensor, approximate: bool = False) -> Tensor:
 
 
 def cast(x: Tensor, dtype: str) -> Tensor:
+    """x converted to dtype ("float32", "int32", "bool", ...); float to int truncates toward
+    zero; x itself when it already has that dtype.
+
+    Example:
+        >>> await pib.cast(pib.tensor([1.9, -1.9]), "int32").numpy()
+        array([ 1, -1], dtype=int32)
+    """
     return x if x.dtype == dtype else call("cast", x, dtype=dtype)
 
 
@@ -216,7 +404,13 @@ def fused(fn: Callable[..., fusion.Value], *inputs: Tensor) -> Tensor:
 
 
 def stop_gradient(x: Tensor) -> Tensor:
-    """The same values, invisible to every active tape."""
+    """The same values, invisible to every active tape.
+
+    Example:
+        >>> df = pib.grad(lambda x: pib.sum(pib.stop_gradient(x) * x))
+        >>> await df(pib.tensor([3.0])).numpy()  # only the second factor is differentiated
+        array([3.], dtype=float32)
+    """
     paused = autograd.active_tapes[:]
     autograd.active_tapes.clear()
     try:
@@ -229,23 +423,57 @@ def stop_gradient(x: Tensor) -> Tensor:
 
 
 def zeros(shape: Sequence[int], dtype: str = "float32") -> Tensor:
+    """A tensor of zeros of `shape` and `dtype` (default float32).
+
+    Example:
+        >>> await pib.zeros((2, 3)).numpy()
+        array([[0., 0., 0.],
+               [0., 0., 0.]], dtype=float32)
+    """
     return full(shape, 0.0, dtype)
 
 
 def ones(shape: Sequence[int], dtype: str = "float32") -> Tensor:
+    """A tensor of ones of `shape` and `dtype` (default float32).
+
+    Example:
+        >>> await pib.ones((2,), dtype="int32").numpy()
+        array([1, 1], dtype=int32)
+    """
     return full(shape, 1.0, dtype)
 
 
 def zeros_like(x: Tensor) -> Tensor:
+    """Zeros with the shape and dtype of x.
+
+    Example:
+        >>> pib.zeros_like(pib.tensor([1, 2], dtype="int32")).dtype
+        'int32'
+    """
     return full(x.shape, 0.0, x.dtype)
 
 
 def ones_like(x: Tensor) -> Tensor:
+    """Ones with the shape and dtype of x.
+
+    Example:
+        >>> await pib.ones_like(pib.tensor([5.0, 6.0])).numpy()
+        array([1., 1.], dtype=float32)
+    """
     return full(x.shape, 1.0, x.dtype)
 
 
 def one_hot(indices: Tensor, depth: int, dtype: str = "float32") -> Tensor:
-    """Compares indices with a [0, depth) ramp; no gather primitive needed."""
+    """Compares indices with a [0, depth) ramp; no gather primitive needed.
+
+    The result has shape ``(*indices.shape, depth)`` and `dtype`; an index outside [0, depth) gives
+    a row of zeros.
+
+    Example:
+        >>> await pib.one_hot(pib.tensor([0, 2], dtype="int32"), 3).numpy()
+        array([[1., 0., 0.],
+               [0., 0., 1.]], dtype=float32)
+    """
     ramp = tensor(np.arange(depth), dtype=indices.dtype)
     column = reshape(indices, (*indices.shape, 1))
     return cast(equal(column, ramp), dtype)
@@ -265,9 +493,14 @@ def random_uniform(
     exactly (value plus compensation), or 11 bits and counters below 2^11 without compensation;
     it refuses more bits.
 
-    >>> u = random_uniform((2, 3), seed=7, counter=0)
-    >>> v = random_uniform((2, 3), seed=7, counter=1)  # the next draw: other numbers
-    >>> keep = greater_equal(u, 0.5)  # a dropout mask with rate 0.5
+    Example:
+        >>> u = await pib.random_uniform((2, 3), seed=7, counter=0).numpy()
+        >>> v = await pib.random_uniform((2, 3), seed=7, counter=1).numpy()  # the next draw
+        >>> bool(((0 <= u) & (u < 1)).all()), bool((u != v).any())
+        (True, True)
+        >>> again = await pib.random_uniform((2, 3), seed=7, counter=0).numpy()
+        >>> bool((again == u).all())  # the same arguments: the same numbers
+        True
     """
     if not isinstance(counter, Tensor):
         if not isinstance(counter, int | np.integer) or not 0 <= counter < 2**24:
@@ -283,6 +516,12 @@ def random_uniform(
 
 
 def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
+    """The same elements (row-major order) in a new shape; one -1 is inferred from the size.
+
+    Example:
+        >>> pib.reshape(pib.zeros((2, 3)), (3, -1)).shape
+        (3, 2)
+    """
     shape = tuple(int(d) for d in shape)
     if shape.count(-1) > 1:
         raise ValueError(f"reshape: at most one -1 in shape, got {shape}")
@@ -295,17 +534,35 @@ def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
 
 
 def flatten(x: Tensor) -> Tensor:
-    """Keeps the batch axis, flattens the rest."""
+    """Keeps the batch axis, flattens the rest.
+
+    Example:
+        >>> pib.flatten(pib.zeros((2, 3, 4))).shape
+        (2, 12)
+    """
     return reshape(x, (x.shape[0], -1))
 
 
 def transpose(x: Tensor, perm: Sequence[int] | None = None) -> Tensor:
+    """The axes permuted: output axis i is input axis perm[i]; default reverses them.
+
+    Example:
+        >>> pib.transpose(pib.zeros((2, 3, 4)), (0, 2, 1)).shape
+        (2, 4, 3)
+    """
     perm = tuple(reversed(range(x.ndim))) if perm is None else tuple(p % x.ndim for p in perm)
     return call("transpose", x, perm=perm)
 
 
 def slice(x: Tensor, begin: Sequence[int], size: Sequence[int]) -> Tensor:
-    """x[begin : begin + size] per axis; a size of -1 means up to the end."""
+    """x[begin : begin + size] per axis; a size of -1 means up to the end.
+
+    Example:
+        >>> t = pib.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        >>> await pib.slice(t, (0, 1), (-1, 2)).numpy()
+        array([[2., 3.],
+               [5., 6.]], dtype=float32)
+    """
     begin = tuple(
         int(b) % builtins.max(n, 1) if b < 0 else int(b)
         for b, n in zip(begin, x.shape, strict=True)
@@ -315,7 +572,15 @@ def slice(x: Tensor, begin: Sequence[int], size: Sequence[int]) -> Tensor:
 
 
 def getitem(x: Tensor, index: Any) -> Tensor:
-    """Basic indexing with ints and step-1 slices, built on slice + reshape."""
+    """Basic indexing with ints and step-1 slices, built on slice + reshape.
+
+    This is what ``t[...]`` on a tensor runs: an int index drops its axis, a slice keeps it.
+
+    Example:
+        >>> t = pib.tensor(np.arange(6.0).reshape(2, 3))
+        >>> await t[1, 0:2].numpy()
+        array([3., 4.], dtype=float32)
+    """
     items = index if isinstance(index, tuple) else (index,)
     if len(items) > x.ndim:
         raise IndexError(f"too many indices for a tensor of rank {x.ndim}")
@@ -342,17 +607,36 @@ def getitem(x: Tensor, index: Any) -> Tensor:
 
 
 def pad(x: Tensor, paddings: Sequence[Sequence[int]], constant_values: float = 0.0) -> Tensor:
+    """x padded with constant_values: `paddings` gives (before, after) for every axis.
+
+    Example:
+        >>> await pib.pad(pib.tensor([[1.0]]), [(0, 1), (1, 0)]).numpy()
+        array([[0., 1.],
+               [0., 0.]], dtype=float32)
+    """
     pads = tuple((int(p[0]), int(p[1])) for p in paddings)
     return call("pad", x, paddings=pads, value=float(constant_values))
 
 
 def concat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """The tensors joined along `axis`; their other axes must match.
+
+    Example:
+        >>> await pib.concat([pib.tensor([1.0]), pib.tensor([2.0, 3.0])]).numpy()
+        array([1., 2., 3.], dtype=float32)
+    """
     if not tensors:
         raise ValueError("concat: needs at least one tensor")
     return call("concat", *tensors, axis=axis % tensors[0].ndim)
 
 
 def expand_dims(x: Tensor, axis: int) -> Tensor:
+    """x with a new axis of size 1 at position `axis` of the result (-1: last).
+
+    Example:
+        >>> pib.expand_dims(pib.zeros((2, 3)), -1).shape
+        (2, 3, 1)
+    """
     axis = axis % (x.ndim + 1)
     return reshape(x, (*x.shape[:axis], 1, *x.shape[axis:]))
 
@@ -361,35 +645,82 @@ def expand_dims(x: Tensor, axis: int) -> Tensor:
 
 
 def sum(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Sum over `axis` (None: all axes; an int or a tuple; negative counts from the end);
+    keepdims keeps the reduced axes with size 1. The mean, max and min take the same arguments.
+
+    Example:
+        >>> t = pib.tensor([[1.0, 2.0], [3.0, 4.0]])
+        >>> await pib.sum(t, axis=0).numpy()
+        array([4., 6.], dtype=float32)
+        >>> await pib.sum(t).item()
+        10.0
+    """
     return call("reduce_sum", x, axes=_axes(x, axis), keepdims=keepdims)
 
 
 def max(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Maximum over `axis`, arguments as `sum`.
+
+    Example:
+        >>> await pib.max(pib.tensor([[1.0, 5.0], [3.0, 4.0]]), axis=1).numpy()
+        array([5., 4.], dtype=float32)
+    """
     return call("reduce_max", x, axes=_axes(x, axis), keepdims=keepdims)
 
 
 def min(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Minimum over `axis`, arguments as `sum`.
+
+    Example:
+        >>> await pib.min(pib.tensor([[1.0, 5.0], [3.0, 4.0]]), axis=1).numpy()
+        array([1., 3.], dtype=float32)
+    """
     return neg(max(neg(x), axis, keepdims))
 
 
 def mean(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
+    """Arithmetic mean over `axis`, arguments as `sum`.
+
+    Example:
+        >>> await pib.mean(pib.tensor([[1.0, 2.0], [3.0, 4.0]]), axis=1, keepdims=True).numpy()
+        array([[1.5],
+               [3.5]], dtype=float32)
+    """
     axes = _axes(x, axis)
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
     return mul(sum(x, axes, keepdims), 1.0 / count)
 
 
 def variance(x: Tensor, axis: Axes = None, keepdims: bool = False) -> Tensor:
-    """Biased (population) variance, as Keras BatchNormalization uses."""
+    """Biased (population) variance, as Keras BatchNormalization uses.
+
+    mean((x - mean(x))^2) over `axis`, arguments as `sum`.
+
+    Example:
+        >>> await pib.variance(pib.tensor([1.0, 3.0])).item()
+        1.0
+    """
     centered = sub(x, mean(x, axis, keepdims=True))
     return mean(square(centered), axis, keepdims)
 
 
 def argmax(x: Tensor, axis: int = -1) -> Tensor:
+    """Index of the largest value along `axis` (the first one on ties), as int32.
+
+    Example:
+        >>> await pib.argmax(pib.tensor([[1.0, 5.0], [3.0, 2.0]])).numpy()
+        array([1, 0], dtype=int32)
+    """
     return call("argmax", x, axis=_axes(x, axis)[0])
 
 
 def norm(x: Tensor) -> Tensor:
-    """Euclidean norm of all elements (a scalar)."""
+    """Euclidean norm of all elements (a scalar).
+
+    Example:
+        >>> await pib.norm(pib.tensor([3.0, 4.0])).item()
+        5.0
+    """
     return sqrt(sum(square(x)))
 
 
@@ -397,13 +728,24 @@ def norm(x: Tensor) -> Tensor:
 
 
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """exp(x - max) / sum(exp(x - max)) along `axis`: each slice sums to 1.
+
+    Example:
+        >>> (await pib.softmax(pib.tensor([0.0, np.log(3.0)])).numpy()).round(4)
+        array([0.25, 0.75], dtype=float32)
+    """
     shifted = sub(x, stop_gradient(max(x, axis, keepdims=True)))
     e = exp(shifted)
     return div(e, sum(e, axis, keepdims=True))
 
 
 def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
-    """x - logsumexp(x), shifted by the (gradient-free) max so exp never overflows."""
+    """x - logsumexp(x), shifted by the (gradient-free) max so exp never overflows.
+
+    Example:
+        >>> (await pib.log_softmax(pib.tensor([0.0, 0.0])).numpy()).round(4)
+        array([-0.6931, -0.6931], dtype=float32)
+    """
     shifted = sub(x, stop_gradient(max(x, axis, keepdims=True)))
     return sub(shifted, log(sum(exp(shifted), axis, keepdims=True)))
 
@@ -412,7 +754,14 @@ def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
 
 
 def matmul(a: Any, b: Any) -> Tensor:
-    """a @ b with NumPy semantics for rank >= 2 (batch dims broadcast); 1-D operands promoted."""
+    """a @ b with NumPy semantics for rank >= 2 (batch dims broadcast); 1-D operands promoted.
+
+    Example:
+        >>> await pib.matmul(pib.tensor([[1.0, 2.0]]), pib.tensor([[3.0], [4.0]])).numpy()
+        array([[11.]], dtype=float32)
+        >>> pib.matmul(pib.zeros((5, 2, 3)), pib.zeros((3, 4))).shape
+        (5, 2, 4)
+    """
     a, b = _pair(a, b)
     if a.dtype not in FLOAT:
         raise TypeError(f"matmul needs float tensors, got {a.dtype}")
@@ -446,7 +795,14 @@ def resolve_padding(
     window: Sequence[int],
     strides: Sequence[int],
 ) -> tuple[tuple[int, int], tuple[int, int]]:
-    """'valid', 'same' (TensorFlow rule: extra padding goes after) or explicit pairs."""
+    """'valid', 'same' (TensorFlow rule: extra padding goes after) or explicit pairs.
+
+    Returns ((top, bottom), (left, right)). With "same", the output size is ceil(n / stride).
+
+    Example:
+        >>> pib.functional.resolve_padding("same", (4, 4), (3, 3), (2, 2))
+        ((0, 1), (0, 1))
+    """
     if isinstance(padding, str):
         mode = padding.lower()
         if mode == "valid":
@@ -469,7 +825,19 @@ def conv2d(
     strides: int | Sequence[int] = 1,
     padding: str | Sequence[Sequence[int]] = "valid",
 ) -> Tensor:
-    """2-D convolution, NHWC input and HWIO filters (TensorFlow layout)."""
+    """2-D convolution, NHWC input and HWIO filters (TensorFlow layout).
+
+    out[b, i, j, o] = sum over (di, dj, c) of x[b, i * sh + di, j * sw + dj, c] * filters[di, dj, c, o]
+    on the padded input. padding: "valid", "same" (output ceil(n / stride), see
+    `resolve_padding`) or explicit ((top, bottom), (left, right)).
+
+    Example:
+        >>> out = pib.conv2d(pib.ones((1, 3, 3, 1)), pib.ones((2, 2, 1, 1)))
+        >>> out.shape, (await out.numpy()).reshape(-1)
+        ((1, 2, 2, 1), array([4., 4., 4., 4.], dtype=float32))
+        >>> pib.conv2d(pib.ones((1, 3, 3, 1)), pib.ones((2, 2, 1, 1)), padding="same").shape
+        (1, 3, 3, 1)
+    """
     if x.ndim != 4 or filters.ndim != 4:
         raise ValueError(f"conv2d: x must be NHWC and filters HWIO, got {x.shape}, {filters.shape}")
     st = _pair_of(strides, "strides")
@@ -489,13 +857,29 @@ def _pool(op: str, x: Tensor, pool_size: Any, strides: Any, padding: Any) -> Ten
 def max_pool2d(
     x: Tensor, pool_size: Any = 2, strides: Any = None, padding: str = "valid"
 ) -> Tensor:
+    """Maximum over pool_size windows of NHWC x, moved by strides (default: pool_size);
+    padding "valid" or "same" as `conv2d` (padded cells never win).
+
+    Example:
+        >>> x = pib.tensor(np.arange(16.0).reshape(1, 4, 4, 1))
+        >>> (await pib.max_pool2d(x).numpy()).reshape(-1)
+        array([ 5.,  7., 13., 15.], dtype=float32)
+    """
     return _pool("max_pool2d", x, pool_size, strides, padding)
 
 
 def avg_pool2d(
     x: Tensor, pool_size: Any = 2, strides: Any = None, padding: str = "valid"
 ) -> Tensor:
-    """Average pooling; with 'same' padding, padded cells are not counted (TensorFlow rule)."""
+    """Average pooling; with 'same' padding, padded cells are not counted (TensorFlow rule).
+
+    Arguments as `max_pool2d`.
+
+    Example:
+        >>> x = pib.tensor(np.arange(4.0).reshape(1, 2, 2, 1))
+        >>> (await pib.avg_pool2d(x).numpy()).reshape(-1)
+        array([1.5], dtype=float32)
+    """
     return _pool("avg_pool2d", x, pool_size, strides, padding)
 
 

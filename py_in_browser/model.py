@@ -20,6 +20,27 @@ class Sequential:
     """Layers applied in order; weights are created lazily from the first input shape.
 
     `seed` (default 0) fixes every initializer and dropout mask: see nn/initializers.py.
+
+    The Keras surface: add layers, `compile` with an optimizer, loss and metrics, then `fit`,
+    `evaluate`, `predict` (all awaited, so training never blocks the page). Calling the model
+    runs the layers in order on a tensor.
+
+    Example:
+        >>> model = pib.Sequential(
+        ...     [
+        ...         pib.layers.Dense(8, activation="relu", input_shape=(2,)),
+        ...         pib.layers.Dense(1, activation="sigmoid"),
+        ...     ],
+        ...     seed=1,
+        ... )
+        >>> model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
+        >>> x = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], np.float32)
+        >>> y = np.array([0, 1, 1, 1], np.float32)
+        >>> history = await model.fit(x, y, epochs=3, batch_size=4)
+        >>> sorted(history.history)
+        ['accuracy', 'loss']
+        >>> model(x).shape
+        (4, 1)
     """
 
     def __init__(
@@ -39,6 +60,14 @@ class Sequential:
             self.add(layer)
 
     def add(self, layer: Layer) -> None:
+        """Appends an unbuilt layer; it is seeded from the model's seed and its position.
+
+        Example:
+            >>> model = pib.Sequential()
+            >>> model.add(pib.layers.Dense(3, input_shape=(2,)))
+            >>> len(model.layers)
+            1
+        """
         if not isinstance(layer, Layer):
             raise TypeError(f"Sequential.add expects a Layer, got {type(layer).__name__}")
         if layer.built:
@@ -50,21 +79,33 @@ class Sequential:
 
     @property
     def built(self) -> bool:
+        """Whether every layer has its weights (after `build` or a first call)."""
         return bool(self.layers) and all(layer.built for layer in self.layers)
 
     @property
     def input_shape(self) -> tuple[int, ...] | None:
+        """The first layer's input shape without the batch axis; None until known."""
         return self.layers[0].input_shape if self.layers else None
 
     @property
     def output_shape(self) -> tuple[int, ...]:
+        """The last layer's output shape without the batch axis (builds the model if needed)."""
         self._require_built()
         shape = self.layers[-1].output_shape
         assert shape is not None
         return shape
 
     def build(self, input_shape: Sequence[int] | None = None) -> None:
-        """Creates all weights; input_shape excludes the batch axis (e.g. (64, 64, 3))."""
+        """Creates all weights; input_shape excludes the batch axis (e.g. (64, 64, 3)).
+
+        Without an argument, the first layer's input_shape is used.
+
+        Example:
+            >>> model = pib.Sequential([pib.layers.Flatten(), pib.layers.Dense(4)])
+            >>> model.build((8, 8, 3))
+            >>> model.output_shape, model.count_params()
+            ((4,), 772)
+        """
         if not self.layers:
             raise ValueError("Sequential has no layers")
         shape = tuple(input_shape) if input_shape is not None else self.input_shape
@@ -87,6 +128,7 @@ class Sequential:
             self.build()
 
     def __call__(self, x: Any, training: bool = False) -> Tensor:
+        """The layers applied in order to a batch (a tensor or array); builds on first use."""
         x = x if isinstance(x, Tensor) else tensor(x)
         if not self.built:
             self.build(x.shape[1:])
@@ -98,26 +140,50 @@ class Sequential:
 
     @property
     def weights(self) -> list[Variable]:
+        """Every layer's weights, layer by layer (the order of get_weights and set_weights)."""
         return [w for layer in self.layers for w in layer.weights]
 
     @property
     def trainable_weights(self) -> list[Variable]:
+        """The weights the optimizer updates, layer by layer."""
         return [w for layer in self.layers for w in layer.trainable_weights]
 
     @property
     def non_trainable_weights(self) -> list[Variable]:
+        """The other weights (BatchNormalization's moving statistics), layer by layer."""
         return [w for layer in self.layers for w in layer.non_trainable_weights]
 
     def count_params(self) -> int:
+        """Number of scalars in all weights (builds the model if needed).
+
+        Example:
+            >>> model = pib.Sequential([pib.layers.Dense(3, input_shape=(2,))])
+            >>> model.count_params()  # kernel 2 * 3, bias 3
+            9
+        """
         self._require_built()
         return sum(w.size for w in self.weights)
 
     async def get_weights(self) -> list[np.ndarray]:
-        """Host copies in Keras order (per layer: kernel, bias; BN: gamma, beta, mean, var)."""
+        """Host copies in Keras order (per layer: kernel, bias; BN: gamma, beta, mean, var).
+
+        Example:
+            >>> model = pib.Sequential([pib.layers.Dense(3, input_shape=(2,))])
+            >>> [w.shape for w in await model.get_weights()]
+            [(2, 3), (3,)]
+        """
         self._require_built()
         return [await w.numpy() for w in self.weights]
 
     def set_weights(self, weights: Sequence[Any]) -> None:
+        """Replaces every weight from arrays in get_weights' order; each shape must match.
+
+        Example:
+            >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(2,))])
+            >>> model.set_weights([np.array([[1.0], [2.0]]), np.array([0.5])])
+            >>> await model(np.array([[1.0, 1.0]])).numpy()
+            array([[3.5]], dtype=float32)
+        """
         self._require_built()
         current = self.weights
         if len(weights) != len(current):
@@ -133,7 +199,15 @@ class Sequential:
         self._trainer.drop_recordings()  # re-recorded from the new weights on the next step
 
     def summary(self, print_fn: Callable[[str], Any] | None = print) -> str:
-        """A Keras-like table of layers, output shapes and parameter counts; printed and returned."""
+        """A Keras-like table of layers, output shapes and parameter counts; printed and returned.
+
+        Pass print_fn=None to only return the text.
+
+        Example:
+            >>> model = pib.Sequential([pib.layers.Dense(3, activation="relu", input_shape=(2,))])
+            >>> print(model.summary(print_fn=None).splitlines()[-3])
+            Total params: 9
+        """
         self._require_built()
         rows = [("Layer (type)", "Output Shape", "Param #")]
         for layer in self.layers:
@@ -164,7 +238,19 @@ class Sequential:
     # ---- training ----
 
     def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None) -> None:
-        """Resolves the optimizer, loss and metrics (names use Keras defaults)."""
+        """Resolves the optimizer, loss and metrics (names use Keras defaults).
+
+        optimizer: an `optimizers.Optimizer` or a name ("sgd", "rmsprop", "adam", "adamw");
+        loss: a `losses.Loss` or a name (required); metrics: names such as "accuracy" (resolved
+        from the loss, as Keras) or `metrics.Accuracy` objects. Compiling again starts a new
+        optimizer state.
+
+        Example:
+            >>> model = pib.Sequential([pib.layers.Dense(2, input_shape=(4,))])
+            >>> model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["acc"])
+            >>> model.optimizer.get_config()["name"], model.loss.name
+            ('adam', 'categorical_crossentropy')
+        """
         if loss is None:
             raise ValueError(f"compile: loss is required; one of {sorted(losses.LOSSES)}")
         if self.optimizer is not None:
@@ -180,6 +266,15 @@ class Sequential:
         self.metrics = []
 
     def resolved_metrics(self) -> list[metric_lib.Accuracy]:
+        """The compiled metrics as objects (names resolved against the loss and output shape).
+
+        Example:
+            >>> model = pib.Sequential([pib.layers.Dense(3, input_shape=(4,))])
+            >>> loss = "sparse_categorical_crossentropy"
+            >>> model.compile(optimizer="sgd", loss=loss, metrics=["accuracy"])
+            >>> [m.kind for m in model.resolved_metrics()]
+            ['sparse']
+        """
         if not self.metrics and self._metric_specs:
             assert self.loss is not None
             self.metrics = [
@@ -213,27 +308,113 @@ class Sequential:
         return_dict=True it waits and returns {"loss": float, <metric>: float} for this batch.
         A batch whose loss is NaN/Inf changes nothing (weights, slots, step counter); its
         returned loss shows the NaN.
+
+        Example:
+            >>> dense = pib.layers.Dense(1, kernel_initializer="zeros", input_shape=(1,))
+            >>> model = pib.Sequential([dense])
+            >>> model.compile(optimizer="sgd", loss="mse")
+            >>> x = y = np.ones((4, 1), np.float32)
+            >>> loss = await model.train_on_batch(x, y)
+            >>> await loss.item()  # the loss before the step
+            1.0
+            >>> logs = await model.train_on_batch(x, y, return_dict=True)
+            >>> round(logs["loss"], 4)  # (1 - 0.04)^2 after the first step
+            0.9216
         """
         return await self._trainer.train_on_batch(x, y, return_dict=return_dict)
 
     async def fit(self, x: Any, y: Any, **kwargs: Any) -> History:
-        """See Trainer.fit for the arguments (epochs, batch_size, shuffle, seed, callbacks, ...)."""
+        """Trains for `epochs` passes over (x, y); returns the History of per-epoch logs.
+
+        Args:
+            x: inputs of shape ``(samples, *input_shape)``, a numpy array or nested lists.
+            y: targets as the loss expects them (class labels for sparse losses).
+            epochs: train until this epoch index (default 1).
+            batch_size: samples per step (default 32; the last batch may be smaller).
+            shuffle: a new sample order each epoch, drawn from (seed, epoch) (default True).
+            seed: the data order's seed (default 0); weights come from the model's seed.
+            validation_split: the last fraction of x, y held out and evaluated each epoch.
+            validation_data: (x_val, y_val) evaluated each epoch, as val_loss and val_<metric>.
+            callbacks: `callbacks.Callback` objects (a History is always added).
+            verbose: 1 prints one line per epoch.
+            initial_epoch: the epoch to start from.
+            resume: continue exactly where the checkpoint given to load_checkpoint stopped
+                (epoch, batch, data order and the epoch's running sums).
+
+        A step with a NaN or Inf loss changes nothing and fit raises NonFiniteLossError.
+
+        Example:
+            >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(3,))])
+            >>> model.compile(optimizer=pib.optimizers.SGD(0.1), loss="mse")
+            >>> x = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+            >>> y = x @ np.array([[1.0], [-2.0], [0.5]], np.float32)
+            >>> history = await model.fit(x, y, epochs=20, batch_size=16, validation_split=0.25)
+            >>> losses = history.history["loss"]
+            >>> losses[-1] < 0.01 * losses[0], sorted(history.history)
+            (True, ['loss', 'val_loss'])
+        """
         self.history = History()  # this fit's, also when it raises
         self.stop_training = False
         return await self._trainer.fit(x, y, self.history, **kwargs)
 
     async def evaluate(self, x: Any, y: Any, batch_size: int = 32, verbose: int = 0):
+        """Mean loss and metrics over (x, y) in inference mode: {"loss": ..., <metric>: ...}.
+
+        Example:
+            >>> dense = pib.layers.Dense(1, kernel_initializer="zeros", input_shape=(2,))
+            >>> model = pib.Sequential([dense])
+            >>> model.compile(optimizer="sgd", loss="mse")
+            >>> await model.evaluate(np.ones((4, 2)), np.full((4, 1), 2.0))
+            {'loss': 4.0}
+        """
         return await self._trainer.evaluate(x, y, batch_size=batch_size, verbose=verbose)
 
     async def predict(self, x: Any, batch_size: int = 32) -> Tensor:
+        """The model's outputs for x (inference mode), batch by batch, as one tensor.
+
+        A tensor input stays on the device; read the result with ``await out.numpy()``.
+
+        Example:
+            >>> dense = pib.layers.Dense(2, kernel_initializer="ones", input_shape=(3,))
+            >>> model = pib.Sequential([dense])
+            >>> out = await model.predict(np.ones((5, 3)), batch_size=2)
+            >>> out.shape, (await out.numpy())[0]
+            ((5, 2), array([3., 3.], dtype=float32))
+        """
         return await self._trainer.predict(x, batch_size=batch_size)
 
     async def save_checkpoint(self) -> bytes:
-        """An .npz blob of weights, optimizer state, RNG counters and the data cursor."""
+        """An .npz blob of weights, optimizer state, RNG counters and the data cursor.
+
+        Example:
+            >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(2,))])
+            >>> model.compile(optimizer="adam", loss="mse")
+            >>> blob = await model.save_checkpoint()
+            >>> blob[:2]  # a zip archive
+            b'PK'
+        """
         return await checkpoint.save(self, self._trainer)
 
     def load_checkpoint(self, blob: bytes) -> None:
-        """Restores a save_checkpoint blob; then fit(..., resume=True) continues where it stopped."""
+        """Restores a save_checkpoint blob; then fit(..., resume=True) continues where it stopped.
+
+        The model must have the same layers (weights are checked by shape); the optimizer is
+        rebuilt from the checkpoint's configuration if it differs.
+
+        Example:
+            >>> def make():
+            ...     model = pib.Sequential([pib.layers.Dense(1, input_shape=(2,))], seed=7)
+            ...     model.compile(optimizer="adam", loss="mse")
+            ...     return model
+            >>> x, y = np.ones((8, 2)), np.zeros((8, 1))
+            >>> trained = make()
+            >>> history = await trained.fit(x, y, epochs=1, batch_size=4)
+            >>> restored = make()
+            >>> restored.load_checkpoint(await trained.save_checkpoint())
+            >>> history = await restored.fit(x, y, epochs=2, batch_size=4, resume=True)
+            >>> history.epoch  # the second epoch only: the first was done before the checkpoint
+            [1]
+        """
         checkpoint.load(self, self._trainer, blob)
         self._trainer.drop_recordings()
 
@@ -244,14 +425,32 @@ class Sequential:
         preprocessing: dict[str, Any] | None = None,
         description: str = "",
     ) -> bytes:
-        """The engine's model file (model_file.py): architecture, weights, labels, description."""
+        """The engine's model file (see model_file.py for the format): one zip of the
+        architecture as Keras-style layer configs, the weights (float32), and the class
+        `labels`, `preprocessing` description and `description` an app needs to use it.
+
+        Example:
+            >>> model = pib.Sequential([pib.layers.Dense(2, input_shape=(3,))])
+            >>> blob = await model.save(labels=["cat", "dog"])
+            >>> blob[:2]  # a zip archive
+            b'PK'
+        """
         return await model_file.dumps(
             self, labels=labels, preprocessing=preprocessing, description=description
         )
 
 
 def loads(data: bytes) -> tuple[Sequential, model_file.ModelHeader]:
-    """A built Sequential and its header from a model file; ModelFileError if malformed."""
+    """A built Sequential and the file's header (labels, input shape, preprocessing) from a
+    model file written by Sequential.save; ModelFileError names what is malformed.
+
+    Example:
+        >>> from py_in_browser.model import loads
+        >>> model = pib.Sequential([pib.layers.Dense(2, input_shape=(3,))])
+        >>> loaded, header = loads(await model.save(labels=["cat", "dog"]))
+        >>> header.labels, loaded.count_params()
+        (['cat', 'dog'], 8)
+    """
     contents = model_file.read(data)
     header = contents.header
     model = Sequential(contents.layers, name=header.name, seed=header.seed)
@@ -261,5 +460,12 @@ def loads(data: bytes) -> tuple[Sequential, model_file.ModelHeader]:
 
 
 async def load_model(data: bytes) -> Sequential:
-    """The reverse of `await model.save()`: `model = await pib.load_model(blob)`."""
+    """The reverse of ``await model.save()``: the model, built, with its weights.
+
+    Example:
+        >>> model = pib.Sequential([pib.layers.Dense(2, input_shape=(3,))])
+        >>> loaded = await pib.load_model(await model.save())
+        >>> [w.shape for w in await loaded.get_weights()]
+        [(3, 2), (2,)]
+    """
     return loads(data)[0]

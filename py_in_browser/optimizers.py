@@ -1,4 +1,9 @@
-"""Optimizers (SGD, RMSprop, Adam, AdamW) with Keras update rules, written as fused programs.
+"""Optimizers (SGD, RMSprop, Adam, AdamW), each update rule written as fused programs.
+
+Each class's docstring states its exact update and how it relates to Keras 3, PyTorch and TF.js:
+SGD and RMSprop follow Keras; Adam and AdamW follow the Adam paper (as PyTorch and TF.js do) and
+offer Keras's epsilon placement with ``epsilon_placement="keras"``. Constructor defaults are
+Keras's, and a name given to ``Sequential.compile`` (``"adam"``) builds the class with them.
 
 The step counter lives on the device and every update can be gated by a boolean scalar, so a
 GPU backend can replay a whole training step without host round trips; a gated-off step leaves
@@ -35,6 +40,11 @@ class Rule:
     reads: tuple[str, ...]
 
 
+# Where Adam adds epsilon: to the bias-corrected sqrt(v_hat) as the paper, PyTorch and TF.js
+# do, or to the uncorrected sqrt(v) with the correction folded into the step size, as Keras 3.
+EPSILON_PLACEMENTS = ("paper", "keras")
+
+
 def _advance(t: Value) -> Value:
     return t + 1.0
 
@@ -42,9 +52,23 @@ def _advance(t: Value) -> Value:
 class Optimizer:
     """Base class: per-variable slots, optional clipnorm / global_clipnorm, gated updates.
 
+    Before the update, ``clipnorm`` rescales each gradient g to g * min(1, clipnorm / ||g||),
+    and ``global_clipnorm`` rescales all of them by min(1, global_clipnorm / sqrt(sum ||g||^2))
+    (both as Keras). ``iterations`` counts the steps taken, on the device.
+
     Subclasses give their update as data: `_rules` (per variable: the variable's rule, then one
     per slot, all reading the OLD values) and `_step_rules` (device scalars computed once per
-    step from the new step count, e.g. Adam's bias corrections)."""
+    step from the new step count, e.g. Adam's bias corrections).
+
+    Example:
+        >>> opt = pib.optimizers.SGD(learning_rate=0.1, clipnorm=1.0)
+        >>> w = pib.Variable([0.0, 0.0])
+        >>> opt.apply_gradients([(pib.tensor([3.0, 4.0]), w)])  # norm 5, clipped to 1
+        >>> (await w.numpy()).round(4)
+        array([-0.06, -0.08], dtype=float32)
+        >>> await opt.iterations.item()
+        1.0
+    """
 
     name = "optimizer"
     slot_names: tuple[str, ...] = ()
@@ -90,6 +114,7 @@ class Optimizer:
         return [self.iterations, *(s for slots in self.slots for s in slots)]
 
     def dispose(self) -> None:
+        """Frees the step counter and slots; the next apply_gradients starts from zero."""
         for v in self.variables():
             v.dispose()
         self.iterations, self.slots, self._built_for = None, [], []
@@ -97,7 +122,11 @@ class Optimizer:
     def apply_gradients(
         self, grads_and_vars: Iterable[tuple[Tensor | None, Variable]], gate: Tensor | None = None
     ) -> None:
-        """One update step; with a bool scalar `gate`, the step only takes effect where it is True."""
+        """One update step over (gradient, variable) pairs; a None gradient leaves its variable.
+
+        With a bool scalar tensor `gate`, the step only takes effect where it is True: False
+        leaves weights, slots and the step counter as they were (fit gates on a finite loss).
+        """
         pairs = list(grads_and_vars)
         variables = [v for _, v in pairs]
         self.build(variables)
@@ -174,6 +203,7 @@ class Optimizer:
         return floor
 
     def get_config(self) -> dict[str, Any]:
+        """The constructor arguments by name, plus "name"; `from_config` rebuilds from it."""
         return {
             "name": self.name,
             "learning_rate": self.learning_rate,
@@ -200,7 +230,26 @@ def gated(rule: Callable[..., Value], inputs: Sequence[Tensor], gate: Tensor | N
 
 
 class SGD(Optimizer):
-    """Keras SGD: m = momentum * m - lr * g; w += m (nesterov: w += momentum * m - lr * g)."""
+    """Stochastic gradient descent with optional momentum, Keras's rule.
+
+    Without momentum: w -= learning_rate * g. With momentum (0 < momentum <= 1), a velocity
+    slot m (zero at first)::
+
+        m = momentum * m - learning_rate * g
+        w += m                                      (nesterov=False)
+        w += momentum * m - learning_rate * g       (nesterov=True, with the new m)
+
+    While the learning rate is constant this is PyTorch's SGD with dampening 0 (its buffer is
+    -m / learning_rate) and TF.js's momentum optimizer.
+
+    Example:
+        >>> w = pib.Variable([1.0])
+        >>> opt = pib.optimizers.SGD(learning_rate=0.1, momentum=0.9)
+        >>> for _ in range(2):
+        ...     opt.apply_gradients([(pib.tensor([1.0]), w)])
+        >>> await w.numpy()  # 1 - 0.1, then - (0.9 * 0.1 + 0.1)
+        array([0.71], dtype=float32)
+    """
 
     name = "sgd"
 
@@ -232,9 +281,25 @@ class SGD(Optimizer):
 
 
 class RMSprop(Optimizer):
-    """Keras RMSprop: v = rho v + (1 - rho) g^2; w -= lr g / sqrt(v + eps).
+    """RMSprop, Keras's rule (also TF.js's): epsilon goes inside the square root::
+
+        v = rho * v + (1 - rho) * g^2
+        w -= learning_rate * g / sqrt(v + epsilon)
+
+    PyTorch's ``torch.optim.RMSprop`` adds epsilon outside instead, g / (sqrt(v) + epsilon), and
+    defaults to rho (its ``alpha``) 0.99 and epsilon 1e-8; the two agree to about
+    epsilon / (2 v) relative wherever v is well above epsilon. No option switches the placement:
+    a port from PyTorch sets rho and epsilon and keeps that small difference. Defaults are
+    Keras's: learning_rate 0.001, rho 0.9, epsilon 1e-7 (no momentum, not centered).
 
     On float16 storage eps is raised to at least min_epsilon^2 (half's smallest normal): see Adam.
+
+    Example:
+        >>> w = pib.Variable([1.0])
+        >>> opt = pib.optimizers.RMSprop(learning_rate=0.01)
+        >>> opt.apply_gradients([(pib.tensor([2.0]), w)])
+        >>> (await w.numpy()).round(5)  # 1 - 0.01 * 2 / sqrt(0.1 * 4)
+        array([0.96838], dtype=float32)
     """
 
     name = "rmsprop"
@@ -263,19 +328,53 @@ class RMSprop(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam as in the paper's Algorithm 1 (and PyTorch, TF.js): w -= lr m_hat / (sqrt(v_hat) + eps).
+    r"""Adam with the paper's update (Kingma & Ba, Algorithm 1), as PyTorch and TF.js do.
 
-    Keras folds the bias correction into the step size, which moves epsilon by sqrt(1 - b2^t);
-    the paper's placement is used so that results match PyTorch step for step.
+    Per step t (1 on the first step), with gradient g::
+
+        m = beta_1 * m + (1 - beta_1) * g
+        v = beta_2 * v + (1 - beta_2) * g^2
+        m_hat = m / (1 - beta_1^t);  v_hat = v / (1 - beta_2^t)
+        w -= learning_rate * m_hat / (sqrt(v_hat) + epsilon)
+
+    That is the default, ``epsilon_placement="paper"``, so results match PyTorch's
+    ``torch.optim.Adam`` step for step. Keras 3 instead folds the bias corrections into the
+    step size and adds epsilon to the uncorrected sqrt(v)::
+
+        lr_t = learning_rate * sqrt(1 - beta_2^t) / (1 - beta_1^t)
+        w -= lr_t * m / (sqrt(v) + epsilon)
+
+    which equals the paper's form with epsilon scaled by 1 / sqrt(1 - beta_2^t). The gap grows
+    as gradients shrink toward epsilon: with the defaults and gradients near 1e-3, weights
+    differ by about 1e-4 after 20 steps. Pass ``epsilon_placement="keras"`` to get Keras's
+    numbers when porting a Keras script. The other defaults are Keras's
+    (learning_rate 0.001, beta_1 0.9, beta_2 0.999, epsilon 1e-7; PyTorch's epsilon is 1e-8).
+
+    Args:
+        learning_rate: step size (> 0).
+        beta_1: decay of the first-moment average m.
+        beta_2: decay of the second-moment average v.
+        epsilon: added to the denominator, where ``epsilon_placement`` says.
+        epsilon_placement: ``"paper"`` (default; PyTorch, TF.js) or ``"keras"`` (Keras 3).
+        clipnorm: each gradient is rescaled to at most this L2 norm before the update.
+        global_clipnorm: all gradients together are rescaled to at most this joint L2 norm.
 
     Where the backend stores tensors as float16 (webgl2 without float32 render targets), the
     second moment v of a gradient below about 2^-7 falls under half's smallest normal (2^-14)
     and is lost, and the step lr * m / (sqrt(v) + eps) with the default eps = 1e-7 becomes huge:
-    training diverges. There eps is raised to the backend's `min_epsilon` (2^-7 = sqrt(2^-14)),
+    training diverges. There eps is raised to the backend's ``min_epsilon`` (2^-7 = sqrt(2^-14)),
     so a step whose v was lost is still at most about lr (TF.js raises it to 1e-4 for the same
     reason). The configured epsilon is kept in get_config; an "epsilon_clamped" runtime event
     and a RuntimeWarning say when this happens. float32 backends (cpu, webgpu, webgl2 on float32
     textures) have min_epsilon 0 and use epsilon as given.
+
+    Example:
+        >>> w = pib.Variable([1.0, -1.0])
+        >>> opt = pib.optimizers.Adam(learning_rate=0.1)
+        >>> opt.apply_gradients([(pib.tensor([0.5, -2.0]), w)])
+        >>> (await w.numpy()).round(4)  # the first step moves each weight by about lr
+        array([ 0.9, -0.9], dtype=float32)
+        >>> keras_style = pib.optimizers.Adam(0.1, epsilon_placement="keras")
     """
 
     name = "adam"
@@ -287,10 +386,16 @@ class Adam(Optimizer):
         beta_1: float = 0.9,
         beta_2: float = 0.999,
         epsilon: float = 1e-7,
+        epsilon_placement: str = "paper",
         **kw: Any,
     ) -> None:
         super().__init__(learning_rate, **kw)
+        if epsilon_placement not in EPSILON_PLACEMENTS:
+            raise ValueError(
+                f"epsilon_placement must be one of {EPSILON_PLACEMENTS}, got {epsilon_placement!r}"
+            )
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+        self.epsilon_placement = epsilon_placement
 
     def _rules(self, epsilon_floor: float) -> list[Rule]:
         b1, b2 = self.beta_1, self.beta_2
@@ -307,19 +412,30 @@ class Adam(Optimizer):
             # lr * m_hat = m * (lr / (1 - b1^t)): the correction is one scalar per step.
             return decayed(w) - new_m(m, g) * step_size / (fusion.sqrt(new_v(v, g) / c2) + eps)
 
-        return [
-            Rule(new_w, ("var", "m", "v", "grad", "step_size", "correction_2")),
-            Rule(new_m, ("m", "grad")),
-            Rule(new_v, ("v", "grad")),
-        ]
+        def new_w_keras(w: Value, m: Value, v: Value, g: Value, keras_step: Value) -> Value:
+            return decayed(w) - new_m(m, g) * keras_step / (fusion.sqrt(new_v(v, g)) + eps)
+
+        weight_rule = (
+            Rule(new_w_keras, ("var", "m", "v", "grad", "keras_step_size"))
+            if self.epsilon_placement == "keras"
+            else Rule(new_w, ("var", "m", "v", "grad", "step_size", "correction_2"))
+        )
+        return [weight_rule, Rule(new_m, ("m", "grad")), Rule(new_v, ("v", "grad"))]
 
     def _decayed(self, w: Value) -> Value:
         """The weight the Adam step starts from (AdamW decays it first)."""
         return w
 
     def _step_rules(self) -> dict[str, Callable[[Value], Value]]:
-        """lr / (1 - b1^t) and 1 - b2^t, the bias corrections."""
+        """The bias corrections: lr / (1 - b1^t) and 1 - b2^t (paper), or Keras's single
+        lr * sqrt(1 - b2^t) / (1 - b1^t)."""
         b1, b2, lr = self.beta_1, self.beta_2, self.learning_rate
+        if self.epsilon_placement == "keras":
+            return {
+                "keras_step_size": lambda t: (
+                    fusion.sqrt(1.0 - fusion.pow(b2, t)) * lr / (1.0 - fusion.pow(b1, t))
+                )
+            }
         return {
             "step_size": lambda t: lr / (1.0 - fusion.pow(b1, t)),
             "correction_2": lambda t: 1.0 - fusion.pow(b2, t),
@@ -331,11 +447,26 @@ class Adam(Optimizer):
             "beta_1": self.beta_1,
             "beta_2": self.beta_2,
             "epsilon": self.epsilon,
+            "epsilon_placement": self.epsilon_placement,
         }
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay applied before the Adam step: w -= lr * wd * w."""
+    """Adam with decoupled weight decay (Loshchilov & Hutter), applied before the Adam step::
+
+        w -= learning_rate * weight_decay * w
+        w -= <Adam's step, as Adam with the same epsilon_placement>
+
+    as Keras 3 and PyTorch's ``torch.optim.AdamW`` do (PyTorch's default weight_decay is 0.01,
+    Keras's 0.004, used here). Every other argument is Adam's.
+
+    Example:
+        >>> w = pib.Variable([1.0])
+        >>> opt = pib.optimizers.AdamW(learning_rate=0.1, weight_decay=0.5)
+        >>> opt.apply_gradients([(pib.tensor([0.0]), w)])  # no gradient: decay only
+        >>> await w.numpy()
+        array([0.95], dtype=float32)
+    """
 
     name = "adamw"
 
@@ -359,7 +490,13 @@ OPTIMIZERS: dict[str, Any] = {
 
 
 def get(optimizer: Any) -> Optimizer:
-    """An Optimizer instance, or a name resolved with Keras defaults."""
+    """An Optimizer instance as is, or a new one from its name ("sgd", "rmsprop", "adam",
+    "adamw"; any case) with the class defaults.
+
+    Example:
+        >>> pib.optimizers.get("Adam").get_config()["learning_rate"]
+        0.001
+    """
     if isinstance(optimizer, Optimizer):
         return optimizer
     if isinstance(optimizer, str) and optimizer.lower() in OPTIMIZERS:
@@ -370,6 +507,14 @@ def get(optimizer: Any) -> Optimizer:
 
 
 def from_config(config: dict[str, Any]) -> Optimizer:
+    """A new optimizer of the kind and settings `get_config` returned (its slots start empty).
+
+    Example:
+        >>> opt = pib.optimizers.Adam(0.01, epsilon_placement="keras")
+        >>> copy = pib.optimizers.from_config(opt.get_config())
+        >>> copy.epsilon_placement, copy.learning_rate
+        ('keras', 0.01)
+    """
     options = {k: v for k, v in config.items() if k != "name"}
     return OPTIMIZERS[config["name"]](**options)
 
@@ -385,6 +530,8 @@ def _register_common_programs() -> None:
         RMSprop(),
         Adam(),
         AdamW(),
+        Adam(epsilon_placement="keras"),
+        AdamW(epsilon_placement="keras"),
     ):
         scalars = set(optimizer._step_rules())
         for rule in optimizer._rules(epsilon_floor=0.0):

@@ -15,7 +15,12 @@ _state: dict[str, Any] = {"backend": None}
 
 
 def current_backend() -> Backend:
-    """The active backend; CPython code that never called init gets the cpu backend."""
+    """The active backend; CPython code that never called init gets the cpu backend.
+
+    Example:
+        >>> pib.runtime.current_backend().name
+        'cpu'
+    """
     if _state["backend"] is None:
         _state["backend"] = backends.BACKENDS["cpu"].factory(None)
     backend: Backend = _state["backend"]
@@ -23,12 +28,27 @@ def current_backend() -> Backend:
 
 
 def available_backends() -> list[str]:
-    """Backends usable in this interpreter, most preferred first."""
+    """Backends usable in this interpreter, most preferred first.
+
+    In CPython that is ["cpu"]; in the browser also "webgpu" and "webgl2" where the page has them.
+
+    Example:
+        >>> "cpu" in pib.available_backends()
+        True
+    """
     return [n for n in backends.registered_backends() if backends.BACKENDS[n].available()]
 
 
 async def init(backend: str | None = None, limits: dict[str, Any] | None = None) -> str:
-    """Selects a backend (None: the most preferred one that passes its self-test); returns its name."""
+    """Selects a backend (None: the most preferred one that passes its self-test); returns its name.
+
+    `limits` are passed to the backend (e.g. memory limits of a GPU device). Tensors created
+    before a switch stay on their old backend.
+
+    Example:
+        >>> await pib.init("cpu")
+        'cpu'
+    """
     usable = available_backends()
     if backend is not None:
         if backend not in usable:
@@ -57,10 +77,23 @@ async def init(backend: str | None = None, limits: dict[str, Any] | None = None)
 
 
 def get_backend() -> str:
+    """The name of the active backend ("cpu", "webgpu" or "webgl2").
+
+    Example:
+        >>> pib.get_backend()
+        'cpu'
+    """
     return current_backend().name
 
 
 def capabilities() -> dict[str, Any]:
+    """What the active backend offers: its name, device limits and supported dtypes (GPU
+    backends add their adapter and storage details).
+
+    Example:
+        >>> pib.capabilities()["dtypes"]
+        ['float32', 'float64', 'int32', 'bool']
+    """
     return current_backend().capabilities()
 
 
@@ -93,6 +126,16 @@ tracker = _Tracker()
 
 
 def memory() -> dict[str, Any]:
+    """Live tensor accounting: num_tensors, num_bytes, num_data_buffers, num_collected_by_gc
+    (tensors freed by the garbage collector instead of dispose or tidy), the backend's name and
+    its own statistics.
+
+    Example:
+        >>> before = pib.memory()["num_tensors"]
+        >>> t = pib.zeros((10,))
+        >>> pib.memory()["num_tensors"] - before
+        1
+    """
     return {
         "num_tensors": tracker.num_tensors,
         "num_bytes": tracker.num_bytes,
@@ -104,7 +147,17 @@ def memory() -> dict[str, Any]:
 
 
 def keep(t: S) -> S:
-    """Exempts `t` from disposal by every enclosing tidy scope."""
+    """Exempts `t` from disposal by every enclosing tidy scope.
+
+    Returns `t`. Free it yourself with dispose when done.
+
+    Example:
+        >>> with pib.tidy():
+        ...     kept = pib.keep(pib.ones((2,)))
+        ...     dropped = pib.ones((2,))
+        >>> kept.is_disposed, dropped.is_disposed
+        (False, True)
+    """
     t._kept = True
     return t
 
@@ -150,6 +203,16 @@ def tidy(fn: F | None = None) -> Any:
 
     Variables (weights, optimizer slots) are never owned by a scope. As a wrapper, returned
     tensors (also inside lists, tuples and dicts) survive; coroutine functions are supported.
+
+    Example:
+        >>> x = pib.ones((3,))
+        >>> with pib.tidy():
+        ...     temporary = x * 2
+        >>> temporary.is_disposed, x.is_disposed
+        (True, False)
+        >>> double = pib.tidy(lambda t: t * 2)  # the result survives, intermediates do not
+        >>> await double(x).numpy()
+        array([2., 2., 2.], dtype=float32)
     """
     if fn is None:
         return _TidyScope()
@@ -182,7 +245,16 @@ def tidy(fn: F | None = None) -> Any:
 
 
 async def profile(fn: Callable[[], Any]) -> dict[str, Any]:
-    """Runs fn (sync or async) and reports per-kernel time; on cpu, wall time of each kernel call."""
+    """Runs fn (sync or async) and reports per-kernel time; on cpu, wall time of each kernel call.
+
+    Returns {"backend", "kernels": [{"name", "ms", "calls"}] slowest first, "kernel_ms",
+    "wall_ms", "bytes_uploaded", "bytes_downloaded", plus backend details}.
+
+    Example:
+        >>> report = await pib.profile(lambda: pib.relu(pib.ones((4,))))
+        >>> report["backend"], "relu" in [k["name"] for k in report["kernels"]]
+        ('cpu', True)
+    """
     backend = current_backend()
     backend.profile_log = {}
     uploaded, downloaded = backend.bytes_uploaded, backend.bytes_downloaded

@@ -38,6 +38,22 @@ class Tensor:
 
     `==` and `!=` keep Python identity semantics (tensors are used as dict keys); use
     pib.equal / pib.not_equal for elementwise comparison.
+
+    Operators broadcast as numpy's: ``+ - * / **`` (`add`, `sub`, `mul`, `div`, `pow`), ``@``
+    (`matmul`), unary ``-``, ``< <= > >=`` (bool results), and indexing with ints and step-1
+    slices. Python numbers take the tensor's dtype; two tensors must share a dtype. dtypes:
+    float32 (the default), int32, bool (float64 where the backend supports it). Create tensors
+    with `tensor`, `full` or the functions; free them with `dispose` or a `tidy` scope.
+
+    Example:
+        >>> t = pib.tensor([[1.0, 2.0], [3.0, 4.0]])
+        >>> t.shape, t.dtype
+        ((2, 2), 'float32')
+        >>> await (t * 2 + 1).numpy()
+        array([[3., 5.],
+               [7., 9.]], dtype=float32)
+        >>> await t[1].numpy()
+        array([3., 4.], dtype=float32)
     """
 
     _scoped = True  # plain tensors belong to the innermost tidy scope
@@ -58,18 +74,22 @@ class Tensor:
 
     @property
     def size(self) -> int:
+        """Number of elements (the product of the shape; 1 for a scalar)."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def ndim(self) -> int:
+        """Number of axes (0 for a scalar)."""
         return len(self.shape)
 
     @property
     def backend(self) -> Backend:
+        """The backend whose memory holds the data (raises once disposed)."""
         return self._live_storage().backend
 
     @property
     def is_disposed(self) -> bool:
+        """Whether `dispose` (or a tidy scope) has freed the data."""
         return self._storage is None
 
     def _live_storage(self) -> _Storage:
@@ -83,7 +103,14 @@ class Tensor:
         return self._live_storage().handle
 
     def dispose(self) -> None:
-        """Frees the tensor's memory now; further use raises. Idempotent."""
+        """Frees the tensor's memory now; further use raises. Idempotent.
+
+        Example:
+            >>> t = pib.ones((1000,))
+            >>> t.dispose()
+            >>> t.is_disposed
+            True
+        """
         if self._storage is not None:
             storage, self._storage = self._storage, None
             tracker.num_tensors -= 1
@@ -99,12 +126,24 @@ class Tensor:
             pass
 
     async def numpy(self) -> np.ndarray:
-        """Copies the data back to the host: the one way to read a tensor on every backend."""
+        """Copies the data back to the host: the one way to read a tensor on every backend.
+
+        On a GPU this waits for the work queued so far; returns a new numpy array.
+
+        Example:
+            >>> await pib.tensor([1, 2], dtype="int32").numpy()
+            array([1, 2], dtype=int32)
+        """
         storage = self._live_storage()
         return await storage.backend.download(storage.handle)
 
     async def item(self) -> float | int | bool:
-        """The value of a one-element tensor as a Python scalar."""
+        """The value of a one-element tensor as a Python scalar.
+
+        Example:
+            >>> await pib.sum(pib.tensor([1.0, 2.0])).item()
+            3.0
+        """
         if self.size != 1:
             raise ValueError(f"item() needs a one-element tensor, got shape {self.shape}")
         value: float | int | bool = (await self.numpy()).reshape(()).item()
@@ -182,18 +221,43 @@ class Tensor:
 
     @property
     def T(self) -> Tensor:
+        """The axes reversed (a matrix's transpose), as `transpose` without perm."""
         return _operator("transpose")(self)
 
     def reshape(self, *shape: Any) -> Tensor:
+        """The same data in a new shape, given as a tuple or as arguments; one -1 is inferred.
+
+        Example:
+            >>> pib.zeros((2, 6)).reshape(3, -1).shape
+            (3, 4)
+        """
         target = shape[0] if len(shape) == 1 and isinstance(shape[0], list | tuple) else shape
         return _operator("reshape")(self, target)
 
     def astype(self, dtype: str) -> Tensor:
+        """A copy converted to dtype, as `cast` (float to int truncates toward zero).
+
+        Example:
+            >>> await pib.tensor([1.7, -1.7]).astype("int32").numpy()
+            array([ 1, -1], dtype=int32)
+        """
         return _operator("cast")(self, dtype)
 
 
 class Variable(Tensor):
-    """A mutable tensor for weights and optimizer slots: persists across tidy scopes."""
+    """A mutable tensor for weights and optimizer slots: persists across tidy scopes.
+
+    `trainable` variables are watched by every GradientTape; `name` shows in errors and
+    checkpoints. The dtype is inferred from `value` (floats become float32) unless given.
+
+    Example:
+        >>> w = pib.Variable([1.0, 2.0], name="w")
+        >>> with pib.tidy():
+        ...     w.assign(w * 10)
+        Variable(shape=(2,), dtype=float32, cpu)
+        >>> await w.numpy()
+        array([10., 20.], dtype=float32)
+    """
 
     _scoped = False
 
@@ -209,7 +273,15 @@ class Variable(Tensor):
         self.name = name
 
     def assign(self, value: Tensor) -> Variable:
-        """Points the variable at `value`'s data (no copy); shape and dtype must match."""
+        """Points the variable at `value`'s data (no copy); shape and dtype must match.
+
+        Returns the variable. A non-tensor value is converted to the variable's dtype.
+
+        Example:
+            >>> step = pib.Variable(0, trainable=False)
+            >>> await step.assign(5).numpy()
+            array(5, dtype=int32)
+        """
         if not isinstance(value, Tensor):
             value = tensor(value, dtype=self.dtype)
         if value.shape != self.shape or value.dtype != self.dtype:
@@ -256,7 +328,17 @@ def _wrap(backend: Backend, handle: Any, shape: tuple[int, ...], dtype: str) -> 
 
 
 def tensor(data: Any, dtype: str | None = "float32") -> Tensor:
-    """Creates a tensor from nested lists, a scalar, a numpy array or a Tensor (cast if needed)."""
+    """Creates a tensor from nested lists, a scalar, a numpy array or a Tensor (cast if needed).
+
+    dtype: "float32" (default), "int32", "bool", or None to infer it (bool, int32 for
+    integers, else float32). The data is copied to the current backend.
+
+    Example:
+        >>> pib.tensor([[1, 2], [3, 4]]).dtype
+        'float32'
+        >>> pib.tensor(np.arange(3), dtype=None).dtype
+        'int32'
+    """
     if dtype is None:
         dtype = _infer_dtype(data)
     if dtype not in _ITEMSIZE:
@@ -272,7 +354,13 @@ def tensor(data: Any, dtype: str | None = "float32") -> Tensor:
 
 
 def full(shape: Sequence[int], value: float, dtype: str = "float32") -> Tensor:
-    """A constant tensor: one scalar upload broadcast by expand (no full-size host buffer)."""
+    """A constant tensor: one scalar upload broadcast by expand (no full-size host buffer).
+
+    Example:
+        >>> await pib.full((2, 2), 7.0).numpy()
+        array([[7., 7.],
+               [7., 7.]], dtype=float32)
+    """
     shape = tuple(shape)
     scalar = tensor(np.full((1,) * len(shape), value), dtype=dtype)
     if all(d == 1 for d in shape):

@@ -42,7 +42,22 @@ from .trainable import TrainableModel
 
 
 class NonFiniteLossError(FloatingPointError):
-    """Training hit a NaN or Inf loss; the model keeps the weights from before that step."""
+    """Training hit a NaN or Inf loss; the model keeps the weights from before that step.
+
+    fit raises it at the end of the epoch (or batch, when a callback reads batch losses) in
+    which a step's loss was not finite; from that step on nothing was updated (weights,
+    optimizer slots and step counter, BatchNormalization statistics).
+
+    Example:
+        >>> dense = pib.layers.Dense(1, kernel_initializer="ones", input_shape=(1,))
+        >>> model = pib.Sequential([dense])
+        >>> model.compile(optimizer=pib.optimizers.SGD(1e30), loss="mse")
+        >>> try:
+        ...     await model.fit(np.ones((2, 1)), np.zeros((2, 1)), epochs=3)
+        ... except pib.NonFiniteLossError as err:
+        ...     print("stopped")
+        stopped
+    """
 
 
 class DeviceStep:

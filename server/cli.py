@@ -10,10 +10,15 @@ import sys
 from server.engine_wheel import ensure_engine_wheel
 from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
 from server.settings import Paths
+from server.simd_build import SimdBuildError, ensure_simd_module
 
 
 def setup(paths: Paths) -> None:
     ensure_runtime(paths)
+    try:
+        print(f"simd: cpu kernels built into {ensure_simd_module(paths).path}")
+    except SimdBuildError as exc:
+        print(f"simd: the cpu SIMD kernels did not build, the cpu backend will use numpy:\n{exc}")
     wheel = ensure_engine_wheel(paths)
     print(f"engine: {wheel.path} (sources {wheel.digest})")
 

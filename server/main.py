@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -41,6 +41,12 @@ CONTENT_SECURITY_POLICY = (
 # Only the benchmark pages, which also run TensorFlow.js: its bundle evaluates strings.
 BENCH_CONTENT_SECURITY_POLICY = CONTENT_SECURITY_POLICY.replace(
     b"script-src 'self'", b"script-src 'self' 'unsafe-eval'"
+)
+# What /docs says before `make docs` has built the reference (the server starts without it).
+DOCS_NOT_BUILT = (
+    "<!doctype html><title>API reference not built</title>"
+    "<p>The API reference is not built yet: run <code>make docs</code> in the repository "
+    "(it builds <code>build/docs/</code> from the engine's docstrings), then reload.</p>"
 )
 
 
@@ -83,9 +89,10 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
         app.state.registry.close()
 
     app = FastAPI(
+        # /docs is the engine's API reference; FastAPI's Swagger UI of the HTTP API moves aside.
         title="py_in_browser dev server",
         docs_url="/api/docs",
-        openapi_url="/api/openapi.json",
+        openapi_url="/openapi.json",
         lifespan=lifespan,
     )
     app.state.registry = LazyRegistry(registry_config)
@@ -115,10 +122,6 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
             "digest": wheel.digest,
             "runtime_url": f"{RUNTIME_PREFIX}/",
         }
-
-    @app.get("/openapi.json", include_in_schema=False)
-    def openapi_schema() -> JSONResponse:
-        return JSONResponse(app.openapi())
 
     @app.api_route("/engine/{digest}/{name}", methods=["GET", "HEAD"], include_in_schema=False)
     def engine_file(request: Request, digest: str, name: str) -> Response:
@@ -151,6 +154,16 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
         if path is None:
             raise HTTPException(404, "not found (benchmark packages come with `make bench`)")
         return serve_file(request, path, REVALIDATE)
+
+    @app.api_route("/docs", methods=["GET", "HEAD"], include_in_schema=False)
+    def docs_root() -> Response:
+        return RedirectResponse("/docs/", status_code=308)  # the pages' links are relative
+
+    @app.api_route("/docs/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False)
+    def docs_file(request: Request, relative: str) -> Response:
+        if not (paths.docs / "index.html").is_file():
+            return HTMLResponse(DOCS_NOT_BUILT, status_code=503)
+        return _serve_web_folder(request, paths.docs, relative)
 
     @app.api_route("/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False)
     def web_file(request: Request, relative: str) -> Response:

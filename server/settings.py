@@ -37,6 +37,8 @@ class Paths:
     web: Path = REPO_ROOT / "web"
     engine_src: Path = REPO_ROOT / "py_in_browser"
     bench: Path = REPO_ROOT / "bench"
+    # The API reference `make docs` builds from the engine's docstrings (served at /docs/).
+    docs: Path = REPO_ROOT / "build" / "docs"
 
     @property
     def bench_page(self) -> Path:

@@ -37,8 +37,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("py_in_browser.fusion",),
     # The Backend interface and kernel registry, then the backends, which know nothing of tensors.
     ("py_in_browser.backends",),
-    # The counter-based hash every backend's random_uniform kernel computes the same way.
-    ("py_in_browser.backends.counter_hash",),
+    # The counter-based hash every backend's random_uniform kernel computes the same way, and
+    # the WebAssembly SIMD kernels the cpu backend calls when their module loads.
+    ("py_in_browser.backends.counter_hash", "py_in_browser.backends.cpu_simd.*"),
     (
         "py_in_browser.backends.cpu",
         "py_in_browser.backends.webgpu.*",

@@ -142,3 +142,36 @@ def test_missing_runtime_says_how_to_fix_it(tmp_path: Path) -> None:
     assert health["runtime_ready"] is False
     assert any("no runtime cache" in problem for problem in health["problems"])
     assert json.dumps(health)
+
+
+def test_docs_say_how_to_build_them_before_make_docs(tmp_path: Path) -> None:
+    client = TestClient(create_app(Paths(cache=tmp_path / "cache", docs=tmp_path / "no-docs")))
+    response = client.get("/docs")  # redirected to /docs/, whose pages link relatively
+    assert response.history[0].status_code == 308
+    assert response.url.path == "/docs/"
+    assert response.status_code == 503
+    assert "make docs" in response.text
+    assert_isolated(response)
+
+
+def test_docs_serve_the_built_reference(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    (docs / "_static").mkdir(parents=True)
+    (docs / "index.html").write_text("<!doctype html><title>py_in_browser API reference</title>")
+    (docs / "_static" / "theme.css").write_text("body { margin: 0 }")
+    client = TestClient(create_app(Paths(cache=tmp_path / "cache", docs=docs)))
+
+    page = client.get("/docs/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert "API reference" in page.text
+    assert_isolated(page)
+    style = client.get("/docs/_static/theme.css")
+    assert style.status_code == 200
+    assert style.headers["content-type"].startswith("text/css")
+    assert client.get("/docs/missing.html").status_code == 404
+
+
+def test_http_api_description_moved_aside_for_the_docs(client: TestClient) -> None:
+    assert "/api/health" in client.get("/openapi.json").json()["paths"]
+    assert "swagger" in client.get("/api/docs").text.lower()

@@ -11,6 +11,13 @@ Activation = Callable[[Tensor], Tensor]
 
 
 def linear(x: Tensor) -> Tensor:
+    """The identity, f(x) = x: what ``activation=None`` means.
+
+    Example:
+        >>> x = pib.tensor([-1.0])
+        >>> pib.activations.linear(x) is x
+        True
+    """
     return x
 
 
@@ -27,7 +34,18 @@ ACTIVATIONS: dict[str, Activation] = {
 
 
 def get(activation: str | Activation | None) -> Activation:
-    """None means linear; unknown names raise ValueError listing the valid ones."""
+    """The activation function for a name, a function as is; None means linear; unknown names
+    raise ValueError listing the valid ones.
+
+    Names: linear, relu, leaky_relu, sigmoid, tanh, softmax, log_softmax, gelu (each the
+    function of the same name in the package, e.g. `py_in_browser.functional.relu`).
+
+    Example:
+        >>> pib.activations.get("relu") is pib.relu
+        True
+        >>> await pib.activations.get("sigmoid")(pib.tensor([0.0])).numpy()
+        array([0.5], dtype=float32)
+    """
     if activation is None:
         return linear
     if callable(activation):
@@ -40,6 +58,12 @@ def get(activation: str | Activation | None) -> Activation:
 
 
 def name_of(activation: Activation) -> str:
+    """The name `get` knows an activation by, else its __name__ (as Sequential.summary shows).
+
+    Example:
+        >>> pib.activations.name_of(pib.gelu)
+        'gelu'
+    """
     for name, fn in ACTIVATIONS.items():
         if fn is activation:
             return name

@@ -24,7 +24,32 @@ _standalone_layers = itertools.count(1)
 
 
 class Layer:
-    """Base layer: lazily built from the input shape (without batch axis) on first call."""
+    """Base layer: lazily built from the input shape (without batch axis) on first call.
+
+    A subclass creates its weights in `build` with `add_weight` and computes its output in
+    `call`; calling the layer builds it from the first input and checks later inputs against
+    that shape. Inputs that are not tensors (numpy arrays, lists) are converted to float32.
+
+    Args:
+        name: unique name; default the class name in snake_case, numbered from the second
+            instance on (``dense``, ``dense_1``, ...). Weights are named ``<layer>/<weight>``.
+        input_shape: the input shape without the batch axis, for the first layer of a
+            Sequential (lets it build before seeing data).
+
+    Example:
+        >>> class Scale(pib.layers.Layer):
+        ...     def build(self, input_shape):
+        ...         self.factor = self.add_weight("factor", (input_shape[-1],), "ones")
+        ...         super().build(input_shape)
+        ...     def call(self, x, training):
+        ...         return x * self.factor
+        >>> scale = Scale()
+        >>> await scale(np.ones((2, 3))).numpy()
+        array([[1., 1., 1.],
+               [1., 1., 1.]], dtype=float32)
+        >>> scale.count_params(), scale.output_shape
+        (3, (3,))
+    """
 
     _name_counts: ClassVar[dict[str, int]] = {}
 
@@ -43,9 +68,13 @@ class Layer:
 
     @property
     def weights(self) -> list[Variable]:
+        """All weights: the trainable ones, then the non-trainable ones, each in creation order."""
         return self.trainable_weights + self.non_trainable_weights
 
     def add_weight(self, name: str, shape: Shape, initializer: Any, trainable: bool = True):
+        """Creates the Variable ``<layer name>/<name>`` of `shape`, drawn by `initializer` (a
+        name from `initializers` or a function (shape, rng) -> array) from a generator seeded by
+        (model seed, layer index, weight index); trainable ones are what optimizers update."""
         index = len(self.weights)
         rng = initializers.rng_for(self.seed[0], self.seed[1], index)
         value = initializers.get(initializer)(tuple(shape), rng)
@@ -54,17 +83,22 @@ class Layer:
         return var
 
     def build(self, input_shape: Shape) -> None:
+        """Creates the weights for inputs of `input_shape` (no batch axis); a subclass adds its
+        weights, then calls ``super().build(input_shape)`` to record the shapes."""
         self.input_shape = tuple(input_shape)
         self.output_shape = self.compute_output_shape(self.input_shape)
         self.built = True
 
     def compute_output_shape(self, input_shape: Shape) -> Shape:
+        """The output shape (no batch axis) for inputs of `input_shape`; the base keeps it."""
         return input_shape
 
     def call(self, x: Tensor, training: bool) -> Tensor:
+        """The layer's computation on a built layer; `training` is True inside fit's steps."""
         raise NotImplementedError
 
     def __call__(self, x: Tensor, training: bool = False) -> Tensor:
+        """Builds on first use, checks the input shape, then runs `call`."""
         if not isinstance(x, Tensor):
             x = tensor(x)
         if not self.built:
@@ -77,6 +111,7 @@ class Layer:
         return self.call(x, training)
 
     def count_params(self) -> int:
+        """Number of scalars in all weights, trainable or not."""
         return sum(w.size for w in self.weights)
 
     def state_variables(self) -> list[Variable]:
@@ -86,6 +121,7 @@ class Layer:
         return []
 
     def get_config(self) -> dict[str, Any]:
+        """The layer's settings by name (the base: its name)."""
         return {"name": self.name}
 
 
@@ -101,7 +137,27 @@ def _positive_int(value: Any, name: str) -> int:
 
 
 class Dense(Layer):
-    """Fully connected layer: activation(x @ kernel + bias)."""
+    """Fully connected layer: activation(x @ kernel + bias).
+
+    Input (batch, ..., features) gives (batch, ..., units); kernel has shape (features, units),
+    bias (units,).
+
+    Args:
+        units: output features.
+        activation: a name from `activations` ("relu", "softmax", ...) or a function of a
+            tensor; None (default) is linear.
+        use_bias: whether to add the bias (default True).
+        kernel_initializer: default "glorot_uniform".
+        bias_initializer: default "zeros".
+        **kwargs: `Layer`'s name and input_shape.
+
+    Example:
+        >>> dense = pib.layers.Dense(2, kernel_initializer="ones", bias_initializer="ones")
+        >>> await dense(np.array([[1.0, 2.0, 3.0]])).numpy()
+        array([[7., 7.]], dtype=float32)
+        >>> dense.kernel.shape, dense.bias.shape
+        ((3, 2), (2,))
+    """
 
     def __init__(
         self,
@@ -137,7 +193,27 @@ class Dense(Layer):
 
 
 class Conv2D(Layer):
-    """NHWC convolution with HWIO kernels; padding 'valid' or 'same'."""
+    """2-D convolution over (batch, height, width, channels) inputs, kernels (kh, kw, in, out).
+
+    Output (batch, h_out, w_out, filters), per spatial axis of size n with kernel k and stride
+    s: "valid" gives floor((n - k) / s) + 1, "same" gives ceil(n / s) (zeros padded, the odd
+    one after, as TensorFlow). Then bias and activation as `Dense`. No dilation or groups.
+
+    Args:
+        filters: output channels.
+        kernel_size: an int or (kh, kw).
+        strides: an int or (sh, sw); default 1.
+        padding: "valid" (default) or "same".
+        activation: as `Dense`; also use_bias, kernel_initializer, bias_initializer and the
+            keyword arguments of `Layer`.
+
+    Example:
+        >>> conv = pib.layers.Conv2D(4, 3, padding="same")
+        >>> conv(np.zeros((1, 8, 8, 3))).shape, conv.kernel.shape
+        ((1, 8, 8, 4), (3, 3, 3, 4))
+        >>> pib.layers.Conv2D(4, 3, strides=2)(np.zeros((1, 8, 8, 3))).shape
+        (1, 3, 3, 4)
+    """
 
     def __init__(
         self,
@@ -216,10 +292,39 @@ class _Pool2D(Layer):
 
 
 class MaxPool2D(_Pool2D):
+    """Maximum over each pool_size window of (batch, height, width, channels) inputs.
+
+    Output sizes follow `Conv2D`'s rule with the window as kernel; with "same" padding the
+    padded cells never win. Alias: ``MaxPooling2D``.
+
+    Args:
+        pool_size: an int or (ph, pw); default 2.
+        strides: an int or pair; default pool_size.
+        padding: "valid" (default) or "same".
+
+    Example:
+        >>> x = np.arange(16.0).reshape(1, 4, 4, 1)
+        >>> (await pib.layers.MaxPool2D(2)(x).numpy())[0, :, :, 0]
+        array([[ 5.,  7.],
+               [13., 15.]], dtype=float32)
+    """
+
     op = "max"
 
 
 class AveragePooling2D(_Pool2D):
+    """Mean over each pool_size window; arguments and output sizes as `MaxPool2D`.
+
+    With "same" padding a window's mean counts only its cells inside the input (TensorFlow's
+    rule). Alias: ``AvgPool2D``.
+
+    Example:
+        >>> x = np.arange(16.0).reshape(1, 4, 4, 1)
+        >>> (await pib.layers.AveragePooling2D(2)(x).numpy())[0, :, :, 0]
+        array([[ 2.5,  4.5],
+               [10.5, 12.5]], dtype=float32)
+    """
+
     op = "avg"
 
 
@@ -228,6 +333,14 @@ AvgPool2D = AveragePooling2D
 
 
 class GlobalAveragePooling2D(Layer):
+    """Mean over height and width: (batch, height, width, channels) -> (batch, channels).
+
+    Example:
+        >>> x = np.arange(8.0).reshape(1, 2, 2, 2)
+        >>> await pib.layers.GlobalAveragePooling2D()(x).numpy()
+        array([[3., 4.]], dtype=float32)
+    """
+
     def compute_output_shape(self, input_shape: Shape) -> Shape:
         return (input_shape[-1],)
 
@@ -236,6 +349,13 @@ class GlobalAveragePooling2D(Layer):
 
 
 class Flatten(Layer):
+    """Keeps the batch axis and flattens the rest in row-major order: (batch, ...) -> (batch, n).
+
+    Example:
+        >>> pib.layers.Flatten()(np.zeros((2, 4, 4, 3))).shape
+        (2, 48)
+    """
+
     def compute_output_shape(self, input_shape: Shape) -> Shape:
         return (int(np.prod(input_shape, dtype=np.int64)),)
 
@@ -244,6 +364,13 @@ class Flatten(Layer):
 
 
 class Activation(Layer):
+    """Applies an activation (a name from `activations` or a function) elementwise.
+
+    Example:
+        >>> await pib.layers.Activation("relu")(np.array([[-1.0, 2.0]])).numpy()
+        array([[0., 2.]], dtype=float32)
+    """
+
     def __init__(self, activation: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.activation = activations.get(activation)
@@ -269,8 +396,9 @@ fusion.register_common(_mask_program(0.5), ("full", "full"), gradient_kind="full
 
 
 class Dropout(Layer):
-    """Inverted dropout: in training, zeroes each element with probability `rate` and scales
-    the rest by 1 / (1 - rate); the identity otherwise.
+    """Inverted dropout: in training, zeroes each element with probability `rate` (0 <= rate < 1)
+    and scales the rest by 1 / (1 - rate), so the expected value is unchanged; at inference
+    (fit's validation, evaluate, predict) the layer passes its input through.
 
     Mask k of a layer is draw k of pib.random_uniform keyed by (seed, layer index), seed being
     the model's unless given here: reproducible, and the same on every backend. The draw counter
@@ -278,8 +406,14 @@ class Dropout(Layer):
     moving statistics), so a recorded step replays with a new mask each time, and checkpoints
     store it (rng/dropout_calls) so resumed training draws the same masks.
 
-    >>> layer = Dropout(0.5, seed=1)
-    >>> y = layer(pib.ones((2, 4)), training=True)  # entries 0.0 or 2.0
+    Example:
+        >>> drop = pib.layers.Dropout(0.5)
+        >>> x = np.ones((1, 1000))
+        >>> bool((await drop(x).numpy() == 1).all())  # inference: unchanged
+        True
+        >>> kept = await drop(x, training=True).numpy()
+        >>> sorted(set(kept.ravel().tolist()))  # dropped, or scaled by 1 / (1 - rate)
+        [0.0, 2.0]
     """
 
     def __init__(self, rate: float, seed: int | None = None, **kwargs: Any) -> None:
@@ -303,6 +437,8 @@ class Dropout(Layer):
         return int(await self.draws.item()) if self.draws is not None else 0
 
     def set_draw_count(self, count: int) -> None:
+        """Sets how many masks this layer has drawn, so the next mask is draw `count` (what
+        load_checkpoint restores); the layer must be built."""
         if self.draws is None:
             raise RuntimeError(f"layer {self.name!r} is not built")
         self.draws.assign(tensor(float(count)))
@@ -329,7 +465,24 @@ class Dropout(Layer):
 
 
 class BatchNormalization(Layer):
-    """Normalizes over every axis but the last; batch statistics in training, moving ones after."""
+    """Normalizes over every axis but the last; batch statistics in training, moving ones after.
+
+    y = gamma * (x - mean) / sqrt(var + epsilon) + beta, per channel (the last axis). In
+    training, mean and var are the batch's (var biased, over all other axes) and the moving
+    statistics become moving = momentum * moving + (1 - momentum) * batch (a step whose loss
+    is not finite leaves them); at inference the moving statistics are used. gamma (ones) and
+    beta (zeros) are trainable unless scale / center is False; moving_mean (zeros) and
+    moving_variance (ones) are not. Keras's defaults: momentum 0.99, epsilon 1e-3.
+
+    Example:
+        >>> bn = pib.layers.BatchNormalization()
+        >>> x = np.array([[0.0], [2.0]])  # mean 1, variance 1
+        >>> (await bn(x, training=True).numpy()).round(4)
+        array([[-0.9995],
+               [ 0.9995]], dtype=float32)
+        >>> await bn.moving_mean.numpy()  # 0.99 * 0 + 0.01 * 1
+        array([0.01], dtype=float32)
+    """
 
     def __init__(
         self,

@@ -15,7 +15,17 @@ _EPS = 1e-7  # Keras' backend epsilon: probabilities are clipped to [eps, 1 - ep
 
 
 class Loss:
-    """Callable loss(y_true, y_pred) -> scalar tensor; also validates targets on the host."""
+    """Callable loss(y_true, y_pred) -> scalar tensor; also validates targets on the host.
+
+    Every loss is a mean over the batch (Keras's "sum_over_batch_size"). `from_logits`: the
+    predictions are raw scores instead of probabilities (more accurate, and fused on the GPU).
+    `Sequential.compile` takes a Loss or its name (see `get`).
+
+    Example:
+        >>> loss = pib.losses.MeanSquaredError()
+        >>> await loss(pib.tensor([[1.0], [3.0]]), pib.tensor([[2.0], [3.0]])).item()
+        0.5
+    """
 
     name = "loss"
     target_dtype = "float32"
@@ -27,7 +37,8 @@ class Loss:
         raise NotImplementedError
 
     def check_targets(self, y: np.ndarray, output_shape: tuple[int, ...]) -> None:
-        """Raises ValueError when y cannot be a target for outputs of shape (batch, *output_shape)."""
+        """Raises ValueError when y cannot be a target for outputs of shape
+        ``(batch, *output_shape)``."""
         if y.shape[1:] != output_shape:
             raise ValueError(
                 f"y: expected targets of shape (samples, *{output_shape}) for loss {self.name!r}, "
@@ -41,7 +52,16 @@ def _squared_error(count: float) -> Callable[..., fusion.Value]:
 
 
 class MeanSquaredError(Loss):
-    """mean((y_pred - y_true)^2) as one fused program and one sum (one kernel for its gradient)."""
+    """mean((y_pred - y_true)^2) as one fused program and one sum (one kernel for its gradient).
+
+    The mean runs over every element, after broadcasting y_true against y_pred. Names: "mse",
+    "mean_squared_error".
+
+    Example:
+        >>> mse = pib.losses.MeanSquaredError()
+        >>> await mse(pib.tensor([[0.0, 1.0]]), pib.tensor([[1.0, 3.0]])).item()
+        2.5
+    """
 
     name = "mse"
 
@@ -52,6 +72,19 @@ class MeanSquaredError(Loss):
 
 
 class BinaryCrossentropy(Loss):
+    """-mean(y * log(p) + (1 - y) * log(1 - p)) over every element, for targets y in [0, 1].
+
+    Probabilities p are clipped to [1e-7, 1 - 1e-7] first (Keras's epsilon). With
+    from_logits=True, p = sigmoid(x) is folded in as ``max(x, 0) - x * y + log(1 + exp(-|x|))``,
+    which never overflows. Name: "binary_crossentropy".
+
+    Example:
+        >>> bce = pib.losses.BinaryCrossentropy()
+        >>> y, p = pib.tensor([1.0, 0.0]), pib.tensor([0.9, 0.2])
+        >>> round(await bce(y, p).item(), 4)  # -(log 0.9 + log 0.8) / 2
+        0.1643
+    """
+
     name = "binary_crossentropy"
 
     def __call__(self, y_true: Tensor, y_pred: Tensor) -> Tensor:
@@ -85,7 +118,14 @@ def softmax_cross_entropy(target: Tensor, logits: Tensor) -> Tensor:
     """mean over rows of sum_j target_j * -log_softmax(logits)_j as three reductions and two
     fused programs (the rows' max and sum read in place as broadcast views): a third of the
     kernels of the op-by-op form, forward and backward. `target` is float weights or a bool
-    one-hot mask of the logits' shape."""
+    one-hot mask of the logits' shape.
+
+    Example:
+        >>> logits = pib.tensor([[0.0, 0.0], [0.0, 0.0]])
+        >>> target = pib.tensor([[0.0, 1.0], [1.0, 0.0]])
+        >>> round(await pib.losses.softmax_cross_entropy(target, logits).item(), 4)  # log 2
+        0.6931
+    """
     shape = logits.shape
     row_max = F.broadcast_to(F.stop_gradient(F.max(logits, -1, keepdims=True)), shape)
     total = F.sum(F.fused(_shifted_exp, logits, row_max), -1, keepdims=True)
@@ -104,6 +144,19 @@ for _terms, _target in ((_weighted_terms(1.0), "full"), (_masked_terms(1.0), "ma
 
 
 class CategoricalCrossentropy(Loss):
+    """mean over rows of -sum_j y_j * log(p_j), for one-hot (or soft) targets y.
+
+    As Keras: each row of probabilities is divided by its sum, then clipped to [1e-7, 1 - 1e-7].
+    With from_logits=True, log(p) = log_softmax(logits) (`softmax_cross_entropy`). Name:
+    "categorical_crossentropy".
+
+    Example:
+        >>> cce = pib.losses.CategoricalCrossentropy()
+        >>> y, p = pib.tensor([[0.0, 1.0]]), pib.tensor([[0.2, 0.8]])
+        >>> round(await cce(y, p).item(), 4)  # -log 0.8
+        0.2231
+    """
+
     name = "categorical_crossentropy"
 
     def __call__(self, y_true: Tensor, y_pred: Tensor) -> Tensor:
@@ -118,6 +171,17 @@ class CategoricalCrossentropy(Loss):
 
 
 class SparseCategoricalCrossentropy(CategoricalCrossentropy):
+    """`CategoricalCrossentropy` with integer class labels of shape (batch,) or (batch, 1).
+
+    fit checks the labels are integers in [0, classes). Name: "sparse_categorical_crossentropy".
+
+    Example:
+        >>> scce = pib.losses.SparseCategoricalCrossentropy(from_logits=True)
+        >>> labels, logits = pib.tensor([1], dtype="int32"), pib.tensor([[0.0, 0.0]])
+        >>> round(await scce(labels, logits).item(), 4)  # log 2
+        0.6931
+    """
+
     name = "sparse_categorical_crossentropy"
     target_dtype = "int32"
 
@@ -154,6 +218,13 @@ LOSSES: dict[str, type[Loss]] = {
 
 
 def get(loss: Any) -> Loss:
+    """A Loss as is, or a new one from its name (probabilities, not logits); unknown names
+    raise ValueError listing the valid ones.
+
+    Example:
+        >>> type(pib.losses.get("mse")).__name__
+        'MeanSquaredError'
+    """
     if isinstance(loss, Loss):
         return loss
     if isinstance(loss, str) and loss in LOSSES:

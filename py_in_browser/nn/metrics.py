@@ -8,7 +8,19 @@ from . import losses
 
 
 class Accuracy:
-    """Counts correct predictions in a batch; kind is 'binary', 'categorical' or 'sparse'."""
+    """Counts correct predictions in a batch; kind is 'binary', 'categorical' or 'sparse'.
+
+    fit and evaluate sum `correct` over an epoch on the device and report count / samples under
+    `name`. binary: y_pred > threshold equals y_true (per element, averaged per sample);
+    categorical: argmax of y_pred equals argmax of one-hot y_true; sparse: argmax of y_pred
+    equals the integer label.
+
+    Example:
+        >>> acc = pib.metrics.Accuracy("sparse")
+        >>> labels = pib.tensor([1, 0], dtype="int32")
+        >>> await acc.correct(labels, pib.tensor([[0.2, 0.8], [0.3, 0.7]])).item()
+        1.0
+    """
 
     def __init__(self, kind: str, name: str = "accuracy", threshold: float = 0.5) -> None:
         self.kind, self.name, self.threshold = kind, name, threshold
@@ -35,7 +47,16 @@ _ALIASES = {
 
 
 def get(metric: str | Accuracy, loss: losses.Loss, output_shape: tuple[int, ...]) -> Accuracy:
-    """Resolves "accuracy"/"acc" from the loss and output shape, as Keras does."""
+    """Resolves "accuracy"/"acc" from the loss and output shape, as Keras does.
+
+    Sparse for SparseCategoricalCrossentropy, categorical for CategoricalCrossentropy, binary
+    for BinaryCrossentropy or a single output, else categorical. "binary_accuracy",
+    "categorical_accuracy" and "sparse_categorical_accuracy" name a kind directly.
+
+    Example:
+        >>> pib.metrics.get("accuracy", pib.losses.get("mse"), (1,)).kind
+        'binary'
+    """
     if isinstance(metric, Accuracy):
         return metric
     if metric in _ALIASES:
