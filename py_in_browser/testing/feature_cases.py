@@ -466,7 +466,13 @@ CASES: list[FeatureCase] = [
                 layers.Dense(CLASSES, bias_initializer="ones"),
             ],
             lambda: optimizers.Adam(
-                0.02, beta_1=0.8, beta_2=0.99, epsilon=1e-5, clipnorm=0.5, global_clipnorm=0.8
+                0.02,
+                beta_1=0.8,
+                beta_2=0.99,
+                epsilon=1e-5,
+                epsilon_placement="keras",
+                clipnorm=0.5,
+                global_clipnorm=0.8,
             ),
             losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["acc"],
@@ -476,7 +482,8 @@ CASES: list[FeatureCase] = [
         "layer-option:Dense.bias_initializer initializer:he_normal initializer:ones "
         "loss:SparseCategoricalCrossentropy(from_logits) optimizer-option:Adam.learning_rate "
         "optimizer-option:Adam.beta_1 optimizer-option:Adam.beta_2 optimizer-option:Adam.epsilon "
-        "optimizer-option:Adam.clipnorm optimizer-option:Adam.global_clipnorm metric:acc",
+        "optimizer-option:Adam.epsilon_placement optimizer-option:Adam.clipnorm "
+        "optimizer-option:Adam.global_clipnorm metric:acc",
     ),
     case(
         "adamw_binary",
@@ -491,6 +498,7 @@ CASES: list[FeatureCase] = [
                 beta_1=0.8,
                 beta_2=0.99,
                 epsilon=1e-5,
+                epsilon_placement="keras",
                 clipnorm=0.5,
                 global_clipnorm=0.8,
             ),
@@ -501,7 +509,8 @@ CASES: list[FeatureCase] = [
         "loss:BinaryCrossentropy loss-name:binary_crossentropy optimizer:AdamW "
         "optimizer-option:AdamW.learning_rate optimizer-option:AdamW.weight_decay "
         "optimizer-option:AdamW.beta_1 optimizer-option:AdamW.beta_2 "
-        "optimizer-option:AdamW.epsilon optimizer-option:AdamW.clipnorm "
+        "optimizer-option:AdamW.epsilon optimizer-option:AdamW.epsilon_placement "
+        "optimizer-option:AdamW.clipnorm "
         "optimizer-option:AdamW.global_clipnorm metric:binary_accuracy metric-kind:binary",
     ),
     case(
