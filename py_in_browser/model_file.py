@@ -2,7 +2,8 @@
 
 Format "py_in_browser.model", version 1. The app publishes it, the server's registry stores it
 (after `read_header`), and the TF.js / ONNX exporters read the same description. A zip (members
-stored uncompressed) with exactly two members:
+stored uncompressed, dated 1980-01-01 so one model always gives the same bytes) with exactly two
+members:
 
 model.json  a JSON object:
     format        "py_in_browser.model"

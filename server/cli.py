@@ -76,12 +76,15 @@ def main(argv: list[str] | None = None) -> None:
     convert_parser.add_argument(
         "--quantize", choices=["float16"], help="TF.js output: store weights as float16"
     )
+    convert_parser.add_argument(
+        "--opset", type=int, help="ONNX output: the opset (default the newest, 28; 20 at least)"
+    )
     args = parser.parse_args(argv)
     if args.command == "convert":
         from server.convert import ConvertError, convert
 
         try:
-            print(f"convert: wrote {convert(args.source, args.target, args.quantize)}")
+            print(f"convert: wrote {convert(args.source, args.target, args.quantize, args.opset)}")
         except ConvertError as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(1) from exc

@@ -28,16 +28,21 @@ def _read_model_file(source: Path) -> bytes:
     return data
 
 
-def convert(source: Path, target: Path, quantize: str | None = None) -> str:
+def convert(
+    source: Path, target: Path, quantize: str | None = None, opset: int | None = None
+) -> str:
     """Converts `source` into `target`; returns what was written, for the user."""
     if quantize and (target.suffix in (".onnx", ".pib")):
         raise ConvertError("--quantize applies to TF.js output only")
+    if opset is not None and target.suffix != ".onnx":
+        raise ConvertError("--opset applies to ONNX output only")
     try:
         data = _read_model_file(source)
         if target.suffix == ".onnx":
             from py_in_browser.interop import onnx_export  # onnx is needed for this output only
 
-            target.write_bytes(onnx_export.from_model_file(data))
+            options = {} if opset is None else {"opset": opset}
+            target.write_bytes(onnx_export.from_model_file(data, **options))
             return f"ONNX model {target}"
         if target.suffix == ".pib":
             target.write_bytes(data)

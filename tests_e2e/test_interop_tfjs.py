@@ -11,15 +11,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from playwright.sync_api import Browser
+from playwright.sync_api import Browser, Route
 
+from py_in_browser.interop import tfjs
 from tests_e2e.conftest import open_engine_page
 from tests_e2e.engine_page import EnginePage
 
 TOLERANCE = 1e-4
-# float16 weights: each weight moves by <= 2^-11 of itself; through these small models the
-# softmax/log-softmax outputs move by well under this (measured: 2e-4).
-FLOAT16_TOLERANCE = 2e-3
 
 EXPORT = """
 import base64, json
@@ -83,7 +81,7 @@ def test_tfjs_loads_our_float16_export(interop_page: EnginePage, kind: str) -> N
     print(
         f"{kind} float16: largest difference ours (float32) vs TF.js (float16) {difference.max():.3g}"
     )
-    assert 0 < difference.max() <= FLOAT16_TOLERANCE
+    assert 0 < difference.max() <= tfjs.FLOAT16_PREDICTION_BOUND
 
 
 @pytest.mark.parametrize(
@@ -118,3 +116,31 @@ def test_a_model_saved_by_tfjs_loads_here(
     difference = np.abs(np.array(ours) - np.array(saved["values"]))
     print(f"TF.js {kind} imported: largest difference {difference.max():.3g}")
     assert difference.max() <= TOLERANCE
+
+
+def test_load_tfjs_fetches_a_model_url_in_the_browser(interop_page: EnginePage) -> None:
+    """pib.load_tfjs(URL) in Pyodide: model.json, then its shard next to it, with pyfetch.
+    The test answers those two URLs from the exported files (the server has no such route)."""
+    files, shape, x, ours = interop_page.run(EXPORT.format(kind="gesture_cnn", quantize=None))
+    served = {
+        "model.json": files["model.json"].encode(),
+        "group1-shard1of1.bin": base64.b64decode(files["group1-shard1of1.bin"]),
+    }
+    requested: list[str] = []
+
+    def answer(route: Route) -> None:
+        name = route.request.url.rsplit("/", 1)[-1]
+        requested.append(name)
+        route.fulfill(status=200, body=served[name], content_type="application/octet-stream")
+
+    interop_page.page.context.route("**/exported-model/*", answer)
+    try:
+        got = interop_page.run(
+            "model = await pib.load_tfjs('/bench/exported-model/model.json')\n"
+            f"x = np.array({x!r}, np.float32).reshape({shape!r})\n"
+            "(await (await model.predict(x)).numpy()).ravel().tolist()"
+        )
+    finally:
+        interop_page.page.context.unroute("**/exported-model/*")
+    assert requested == ["model.json", "group1-shard1of1.bin"]
+    np.testing.assert_allclose(got, ours, atol=1e-6)

@@ -17,6 +17,7 @@ inference, no node).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,10 @@ from onnx import TensorProto, helper, numpy_helper
 from .. import model_file
 from ..functional import resolve_padding
 
-OPSET = 21  # Gelu needs 20; onnxruntime >= 1.18 runs 21
+# The current opset of onnx 1.23 (onnxruntime 1.32 runs it); older runtimes (onnxruntime-web,
+# mobile builds) can ask for an older one down to 20, the first with Gelu. No operator used here
+# changed meaning between 20 and 28.
+OPSET, MIN_OPSET = 28, 20
 NHWC_TO_NCHW, NCHW_TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
 
 
@@ -180,8 +184,9 @@ def _layer(
     value.shape = out_shape
 
 
-def from_model_file(data: bytes) -> bytes:
-    """The serialized ONNX model (opset 21) of a model file; onnx.checker accepts it.
+def from_model_file(data: bytes, opset: int = OPSET) -> bytes:
+    """The serialized ONNX model of a model file, opset `opset` (20 to 28, default 28) and the
+    oldest IR version that carries it; onnx.checker accepts it.
 
     Example:
         >>> import onnx
@@ -191,6 +196,8 @@ def from_model_file(data: bytes) -> bytes:
         >>> [node.op_type for node in proto.graph.node]
         ['MatMul', 'Add', 'Softmax']
     """
+    if not MIN_OPSET <= opset <= OPSET:
+        raise OnnxExportError(f"opset must be between {MIN_OPSET} and {OPSET}, got {opset}")
     contents = model_file.read(data)
     header = contents.header
     weights = {
@@ -222,13 +229,14 @@ def from_model_file(data: bytes) -> bytes:
             ],
             graph.initializers,
         ),
-        opset_imports=[helper.make_opsetid("", OPSET)],
+        opset_imports=[helper.make_opsetid("", opset)],
         producer_name="py_in_browser",
         producer_version="0.1.0",
         doc_string=header.description,
     )
-    proto.ir_version = min(proto.ir_version, 10)  # what onnxruntime 1.20+ reads
-    if header.labels:
-        helper.set_model_props(proto, {"labels": ",".join(header.labels)})
+    proto.ir_version = helper.find_min_ir_version_for(list(proto.opset_import))
+    # What the app needs beside the graph, as JSON text in the model's metadata_props.
+    extras = {"labels": header.labels, "preprocessing": header.preprocessing}
+    helper.set_model_props(proto, {k: json.dumps(v) for k, v in extras.items() if v is not None})
     onnx.checker.check_model(proto, full_check=True)
     return proto.SerializeToString()
