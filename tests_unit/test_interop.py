@@ -96,6 +96,14 @@ def test_float16_export_halves_the_bytes_within_the_documented_bound(saved) -> N
     assert 0 < difference <= tfjs.FLOAT16_PREDICTION_BOUND
 
 
+def test_float16_export_refuses_weights_beyond_its_range() -> None:
+    model = pib.Sequential([L.Dense(1, input_shape=(1,), kernel_initializer="ones")])
+    model.build()
+    model.set_weights([np.array([[1e5]], np.float32), np.zeros(1, np.float32)])
+    with pytest.raises(tfjs.FormatError, match="beyond float16's range"):
+        _run(model.export_tfjs(quantize="float16"))
+
+
 def test_tfjs_files_through_a_folder_and_a_zip(tmp_path: Path, saved) -> None:
     _, blob, _, _ = saved
     files = tfjs.from_model_file(blob)

@@ -59,7 +59,7 @@ LEAKY_RELU_ALPHA = 0.2  # our leaky_relu's slope; Keras' LeakyReLU layer default
 QUANTIZATIONS = ("float16",)
 # How far float16 weights may move the test models' predictions (measured: 2e-4).
 FLOAT16_PREDICTION_BOUND = 2e-3
-# Bytes per stored value for each (dtype, quantization dtype) an import decodes.
+# How an import reads each stored dtype (a manifest's dtype, or its quantization's when set).
 STORED_DTYPES = {"float32": "<f4", "int32": "<i4", "float16": "<f2", "uint16": "<u2", "uint8": "u1"}
 
 Files = Mapping[str, str | bytes]
@@ -113,6 +113,10 @@ def from_model_file(data: bytes, *, quantize: str | None = None) -> dict[str, st
     contents = model_file.read(data)
     header = contents.header
     dtype = "<f2" if quantize == "float16" else "<f4"
+    if quantize and any(
+        np.abs(a).max(initial=0) > np.finfo(np.float16).max for a in contents.weights
+    ):
+        raise FormatError("a weight is beyond float16's range (65504); export without quantize")
     weights, chunks = [], []
     for entry, array in zip(header.weights, contents.weights, strict=True):
         spec: dict[str, Any] = {"name": entry["name"], "shape": entry["shape"], "dtype": "float32"}
@@ -120,8 +124,6 @@ def from_model_file(data: bytes, *, quantize: str | None = None) -> dict[str, st
             spec["quantization"] = {"dtype": quantize, "original_dtype": "float32"}
         weights.append(spec)
         chunks.append(np.ascontiguousarray(array, dtype=dtype).tobytes())
-    if quantize and not all(np.isfinite(np.frombuffer(c, "<f2")).all() for c in chunks):
-        raise FormatError("a weight is beyond float16's range (65504); export without quantize")
     topology = {
         "class_name": "Sequential",
         "config": {"name": header.name, "layers": [_export_layer(e) for e in header.layers]},
