@@ -62,7 +62,7 @@ from .functional import (
     zeros,
     zeros_like,
 )
-from .model import Sequential, load_model
+from .model import Sequential, load_model, load_tfjs
 from .nn import activations, initializers, layers, losses, metrics
 from .runtime import (
     available_backends,
@@ -123,6 +123,7 @@ __all__ = [
     "less",
     "less_equal",
     "load_model",
+    "load_tfjs",
     "log",
     "log_softmax",
     "losses",

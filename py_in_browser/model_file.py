@@ -2,7 +2,8 @@
 
 Format "py_in_browser.model", version 1. The app publishes it, the server's registry stores it
 (after `read_header`), and the TF.js / ONNX exporters read the same description. A zip (members
-stored uncompressed) with exactly two members:
+stored uncompressed, dated 1980-01-01 so one model always gives the same bytes) with exactly two
+members:
 
 model.json  a JSON object:
     format        "py_in_browser.model"
@@ -69,6 +70,8 @@ MAX_DESCRIPTION_CHARS = 2000
 MAX_LABELS, MAX_LABEL_CHARS = 1000, 100
 MAX_PREPROCESSING_BYTES = 16 * 1024
 ZIP_MAGIC = b"PK\x03\x04"
+# Every member carries this date, so one model always gives the same bytes (and registry ETag).
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 # What zipfile raises on damaged archives (found by fuzzing: versions, methods, short reads).
 ZIP_ERRORS = (
     zipfile.BadZipFile,
@@ -122,14 +125,53 @@ def write(
         layer_entries = [layer_config(layer) for layer in model.layers]
     except LayerConfigError as exc:
         raise ModelFileError(str(exc)) from exc
-    layer_entries[0]["config"]["batch_input_shape"] = [None, *model.input_shape]
+    return encode(
+        name=model.name,
+        seed=model.seed,
+        input_shape=tuple(model.input_shape),
+        layer_entries=layer_entries,
+        weights={var.name: array for var, array in zip(model.weights, weights, strict=True)},
+        labels=labels,
+        preprocessing=preprocessing,
+        description=description,
+    )
+
+
+def encode(
+    *,
+    name: str,
+    seed: int,
+    input_shape: Shape,
+    layer_entries: list[dict[str, Any]],
+    weights: dict[str, np.ndarray],
+    labels: list[str] | None = None,
+    preprocessing: dict[str, Any] | None = None,
+    description: str = "",
+) -> bytes:
+    """The file from its parts: layer configs in Keras' form and the weights by name (the
+    converters build files this way, without creating a model). The architecture decides which
+    weights it needs and their order; a missing, extra or misshapen weight is a ModelFileError.
+    The archive is deterministic (fixed member dates): the same model gives the same bytes."""
+    entries = [{"class_name": e["class_name"], "config": dict(e["config"])} for e in layer_entries]
+    entries[0]["config"]["batch_input_shape"] = [None, *input_shape]
+    _, expected, output_shape = _expected_weights(entries, tuple(input_shape), DEFAULT_LIMITS)
+    unexpected = sorted(set(weights) - {weight_name for weight_name, _ in expected})
+    if unexpected:
+        raise ModelFileError(f"weights {unexpected} belong to no layer of the architecture")
     manifest, chunks, offset = [], [], 0
-    for var, array in zip(model.weights, weights, strict=True):
+    for weight_name, shape in expected:
+        if weight_name not in weights:
+            raise ModelFileError(f"weight {weight_name} {list(shape)} is missing")
+        array = np.asarray(weights[weight_name])
+        if array.shape != shape:
+            raise ModelFileError(
+                f"weight {weight_name} has shape {list(array.shape)}; the architecture expects {list(shape)}"
+            )
         data = np.ascontiguousarray(array, dtype="<f4").tobytes()
         manifest.append(
             {
-                "name": var.name,
-                "shape": list(array.shape),
+                "name": weight_name,
+                "shape": list(shape),
                 "dtype": "float32",
                 "offset": offset,
                 "byte_length": len(data),
@@ -140,24 +182,24 @@ def write(
     header = {
         "format": FORMAT,
         "version": VERSION,
-        "name": model.name,
+        "name": name,
         "description": description,
-        "input_shape": list(model.input_shape),
-        "output_shape": list(model.output_shape),
+        "input_shape": list(input_shape),
+        "output_shape": list(output_shape),
         "labels": labels,
         "preprocessing": preprocessing,
         "architecture": {
             "class_name": "Sequential",
-            "config": {"name": model.name, "seed": model.seed, "layers": layer_entries},
+            "config": {"name": name, "seed": seed, "layers": entries},
         },
-        "param_count": sum(int(np.prod(a.shape, dtype=np.int64)) for a in weights),
+        "param_count": sum(math.prod(shape) for _, shape in expected),
         "weights": manifest,
     }
     header_bytes = json.dumps(header, allow_nan=False).encode()
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        archive.writestr(HEADER_MEMBER, header_bytes)
-        archive.writestr(WEIGHTS_MEMBER, b"".join(chunks))
+        for member, content in ((HEADER_MEMBER, header_bytes), (WEIGHTS_MEMBER, b"".join(chunks))):
+            archive.writestr(zipfile.ZipInfo(member, date_time=ZIP_DATE), content)
     data = buffer.getvalue()
     read_header(data)  # what we write must be what we accept: caps, labels, sizes
     return data

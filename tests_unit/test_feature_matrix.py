@@ -15,6 +15,7 @@ import pytest
 
 import py_in_browser as pib
 from py_in_browser import callbacks, layers, losses, optimizers, training
+from py_in_browser.interop import tfjs
 from py_in_browser.nn import activations, initializers
 from py_in_browser.nn import metrics as metric_lib
 from py_in_browser.testing import feature_cases
@@ -254,6 +255,14 @@ def test_a_loaded_model_file_predicts_as_the_saved_model(results: dict[str, Any]
     saved, loaded = out["predict"]
     assert saved == loaded
     assert out["loaded"]["weights"] != out["weights"]  # and it trained on
+
+
+def test_tfjs_imports_predict_as_the_exported_model(results: dict[str, Any]) -> None:
+    original, float32, float16 = (
+        np.array(p) for p in result_of(results, "tfjs_round_trip")["predict"]
+    )
+    assert np.array_equal(original, float32)
+    np.testing.assert_allclose(float16, original, rtol=0, atol=tfjs.FLOAT16_PREDICTION_BOUND)
 
 
 def test_train_on_batch_reports_each_step(results: dict[str, Any]) -> None:

@@ -69,6 +69,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("py_in_browser.replay",),
     ("py_in_browser.training",),
     ("py_in_browser.checkpoint", "py_in_browser.model_file"),
+    # Model interop converts model files (bytes): TF.js both ways (used by the model), and ONNX
+    # out, which imports the onnx package and is imported only by the CLI and tests.
+    ("py_in_browser.interop", "py_in_browser.interop.tfjs", "py_in_browser.interop.onnx_export"),
     ("py_in_browser.model",),
     # The public facade, then what consumes it: the browser worker and the shared test workloads.
     ("py_in_browser",),

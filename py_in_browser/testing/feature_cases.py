@@ -297,6 +297,23 @@ async def save_and_load_model(make: ModelFactory, data: Arrays) -> dict[str, Any
     }
 
 
+async def tfjs_round_trip(make: ModelFactory, data: Arrays) -> dict[str, Any]:
+    """A trained model through the TF.js Layers format (model.export_tfjs, pib.load_tfjs), with
+    float32 and float16 weights: the imports predict as the original (float16 within its bound)."""
+    model = make()
+    history = await model.fit(*data, epochs=EPOCHS, batch_size=BATCH)
+    outputs = []
+    for source in (
+        model,
+        await pib.load_tfjs(await model.export_tfjs()),
+        await pib.load_tfjs(await model.export_tfjs(quantize="float16")),
+    ):
+        predicted = await source.predict(data[0])
+        outputs.append((await predicted.numpy()).tolist())
+        predicted.dispose()
+    return {**await trained(model, history), "predict": outputs}
+
+
 async def sequential_api(make: ModelFactory, data: Arrays) -> dict[str, Any]:
     """A model assembled with add/build, inspected, called directly and fit from epoch 1 without
     shuffling (initial_epoch), printing its epochs (verbose): the rest of Sequential's surface."""
@@ -762,6 +779,22 @@ CASES: list[FeatureCase] = [
         images,
         "method:save",
         save_and_load_model,
+    ),
+    case(
+        "tfjs_round_trip",
+        model_of(
+            lambda: [
+                layers.Conv2D(2, 3, activation="relu", input_shape=(6, 6, 2)),
+                layers.MaxPool2D(2),
+                layers.Flatten(),
+                layers.Dense(CLASSES, activation="softmax"),
+            ],
+            lambda: optimizers.Adam(0.01),
+            "sparse_categorical_crossentropy",
+        ),
+        images,
+        "method:export_tfjs",
+        tfjs_round_trip,
     ),
     case(
         "sequential_api",
