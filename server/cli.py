@@ -10,10 +10,12 @@ import sys
 from server.engine_wheel import ensure_engine_wheel
 from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
 from server.settings import Paths
+from server.web_libraries import ensure_web_libraries, web_library_problems
 
 
 def setup(paths: Paths) -> None:
     ensure_runtime(paths)
+    ensure_web_libraries(paths)
     wheel = ensure_engine_wheel(paths)
     print(f"engine: {wheel.path} (sources {wheel.digest})")
 
@@ -40,7 +42,7 @@ def serve(paths: Paths, host: str, port: int) -> None:
     if not 0 < port < 65536:
         raise SystemExit(f"error: --port must be between 1 and 65535, got {port}")
     _check_port_free(host, port)
-    problems = runtime_problems(paths)
+    problems = runtime_problems(paths) + web_library_problems(paths)
     if problems:
         print(
             "serve: the runtime cache is incomplete ("
@@ -59,7 +61,10 @@ def serve(paths: Paths, host: str, port: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="py-in-browser", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("setup", help="fetch and verify Pyodide + numpy, build the engine wheel")
+    commands.add_parser(
+        "setup",
+        help="fetch and verify Pyodide + numpy and the pages' libraries, build the engine wheel",
+    )
     serve_parser = commands.add_parser("serve", help="run the dev server (runs setup when needed)")
     serve_parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default loopback)"
