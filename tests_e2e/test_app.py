@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Request
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request
 
 from tests_e2e.app_gestures import CLASSES, gesture_set, png
 from tests_e2e.conftest import BOOT_TIMEOUT_MS
@@ -93,10 +93,12 @@ def new_app_session(browser: Browser, origin: str) -> AppSession:
     context.add_init_script(CANVAS_CAMERA)
     session = AppSession(context, context.new_page(), origin)
     context.on("request", lambda request: session.requests.append(request))
-    session.page.on(
-        "console",
-        lambda message: message.type == "error" and session.console_errors.append(message.text),
-    )
+
+    def record_error(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            session.console_errors.append(message.text)
+
+    session.page.on("console", record_error)
     session.page.on("pageerror", lambda error: session.console_errors.append(str(error)))
     return session
 
