@@ -7,35 +7,47 @@ export class LongestTask {
     this.observer = null;
     this.longestMs = 0;
     this.frameLoop = null;
+    this.since = null; // {time, longestMs}: the longest task after mark()
+  }
+
+  record(startTime, duration) {
+    this.longestMs = Math.max(this.longestMs, duration);
+    if (this.since !== null && startTime + duration >= this.since.time) {
+      this.since.longestMs = Math.max(this.since.longestMs, duration);
+    }
+  }
+
+  // From now on also track the longest task separately (e.g. once training steps run).
+  mark() {
+    this.since = { time: performance.now(), longestMs: 0 };
   }
 
   start() {
     this.longestMs = 0;
+    this.since = null;
     if (PerformanceObserver.supportedEntryTypes?.includes("longtask")) {
       this.observer = new PerformanceObserver((list) => {
-        for (const entry of list.getEntries()) this.longestMs = Math.max(this.longestMs, entry.duration);
+        for (const entry of list.getEntries()) this.record(entry.startTime, entry.duration);
       });
       this.observer.observe({ type: "longtask" });
       return;
     }
     let last = performance.now();
     const tick = (now) => {
-      this.longestMs = Math.max(this.longestMs, now - last);
+      this.record(last, now - last);
       last = now;
       this.frameLoop = requestAnimationFrame(tick);
     };
     this.frameLoop = requestAnimationFrame(tick);
   }
 
-  // Stops measuring; the longest task in milliseconds.
+  // Stops measuring; {overallMs, sinceMarkMs} (sinceMarkMs null when mark() was not called).
   stop() {
-    this.observer?.takeRecords().forEach((entry) => {
-      this.longestMs = Math.max(this.longestMs, entry.duration);
-    });
+    this.observer?.takeRecords().forEach((entry) => this.record(entry.startTime, entry.duration));
     this.observer?.disconnect();
     this.observer = null;
     if (this.frameLoop !== null) cancelAnimationFrame(this.frameLoop);
     this.frameLoop = null;
-    return this.longestMs;
+    return { overallMs: this.longestMs, sinceMarkMs: this.since?.longestMs ?? null };
   }
 }
