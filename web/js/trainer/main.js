@@ -103,11 +103,14 @@ function renderClasses() {
       const name = card.querySelector(".class-name");
       name.value = entry.name;
       name.setAttribute("aria-label", `Name of class ${index + 1}`);
-      name.addEventListener("change", () => {
+      // Renamed as the person types (keeps working when a browser skips the change event).
+      name.addEventListener("input", () => {
         entry.name = name.value.trim() || `Class ${index + 1}`;
-        name.value = entry.name;
         persist("classes", entry);
         renderSamples(entry.id);
+      });
+      name.addEventListener("change", () => {
+        name.value = entry.name;
       });
       const remove = card.querySelector(".delete-class");
       remove.setAttribute("aria-label", `Delete class ${entry.name}`);
