@@ -13,6 +13,7 @@ from server.engine_wheel import ensure_engine_wheel
 from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
 from server.settings import Paths
 from server.simd_build import SimdBuildError, ensure_simd_module
+from server.web_libraries import ensure_web_libraries, web_library_problems
 
 
 def setup(paths: Paths) -> None:
@@ -21,6 +22,7 @@ def setup(paths: Paths) -> None:
         print(f"simd: cpu kernels built into {ensure_simd_module(paths).path}")
     except SimdBuildError as exc:
         print(f"simd: the cpu SIMD kernels did not build, the cpu backend will use numpy:\n{exc}")
+    ensure_web_libraries(paths)
     wheel = ensure_engine_wheel(paths)
     print(f"engine: {wheel.path} (sources {wheel.digest})")
 
@@ -47,7 +49,7 @@ def serve(paths: Paths, host: str, port: int) -> None:
     if not 0 < port < 65536:
         raise SystemExit(f"error: --port must be between 1 and 65535, got {port}")
     _check_port_free(host, port)
-    problems = runtime_problems(paths)
+    problems = runtime_problems(paths) + web_library_problems(paths)
     if problems:
         print(
             "serve: the runtime cache is incomplete ("
@@ -66,7 +68,10 @@ def serve(paths: Paths, host: str, port: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="py-in-browser", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("setup", help="fetch and verify Pyodide + numpy, build the engine wheel")
+    commands.add_parser(
+        "setup",
+        help="fetch and verify Pyodide + numpy and the pages' libraries, build the engine wheel",
+    )
     serve_parser = commands.add_parser("serve", help="run the dev server (runs setup when needed)")
     serve_parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default loopback)"

@@ -18,8 +18,9 @@ from server.registry.config import RegistryConfig
 from server.request_limits import RequestBodyLimits
 from server.routers import models, training
 from server.runtime_setup import runtime_problems
-from server.settings import PYODIDE_VERSION, Paths
+from server.settings import PYODIDE_VERSION, WEB_LIBRARIES, Paths
 from server.static import IMMUTABLE, REVALIDATE, resolve_inside, serve_file
+from server.web_libraries import library_folder, web_library_problems
 
 RUNTIME_PREFIX = f"/runtime/pyodide/{PYODIDE_VERSION}"
 # Cross-origin isolation (SharedArrayBuffer, precise timers) needs COOP + COEP on every response.
@@ -106,7 +107,7 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
 
     @app.get("/api/health")
     def health() -> dict[str, object]:
-        problems = runtime_problems(paths)
+        problems = runtime_problems(paths) + web_library_problems(paths)
         return {
             "status": "ok",
             "pyodide": PYODIDE_VERSION,
@@ -154,6 +155,21 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
         if path is None:
             raise HTTPException(404, "not found (benchmark packages come with `make bench`)")
         return serve_file(request, path, REVALIDATE)
+
+    @app.api_route("/lib/{name}/{file}", methods=["GET", "HEAD"], include_in_schema=False)
+    def web_library_file(request: Request, name: str, file: str) -> Response:
+        library = next((lib for lib in WEB_LIBRARIES if lib.name == name), None)
+        path = None if library is None else resolve_inside(library_folder(paths, library), file)
+        if path is None or path.name == "MANIFEST.json":
+            raise HTTPException(
+                404, "not found (the pages' libraries come with `py-in-browser setup`)"
+            )
+        return serve_file(request, path, REVALIDATE)
+
+    @app.api_route("/console", methods=["GET", "HEAD"], include_in_schema=False)
+    def console_page(request: Request) -> Response:
+        """The engine console (the app has /)."""
+        return _serve_web_folder(request, paths.web, "console.html")
 
     @app.api_route("/docs", methods=["GET", "HEAD"], include_in_schema=False)
     def docs_root() -> Response:

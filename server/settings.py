@@ -54,6 +54,11 @@ class Paths:
         return self.cache / "runtime" / f"pyodide-{PYODIDE_VERSION}"
 
     @property
+    def web_libraries(self) -> Path:
+        """The pinned browser libraries of WEB_LIBRARIES, one folder per name@version."""
+        return self.cache / "web-libraries"
+
+    @property
     def engine(self) -> Path:
         return self.cache / "engine"
 
@@ -64,3 +69,36 @@ class Paths:
 
 # sha256 of the npm tarball pyodide-0.27.7.tgz (its registry integrity is the sha512 below too).
 PYODIDE_TARBALL_SHA256 = "89d5d952675eb08e11286e52c7238f1248ce71726e896db9703e73bef23dc343"
+
+
+@dataclass(frozen=True)
+class WebLibrary:
+    """A browser library fetched from npm at a pinned version, checked against its tarball's
+    sha256, and served same-origin at /lib/<name>/<file> (never committed, like Pyodide)."""
+
+    name: str
+    version: str
+    tarball_sha256: str
+    files: tuple[str, ...]  # paths inside the tarball's package/ folder; served by base name
+
+    @property
+    def npm_spec(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+WEB_LIBRARIES = (
+    # The trainer's live loss and accuracy charts.
+    WebLibrary(
+        "uplot",
+        "1.6.32",
+        "4b8a8191e425658e3ea8c8c1314b0fc679c861ee3a1af2b20c7b16ba50b5133d",
+        ("dist/uPlot.esm.js", "dist/uPlot.min.css"),
+    ),
+    # The accessibility checker the app's e2e test injects (same-origin, so the CSP allows it).
+    WebLibrary(
+        "axe-core",
+        "4.11.0",
+        "39bed7d72308f6d620789c169d699bfd7e8da80f65b545821a6b2215c3e83107",
+        ("axe.min.js",),
+    ),
+)

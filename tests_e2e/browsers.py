@@ -30,6 +30,9 @@ CHROMIUM_ARGS = [
 FIREFOX_PREFS: dict[str, str | float | bool] = {
     "dom.webgpu.enabled": True,
     "gfx.webgpu.ignore-blocklist": True,
+    # A fake camera without a permission prompt, for the gesture trainer's tests.
+    "media.navigator.streams.fake": True,
+    "media.navigator.permission.disabled": True,
 }
 
 

@@ -73,6 +73,6 @@ def engine_page(
 ) -> Iterator[EnginePage]:
     """A page whose window.pib.ready resolved, shared by the tests of one module."""
     browser: Any = request.getfixturevalue(browser_kind)
-    engine = open_engine_page(browser, f"{server_url}/{page_query}")
+    engine = open_engine_page(browser, f"{server_url}/console{page_query}")
     yield engine
     engine.page.close()

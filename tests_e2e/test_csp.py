@@ -32,7 +32,7 @@ def test_engine_page_runs_under_the_csp(
     console: list[str] = []
     page.on("console", lambda message: console.append(message.text))
     page.add_init_script(RECORD_VIOLATIONS)
-    response = page.goto(f"{server_url}/?backend={backend}")
+    response = page.goto(f"{server_url}/console?backend={backend}")
     assert response is not None
     csp = response.headers["content-security-policy"]
     assert "'unsafe-inline'" not in csp and "'unsafe-eval'" not in csp

@@ -106,7 +106,7 @@ def test_an_unknown_backend_rejects_ready_and_every_call(
     assert browser is not None
     page = browser.new_page()
     try:
-        page.goto(f"{server_url}/?backend=tpu")
+        page.goto(f"{server_url}/console?backend=tpu")
         errors = page.evaluate(
             """async () => {
                 const ready = await window.pib.ready.then(() => "resolved", (e) => e.message);

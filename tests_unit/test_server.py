@@ -49,11 +49,19 @@ def test_health(client: TestClient) -> None:
     assert_isolated(response)
 
 
-def test_index_page_and_its_headers(client: TestClient) -> None:
-    response = client.get("/")
+@pytest.mark.parametrize(
+    ("path", "script"),
+    [("/", "/js/trainer/main.js"), ("/console", "/js/console.js")],
+)
+def test_app_and_console_pages_and_their_headers(
+    client: TestClient, path: str, script: str
+) -> None:
+    """/ is the gesture trainer, /console the engine console; both host window.pib."""
+    response = client.get(path)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
-    assert "window.pib" in (REPO_ROOT / "web/js/console.js").read_text()
+    assert f'src="{script}"' in response.text
+    assert "window.pib = startEngine(" in (REPO_ROOT / "web" / script.lstrip("/")).read_text()
     assert_isolated(response)
 
 

@@ -3,6 +3,11 @@ import { probeGPU } from "./gpu-probe.js";
 
 let runner = null; // py_in_browser._worker, once the engine is loaded
 
+// Binary data the page hands to Python without spelling it into code (the app's pixels, model
+// files): Python takes it with js.pibInbox.get(key). Messages are handled in order, so a runPython
+// sent after a put sees the data.
+self.pibInbox = new Map();
+
 // The engine's JS bridges ship inside its wheel; py_in_browser/_js.py imports them through this.
 self.pibImportModule = async (source) => {
   const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
@@ -76,5 +81,7 @@ self.onmessage = ({ data }) => {
     boot(data).catch((error) => post({ type: "boot-error", error: error.message ?? String(error) }));
   } else if (data.type === "run") {
     run(data);
+  } else if (data.type === "put") {
+    self.pibInbox.set(data.key, data.value);
   }
 };

@@ -22,6 +22,14 @@ export function startEngine({ onStage = () => {} } = {}) {
     python: null,
     stages: {},
     ready: null,
+    // Events Python posts from the worker ({type: "event", name, json}), as CustomEvents.
+    events: new EventTarget(),
+    // Hands binary data (typed arrays, ArrayBuffers; listed in `transfer` to move, not copy) to
+    // the worker, where Python reads it as js.pibInbox.get(key).
+    put(key, value, transfer = []) {
+      if (failure !== null) throw failure;
+      worker.postMessage({ type: "put", key: String(key), value }, transfer);
+    },
     runPython(code) {
       if (failure !== null) return Promise.reject(failure);
       const id = nextId++;
@@ -48,6 +56,8 @@ export function startEngine({ onStage = () => {} } = {}) {
       } else if (data.type === "boot-error") {
         fail(new Error(data.error));
         reject(failure);
+      } else if (data.type === "event") {
+        pib.events.dispatchEvent(new CustomEvent(data.name, { detail: JSON.parse(data.json) }));
       } else if (data.type === "result") {
         const call = pending.get(data.id);
         pending.delete(data.id);

@@ -1,0 +1,309 @@
+"""The gesture trainer at / in Chromium: a deterministic three-class run (synthetic gestures
+uploaded, trained in the engine's worker, predicted live from a canvas camera), save, reload and
+restore, the privacy check over every request, an accessibility scan, and the layout from 360 px.
+
+Screenshots of each stage go to test-results/app/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import pytest
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request
+
+from tests_e2e.app_gestures import CLASSES, gesture_set, png
+from tests_e2e.conftest import BOOT_TIMEOUT_MS
+
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "test-results" / "app"
+TRAIN_PER_CLASS = 26
+INPUT_SIZE = 16
+EPOCHS = 8
+TRAIN_TIMEOUT_MS = 150_000
+
+# A camera the test controls: getUserMedia answers with a canvas stream showing the image the
+# test picks (window.__fakeCamera.show), centred in a 4:3 frame as a webcam would frame it.
+CANVAS_CAMERA = """
+(() => {
+  const canvas = document.createElement("canvas");
+  canvas.width = 320;
+  canvas.height = 240;
+  const context = canvas.getContext("2d");
+  let image = null;
+  window.__fakeCamera = {
+    show(url) {
+      return new Promise((resolve) => {
+        const next = new Image();
+        next.onload = () => { image = next; setTimeout(resolve, 300); };
+        next.src = url;
+      });
+    },
+  };
+  setInterval(() => {
+    context.fillStyle = "#222";
+    context.fillRect(0, 0, 320, 240);
+    if (image) context.drawImage(image, 40, 0, 240, 240);
+  }, 30);
+  if (typeof MediaDevices !== "undefined") {
+    MediaDevices.prototype.getUserMedia = async () => canvas.captureStream(30);
+  }
+})();
+"""
+
+
+@dataclass
+class AppSession:
+    context: BrowserContext
+    page: Page
+    origin: str
+    requests: list[Request] = field(default_factory=list)
+    console_errors: list[str] = field(default_factory=list)
+
+    def open(self) -> None:
+        self.page.goto(f"{self.origin}/")
+        self.page.wait_for_function("() => window.pib !== undefined")
+        self.page.evaluate(
+            f"() => Promise.race([window.pib.ready, new Promise((_, reject) => setTimeout(() => "
+            f"reject(new Error('pib.ready timed out')), {BOOT_TIMEOUT_MS}))])"
+        )
+        self.page.evaluate("() => { window.confirmDeletes = true; }")
+        # The engine side of the app is loaded once the Train button can be enabled.
+        self.page.wait_for_function(
+            "() => document.getElementById('engine-state').textContent.startsWith('Ready')"
+        )
+
+    def shot(self, name: str) -> None:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(SCREENSHOTS / name), full_page=True, caret="initial")
+
+
+def data_url(image: np.ndarray) -> str:
+    return "data:image/png;base64," + base64.b64encode(png(image)).decode()
+
+
+def new_app_session(browser: Browser, origin: str) -> AppSession:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.add_init_script(CANVAS_CAMERA)
+    session = AppSession(context, context.new_page(), origin)
+    context.on("request", lambda request: session.requests.append(request))
+
+    def record_error(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            session.console_errors.append(message.text)
+
+    session.page.on("console", record_error)
+    session.page.on("pageerror", lambda error: session.console_errors.append(str(error)))
+    return session
+
+
+def upload_gestures(page: Page, images: dict[str, list[np.ndarray]]) -> None:
+    """Names the classes after the shapes (adding the third) and uploads each class's images."""
+    page.click("#add-class")
+    page.wait_for_function("() => document.querySelectorAll('.class-card').length === 3")
+    cards = page.locator(".class-card")
+    for index, kind in enumerate(CLASSES):
+        card = cards.nth(index)
+        card.locator(".class-name").fill(kind)
+        card.locator(".class-name").press("Tab")
+        files = [
+            {"name": f"{kind}-{i}.png", "mimeType": "image/png", "buffer": png(image)}
+            for i, image in enumerate(images[kind])
+        ]
+        card.locator("input.upload").set_input_files(files)  # type: ignore[arg-type]
+        page.wait_for_function(
+            "([i, n]) => document.querySelectorAll('.class-card')[i].querySelectorAll('.thumbs li').length === n",
+            arg=[index, len(files)],
+        )
+
+
+def set_field(page: Page, selector: str, value: str) -> None:
+    """Types a value into a number field (Firefox's fill appends to a number input's value)."""
+    page.fill(selector, "")
+    page.type(selector, value)
+    assert page.input_value(selector) == value
+
+
+def predicted_label(page: Page, image: np.ndarray) -> dict[str, Any]:
+    """Shows `image` to the camera and waits for a prediction made after it was on screen."""
+    page.evaluate("(url) => window.__fakeCamera.show(url)", data_url(image))
+    page.evaluate("() => { window.gestureTrainer.prediction.result = null; }")
+    page.wait_for_function("() => window.gestureTrainer.prediction.result !== null")
+    page.wait_for_timeout(200)  # the next frame after the reset was certainly the new image
+    page.evaluate("() => { window.gestureTrainer.prediction.result = null; }")
+    page.wait_for_function("() => window.gestureTrainer.prediction.result !== null")
+    result: dict[str, Any] = page.evaluate("() => window.gestureTrainer.prediction.result")
+    return result
+
+
+@pytest.fixture(scope="module")
+def app(chromium: Browser, server_url: str) -> Iterator[AppSession]:
+    session = new_app_session(chromium, server_url)
+    session.open()
+    yield session
+    session.context.close()
+
+
+@pytest.fixture(scope="module")
+def probes() -> dict[str, np.ndarray]:
+    """One unseen image per class for live prediction."""
+    return {kind: images[0] for kind, images in gesture_set(1, seed=99).items()}
+
+
+def test_collect_train_and_predict_three_gestures(
+    app: AppSession, probes: dict[str, np.ndarray]
+) -> None:
+    page = app.page
+    started = time.perf_counter()
+    upload_gestures(page, gesture_set(TRAIN_PER_CLASS, seed=1))
+    counts = page.locator(".class-card .count").all_inner_texts()
+    assert counts == [f"{TRAIN_PER_CLASS} samples"] * 3
+    app.shot("1-collect.png")
+
+    set_field(page, "#epochs", str(EPOCHS))
+    page.select_option("#input-size", str(INPUT_SIZE))
+    page.click("#train")
+    # While the worker trains, the preview keeps playing.
+    page.wait_for_function("() => document.getElementById('train-progress').value > 0")
+    playing_at = page.eval_on_selector("#preview", "video => video.currentTime")
+    page.wait_for_timeout(500)
+    assert page.eval_on_selector("#preview", "video => video.currentTime") > playing_at
+    page.wait_for_selector("#evaluation:not([hidden])", timeout=TRAIN_TIMEOUT_MS)
+    training: dict[str, Any] = page.evaluate("() => window.gestureTrainer.lastTraining")
+    print(
+        f"\n{page.evaluate('() => window.pib.backend')}: trained {EPOCHS} epochs at "
+        f"{INPUT_SIZE}x{INPUT_SIZE} in {training['seconds']:.1f} s, held-out accuracy "
+        f"{training['accuracy']:.3f}, longest main-thread task {training['longestTaskMs']:.0f} ms "
+        f"({training['longestTaskDuringStepsMs']:.0f} ms during the steps)"
+    )
+    assert training["held_out_count"] == 3 * round(TRAIN_PER_CLASS * 0.15)
+    assert training["accuracy"] >= 0.9, training
+    assert np.asarray(training["confusion"]).sum() == training["held_out_count"]
+    # The chart library drew the curves; the progress bar reached the end.
+    assert page.locator("#loss-chart canvas").count() == 1
+    assert page.eval_on_selector("#train-progress", "bar => bar.value") == 1
+    assert "longest main-thread task" in page.inner_text("#responsiveness")
+    app.shot("2-trained.png")
+
+    for kind, image in probes.items():
+        result = predicted_label(page, image)
+        assert result["label"] == kind, (kind, result)
+        assert max(result["scores"]) == result["scores"][result["top"]]
+    assert page.inner_text("#top-label") == CLASSES[-1]
+    app.shot("3-predict.png")
+    print(f"collect + train + predict: {time.perf_counter() - started:.1f} s")
+
+
+def test_save_reload_restore_predicts_the_same(
+    app: AppSession, probes: dict[str, np.ndarray], tmp_path: Path
+) -> None:
+    page = app.page
+    before = {kind: predicted_label(page, image) for kind, image in probes.items()}
+    page.click("#save-browser")
+    page.wait_for_selector("#keep-message:text('Saved in this browser')")
+    with page.expect_download() as download_info:
+        page.click("#download")
+    model_file = tmp_path / "model.pibmodel"
+    download_info.value.save_as(model_file)
+    assert model_file.read_bytes()[:2] == b"PK"
+
+    page.reload()
+    app.open()
+    counts = page.locator(".class-card .count").all_inner_texts()
+    assert counts == [f"{TRAIN_PER_CLASS} samples"] * 3, "the samples were not restored"
+    assert page.locator(".class-name").evaluate_all("inputs => inputs.map(i => i.value)") == list(
+        CLASSES
+    )
+    page.click("#load-browser")
+    page.wait_for_selector("#prediction:not([hidden])")
+    for kind, image in probes.items():
+        after = predicted_label(page, image)
+        assert after["label"] == before[kind]["label"] == kind
+        np.testing.assert_allclose(after["scores"], before[kind]["scores"], atol=1e-4)
+    app.shot("4-restored.png")
+
+    page.set_input_files("#model-file", str(model_file))
+    page.wait_for_selector("#keep-message:text('model.pibmodel')")
+    for kind, image in probes.items():
+        from_file = predicted_label(page, image)
+        np.testing.assert_allclose(from_file["scores"], before[kind]["scores"], atol=1e-4)
+
+
+def test_accessibility_scan_finds_nothing_serious(app: AppSession) -> None:
+    page = app.page
+    page.add_script_tag(url="/lib/axe-core/axe.min.js")
+    violations = page.evaluate(
+        """async () => (await axe.run(document)).violations
+            .filter((v) => v.impact === "serious" || v.impact === "critical")
+            .map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`)"""
+    )
+    assert violations == []
+
+
+@pytest.mark.parametrize("width", [360, 768, 1280])
+def test_layout_fits_from_phone_to_desktop(app: AppSession, width: int) -> None:
+    page = app.page
+    page.set_viewport_size({"width": width, "height": 900})
+    page.wait_for_timeout(300)
+    overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+    app.shot(f"5-layout-{width}px.png")
+    page.set_viewport_size({"width": 1280, "height": 900})
+    assert overflow <= 0, f"{overflow} px of horizontal scrolling at {width} px"
+
+
+def test_keyboard_reaches_every_control(app: AppSession) -> None:
+    page = app.page
+    page.focus("body")
+    controls = ["add-class", "epochs", "learning-rate", "input-size", "train", "save-browser"]
+    enabled = page.evaluate(
+        "(ids) => ids.filter((id) => !document.getElementById(id).disabled)", controls
+    )
+    wanted = {*enabled, "record", "class-name", "model-file", "clear-data"}
+    reached = set()
+    for _ in range(300):
+        page.keyboard.press("Tab")
+        reached.add(
+            page.evaluate("() => document.activeElement.id || document.activeElement.className")
+        )
+        if wanted <= reached:
+            break
+    assert wanted <= reached, sorted(wanted - reached)
+
+
+def test_stop_keeps_the_weights_trained_so_far(app: AppSession) -> None:
+    page = app.page
+    set_field(page, "#epochs", "200")
+    page.click("#train")
+    page.wait_for_function("() => document.getElementById('train-progress').value > 0")
+    page.click("#stop")
+    page.wait_for_selector("#train:not([disabled])", timeout=TRAIN_TIMEOUT_MS)
+    training: dict[str, Any] = page.evaluate("() => window.gestureTrainer.lastTraining")
+    assert training["stopped"] is True
+    assert page.eval_on_selector("#train-progress", "bar => bar.value") < 0.5
+    assert page.inner_text("#train-progress-text").startswith("Stopped")
+    # The weights trained so far stay: the stopped model predicts and can be saved.
+    page.wait_for_selector("#prediction:not([hidden])")
+    assert not page.is_disabled("#save-browser")
+
+
+def test_no_request_leaves_the_page_and_no_console_errors(app: AppSession) -> None:
+    """Runs last: every request during capture, training, prediction and restore was a GET of
+    the app's own static assets (the engine's descriptor included), nothing else."""
+    assert app.requests, "no requests recorded"
+    offending = []
+    for request in app.requests:
+        url = urlsplit(request.url)
+        if url.scheme in ("data", "blob"):
+            continue
+        own = f"{url.scheme}://{url.netloc}" == app.origin
+        api = url.path.startswith("/api/") and url.path != "/api/engine"
+        if request.method != "GET" or not own or api:
+            offending.append(f"{request.method} {request.url}")
+    assert offending == []
+    assert app.console_errors == []

@@ -1,0 +1,170 @@
+"""The gesture trainer's camera paths: Chromium's fake camera playing a y4m clip the test writes
+(record by holding the button, with pointer and keyboard; delete a sample), a browser without a
+camera (a clear message, uploads still work), and collect/train/predict in Firefox ESR, whose fake
+camera (media.navigator.streams.fake) starts the preview.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from playwright.sync_api import Browser, Page, Playwright
+
+from tests_e2e.app_gestures import CLASSES, gesture_set, png, write_y4m
+from tests_e2e.browsers import launch_chromium
+from tests_e2e.test_app import (
+    EPOCHS,
+    INPUT_SIZE,
+    SCREENSHOTS,
+    TRAIN_PER_CLASS,
+    TRAIN_TIMEOUT_MS,
+    new_app_session,
+    predicted_label,
+    set_field,
+    upload_gestures,
+)
+
+RECORD_FPS = 10  # web/js/trainer/main.js records at this rate while the button is held
+
+
+@pytest.fixture(scope="module")
+def fake_camera_chromium(
+    playwright: Playwright, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Browser]:
+    clip = tmp_path_factory.mktemp("camera") / "gestures.y4m"
+    frames = [
+        np.kron(image, np.ones((2, 2, 1), np.uint8)) for image in gesture_set(10, seed=5)["disc"]
+    ]
+    write_y4m(clip, frames)
+    browser = launch_chromium(
+        playwright,
+        [
+            "--use-fake-ui-for-media-stream",
+            "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-video-capture={clip}",
+        ],
+    )
+    yield browser
+    browser.close()
+
+
+def open_app(browser: Browser, origin: str) -> Page:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{origin}/")
+    page.wait_for_function("() => window.pib !== undefined")
+    page.evaluate("() => { window.confirmDeletes = true; }")
+    return page
+
+
+def sample_count(page: Page, index: int = 0) -> int:
+    count: int = page.evaluate(
+        "(i) => document.querySelectorAll('.class-card')[i].querySelectorAll('.thumbs li').length",
+        index,
+    )
+    return count
+
+
+def test_record_from_the_fake_camera_by_holding_the_button(
+    fake_camera_chromium: Browser, server_url: str
+) -> None:
+    page = open_app(fake_camera_chromium, server_url)
+    page.wait_for_function(
+        "() => document.getElementById('preview').videoWidth > 0", timeout=30_000
+    )
+    assert page.eval_on_selector("#preview", "v => [v.videoWidth, v.videoHeight]") == [128, 128]
+    assert page.is_hidden("#camera-start") and page.is_hidden("#camera-message")
+    record = page.locator(".class-card").nth(0).locator(".record")
+
+    record.focus()
+    page.keyboard.down("Space")
+    page.wait_for_timeout(1000)
+    page.keyboard.up("Space")
+    by_keyboard = sample_count(page)
+    # A steady rate while held: about RECORD_FPS per second (timers on a loaded machine lag).
+    assert RECORD_FPS * 0.5 <= by_keyboard <= RECORD_FPS + 2, by_keyboard
+    page.wait_for_timeout(400)
+    assert sample_count(page) == by_keyboard, "recording went on after the key was released"
+
+    box = record.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.mouse.down()
+    page.wait_for_timeout(600)
+    page.mouse.up()
+    by_pointer = sample_count(page) - by_keyboard
+    assert 3 <= by_pointer <= 0.6 * RECORD_FPS + 2, by_pointer
+    # A recorded frame is the clip's picture: a bright disc on a dark ground, not a blank frame.
+    spread = page.evaluate(
+        "() => { const d = window.gestureTrainer.samples.values().next().value[0].rgba;"
+        " let lo = 255, hi = 0; for (let i = 0; i < d.length; i += 4) { lo = Math.min(lo, d[i]); hi = Math.max(hi, d[i]); }"
+        " return hi - lo; }"
+    )
+    assert spread > 100, spread
+
+    total = sample_count(page)
+    page.locator(".class-card").nth(0).locator(".thumb").first.click()
+    assert sample_count(page) == total - 1
+    assert page.locator(".class-card .count").first.inner_text() == f"{total - 1} samples"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "6-fake-camera-recorded.png"), full_page=True)
+    page.close()
+
+
+def test_no_camera_says_so_and_uploads_still_work(chromium: Browser, server_url: str) -> None:
+    context = chromium.new_context(viewport={"width": 360, "height": 800})
+    context.add_init_script(
+        "MediaDevices.prototype.getUserMedia = async () => {"
+        " throw new DOMException('Permission denied', 'NotAllowedError'); };"
+    )
+    page = context.new_page()
+    page.goto(f"{server_url}/")
+    page.wait_for_selector("#camera-message:not([hidden])")
+    assert "permission was denied" in page.inner_text("#camera-message")
+    assert page.is_visible("#camera-start")
+    image = gesture_set(1, seed=3)["bar"][0]
+    page.locator(".class-card").nth(1).locator("input.upload").set_input_files(
+        {"name": "bar.png", "mimeType": "image/png", "buffer": png(image)}
+    )
+    page.wait_for_function(
+        "() => document.querySelectorAll('.class-card')[1].querySelectorAll('.thumbs li').length === 1"
+    )
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "7-no-camera-360px.png"), full_page=True)
+    context.close()
+
+
+def test_firefox_collects_trains_and_predicts(firefox: Browser, server_url: str) -> None:
+    plain = firefox.new_page()
+    plain.goto(f"{server_url}/")
+    # Firefox's own fake camera (media.navigator.streams.fake) drives the real getUserMedia path.
+    plain.wait_for_function(
+        "() => document.getElementById('preview').videoWidth > 0", timeout=60_000
+    )
+    plain.close()
+
+    session = new_app_session(firefox, server_url)
+    session.open()
+    page = session.page
+    upload_gestures(page, gesture_set(TRAIN_PER_CLASS, seed=1))
+    set_field(page, "#epochs", str(EPOCHS))
+    page.select_option("#input-size", str(INPUT_SIZE))
+    page.click("#train")
+    page.wait_for_selector("#evaluation:not([hidden])", timeout=TRAIN_TIMEOUT_MS)
+    training: dict[str, Any] = page.evaluate("() => window.gestureTrainer.lastTraining")
+    backend = page.evaluate("() => window.pib.backend")
+    print(
+        f"\nfirefox {backend}: {EPOCHS} epochs in {training['seconds']:.1f} s, held-out "
+        f"{training['accuracy']:.3f}, longest main-thread task {training['longestTaskMs']:.0f} ms "
+        f"({training['longestTaskDuringStepsMs']:.0f} ms during the steps)"
+    )
+    assert training["accuracy"] >= 0.9, training
+    probes = gesture_set(1, seed=99)
+    for kind in CLASSES:
+        assert predicted_label(page, probes[kind][0])["label"] == kind
+    assert session.console_errors == []
+    # Last: Playwright's Firefox screenshot injects a <style> the page's CSP reports as an error.
+    session.shot("8-firefox-predict.png")
+    session.context.close()

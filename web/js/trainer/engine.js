@@ -1,0 +1,89 @@
+// Every call the gesture trainer makes into the engine, in one place: the page hands pixels over
+// as RGBA bytes (pib.put) and runs web/py/gesture_trainer.py's functions in the Worker. A faster
+// path (ImageBitmaps straight into GPU memory) replaces the bodies here, not the callers.
+
+let sequence = 0;
+
+function key(kind) {
+  sequence += 1;
+  return `gesture-trainer/${kind}/${sequence}`;
+}
+
+export class TrainerEngine {
+  constructor(pib) {
+    this.pib = pib;
+    this.loaded = null;
+  }
+
+  // Loads gesture_trainer.py into the worker's interpreter as a module, once.
+  async load() {
+    this.loaded ??= (async () => {
+      await this.pib.ready;
+      const response = await fetch("/py/gesture_trainer.py");
+      if (!response.ok) throw new Error(`/py/gesture_trainer.py: HTTP ${response.status}`);
+      const source = await response.text();
+      await this.pib.runPython(
+        "import sys, types\n" +
+          "gesture_trainer = types.ModuleType('gesture_trainer')\n" +
+          "sys.modules['gesture_trainer'] = gesture_trainer\n" +
+          `exec(compile(${JSON.stringify(source)}, 'gesture_trainer.py', 'exec'), gesture_trainer.__dict__)`,
+      );
+    })();
+    return this.loaded;
+  }
+
+  // Calls gesture_trainer.<name>(**args); args travel as one JSON text, read by json.loads.
+  async call(name, args = {}) {
+    await this.load();
+    const text = JSON.stringify(JSON.stringify(args)); // a JSON string literal reads the same in Python
+    return this.pib.runPython(
+      `import json\n_result = gesture_trainer.${name}(**json.loads(${text}))\n` +
+        "await _result if hasattr(_result, '__await__') else _result",
+    );
+  }
+
+  // pixels: Uint8ClampedArray of count x size x size RGBA; moved to the worker, not copied.
+  putPixels(kind, pixels) {
+    const name = key(kind);
+    this.pib.put(name, pixels, [pixels.buffer]);
+    return name;
+  }
+
+  train({ pixels, labels, classNames, size, epochs, learningRate, batchSize }) {
+    return this.call("train", {
+      key: this.putPixels("train", pixels),
+      labels,
+      class_names: classNames,
+      size,
+      epochs,
+      learning_rate: learningRate,
+      batch_size: batchSize,
+    });
+  }
+
+  stop() {
+    return this.call("stop");
+  }
+
+  predict(pixels) {
+    return this.call("predict", { key: this.putPixels("frame", pixels) });
+  }
+
+  // The model file (model_file.py format) as bytes.
+  async save() {
+    const encoded = await this.call("save");
+    return Uint8Array.from(atob(encoded), (c) => c.charCodeAt(0));
+  }
+
+  // Loads a model file; resolves to {labels, size, preprocessing}.
+  loadFile(bytes) {
+    const name = key("model");
+    const copy = new Uint8Array(bytes);
+    this.pib.put(name, copy, [copy.buffer]);
+    return this.call("load", { key: name });
+  }
+
+  status() {
+    return this.call("status");
+  }
+}

@@ -1,0 +1,104 @@
+// Camera and pixels on the page: the webcam stream, and frames or images turned into the square
+// RGBA samples the trainer keeps (mirrored like the preview, centre-cropped, bilinear-resized).
+
+export const SAMPLE_SIZE = 64; // what is stored per sample; training resizes to the input size
+
+export class Camera {
+  constructor(video) {
+    this.video = video;
+    this.stream = null;
+  }
+
+  get live() {
+    return this.stream !== null && this.video.videoWidth > 0;
+  }
+
+  // Resolves once frames play; rejects with a message a person can act on.
+  async start() {
+    if (!navigator.mediaDevices?.getUserMedia) {
+      throw new Error("This browser offers no camera here (it needs https or localhost). You can still upload images.");
+    }
+    try {
+      this.stream = await navigator.mediaDevices.getUserMedia({
+        video: { width: { ideal: 640 }, height: { ideal: 480 }, facingMode: "user" },
+        audio: false,
+      });
+    } catch (error) {
+      const denied = error.name === "NotAllowedError" || error.name === "SecurityError";
+      const missing = error.name === "NotFoundError" || error.name === "OverconstrainedError";
+      throw new Error(
+        denied
+          ? "Camera permission was denied. Allow the camera in the address bar and press Start camera, or upload images instead."
+          : missing
+            ? "No camera was found. Connect one and press Start camera, or upload images instead."
+            : `The camera could not start (${error.name}: ${error.message}). You can still upload images.`,
+      );
+    }
+    this.video.srcObject = this.stream;
+    await this.video.play();
+    if (this.video.videoWidth === 0) {
+      await new Promise((resolve) => this.video.addEventListener("loadedmetadata", resolve, { once: true }));
+    }
+  }
+}
+
+// A 2D context of a reusable square canvas, with smoothing that gives bilinear resizing.
+function squareContext(size) {
+  const canvas = new OffscreenCanvas(size, size);
+  const context = canvas.getContext("2d", { willReadFrequently: true });
+  context.imageSmoothingEnabled = true;
+  context.imageSmoothingQuality = "medium";
+  return context;
+}
+
+const contexts = new Map();
+function contextOf(size) {
+  if (!contexts.has(size)) contexts.set(size, squareContext(size));
+  return contexts.get(size);
+}
+
+// The centre square of a width x height source, drawn into size x size (mirrored if asked).
+function drawSquare(source, width, height, size, mirror) {
+  const context = contextOf(size);
+  const side = Math.min(width, height);
+  context.setTransform(mirror ? -1 : 1, 0, 0, 1, mirror ? size : 0, 0);
+  context.drawImage(source, (width - side) / 2, (height - side) / 2, side, side, 0, 0, size, size);
+  context.setTransform(1, 0, 0, 1, 0, 0);
+  return context.getImageData(0, 0, size, size).data;
+}
+
+// A frame of the (mirrored) preview as `size` x `size` RGBA, as the person sees it.
+export function videoFrame(video, size = SAMPLE_SIZE) {
+  return drawSquare(video, video.videoWidth, video.videoHeight, size, true);
+}
+
+// An uploaded image file as a SAMPLE_SIZE sample (not mirrored: it is shown as it is).
+export async function imageFileSample(file) {
+  const bitmap = await createImageBitmap(file);
+  try {
+    return drawSquare(bitmap, bitmap.width, bitmap.height, SAMPLE_SIZE, false);
+  } finally {
+    bitmap.close();
+  }
+}
+
+// Stored samples resized to the model's input size, back to back in one RGBA buffer.
+export function resizeSamples(samples, size) {
+  const out = new Uint8ClampedArray(samples.length * size * size * 4);
+  const source = new OffscreenCanvas(SAMPLE_SIZE, SAMPLE_SIZE).getContext("2d");
+  samples.forEach((sample, i) => {
+    source.putImageData(new ImageData(sample, SAMPLE_SIZE, SAMPLE_SIZE), 0, 0);
+    out.set(drawSquare(source.canvas, SAMPLE_SIZE, SAMPLE_SIZE, size, false), i * size * size * 4);
+  });
+  return out;
+}
+
+// A thumbnail element for one stored sample.
+export function thumbnail(sample, label) {
+  const canvas = document.createElement("canvas");
+  canvas.width = canvas.height = SAMPLE_SIZE;
+  canvas.getContext("2d").putImageData(new ImageData(new Uint8ClampedArray(sample), SAMPLE_SIZE, SAMPLE_SIZE), 0, 0);
+  canvas.setAttribute("role", "img");
+  canvas.setAttribute("aria-label", label);
+  return canvas;
+}
