@@ -301,7 +301,7 @@ def test_a_permit_is_signed_and_bounds_the_training(client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("change", "cap"),
     [
-        ({"epochs": 10_000}, "max_epochs"),
+        ({"epochs": 10_001}, "max_epochs"),
         ({"batch_size": 100_000}, "max_batch_size"),
         ({"model": {**REQUEST["model"], "param_count": 10**9}}, "max_params"),  # type: ignore[dict-item]
         ({"model": {**REQUEST["model"], "input_shape": [4096, 4096, 3]}}, "max_input_side"),  # type: ignore[dict-item]

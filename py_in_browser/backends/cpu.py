@@ -18,7 +18,15 @@ class CpuBackend(Backend):
 
     name = NAME
 
+    def _check_fits(self, shape: tuple[int, ...]) -> None:
+        """Enforces max_allocation_bytes where init set it (it emulates a device's size limit)."""
+        if "max_allocation_bytes" in self.limits:
+            reason = self.tensor_fits(shape)
+            if reason is not None:
+                raise ValueError(reason)
+
     def upload(self, array: np.ndarray) -> np.ndarray:
+        self._check_fits(array.shape)
         handle = np.array(array, copy=True, order="C")
         handle.flags.writeable = False
         self.bytes_uploaded += handle.nbytes  # the host copy stands for the traffic a GPU has
@@ -41,10 +49,8 @@ class CpuBackend(Backend):
         caps["dtypes"] = ["float32", "float64", "int32", "bool"]
         return caps
 
-    async def self_test(self) -> bool:
-        return True
-
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Any:
+        self._check_fits(out.shape)
         # NaN/Inf propagate silently, as on GPUs; fit detects non-finite losses itself.
         with np.errstate(all="ignore"):
             return super().run(op, inputs, attrs, out)
