@@ -104,11 +104,13 @@ def _software_note(candidate: Candidate) -> str:
 async def choose(
     names: list[str], limits: dict[str, Any] | None, forced: bool
 ) -> tuple[Backend, dict[str, Any]]:
-    """The backend to keep and the report: {"mode", "chosen", "candidates": [Candidate dicts]}.
+    """The backend to keep and the report: {"mode", "chosen", "ms", "candidates": [Candidate
+    dicts]}.
 
     forced: `names` is the one backend asked for; it is self-tested but not timed, and a
     failure raises BackendSelectionError naming the reason.
     """
+    began = time.perf_counter()
     # Concurrently: a GPU compiles the self-test's kernels off this thread while others run.
     examined = await asyncio.gather(*(_examine(name, limits) for name in names))
     report = [found for _, found in examined]
@@ -140,5 +142,6 @@ async def choose(
     return best, {
         "mode": "forced" if forced else "measured",
         "chosen": winner.name,
+        "ms": (time.perf_counter() - began) * 1000.0,  # what choosing cost init
         "candidates": [asdict(c) for c in report],
     }
