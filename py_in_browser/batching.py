@@ -59,7 +59,8 @@ def max_batch_size(model: TrainableModel, backend: Backend | None = None) -> int
     current backend (at most the engine's max_batch_size cap, 1024).
 
     fit, evaluate and predict split bigger batches into micro-batches of this size and
-    accumulate the gradients, so the update equals the full batch's. A model whose single
+    accumulate the gradients, so the update equals the full batch's (fit then reports it in
+    history.params["micro_batch_size"]). A model whose single
     example (or one weight) does not fit raises ExampleTooLargeError naming the layer and the
     limit. The model is built first if it is not.
 

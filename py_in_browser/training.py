@@ -76,6 +76,18 @@ class DeviceStep:
             self.replayer = replay.StepReplayer(model, self.state, backend, self.step_fn)
         self._model = weakref.ref(model)  # the model owns its Trainer, which owns this
         self.checked: set[Any] = set()  # batch signatures train_on_batch has validated
+        self._micro: dict[int, int | None] = {}  # batch size -> micro-batch size (None: fits)
+
+    def micro_batch(self, batch: int) -> int | None:
+        """None when a step of `batch` examples fits the device in one pass, else the micro-batch
+        size it is split into (max_batch_size). Fixed per model and backend: compile makes a
+        new DeviceStep."""
+        if batch not in self._micro:
+            model = self._model()
+            assert model is not None, "the model of this DeviceStep was garbage collected"
+            largest = max_batch_size(model, self.backend)
+            self._micro[batch] = largest if batch > largest else None
+        return self._micro[batch]
 
     def reset_ok(self) -> None:
         """Lets steps update again (no op: the variable points at a constant True buffer)."""
@@ -243,8 +255,10 @@ def accumulated_train_step(
             weighted = F.mul(loss, share)
             new_sums = [keep(p) for p in parts]
             new_loss = keep(weighted if batch_loss is None else F.add(batch_loss, weighted))
-        for old in [*sums, *([batch_loss] if batch_loss is not None else [])]:
+        for old in sums:
             old.dispose()
+        if batch_loss is not None:
+            batch_loss.dispose()
         sums, batch_loss = new_sums, new_loss
     assert batch_loss is not None
     with tidy():
@@ -512,7 +526,7 @@ class Trainer:
 
         start_batch = 0
         device = self.device_step()
-        micro = max_batch_size(model, device.backend)
+        micro = device.micro_batch(batch_size)
         state = device.state
         device.reset_ok()
         state.reset()
@@ -522,7 +536,7 @@ class Trainer:
             )
 
         history.params = {"epochs": epochs, "steps": steps, "batch_size": batch_size}
-        if batch_size > micro:
+        if micro is not None:
             history.params["micro_batch_size"] = micro
         all_callbacks: list[Callback] = [history, *callbacks]
         for cb in all_callbacks:
@@ -601,8 +615,7 @@ class Trainer:
         if return_dict:
             state.reset()
         device.reset_ok()
-        micro = max_batch_size(model, device.backend)
-        loss = device.step(xb, yb, own_loss=True, micro=micro)
+        loss = device.step(xb, yb, own_loss=True, micro=device.micro_batch(xb.shape[0]))
         if xb is not x and isinstance(xb, Tensor):  # a cast or reshape made here
             xb.dispose()
         if yb is not y and isinstance(yb, Tensor):
