@@ -2,6 +2,7 @@
 
 from . import callbacks, optimizers
 from .autograd import GradientTape, grad
+from .batching import ExampleTooLargeError, max_batch_size
 from .callbacks import Callback, EarlyStopping, History, LambdaCallback, ProgressCallback
 from .functional import (
     abs,
@@ -62,6 +63,7 @@ from .functional import (
     zeros,
     zeros_like,
 )
+from .limits import LimitExceededError
 from .model import Sequential, load_model, load_tfjs
 from .nn import activations, initializers, layers, losses, metrics
 from .runtime import (
@@ -81,9 +83,11 @@ from .training import NonFiniteLossError
 __all__ = [
     "Callback",
     "EarlyStopping",
+    "ExampleTooLargeError",
     "GradientTape",
     "History",
     "LambdaCallback",
+    "LimitExceededError",
     "NonFiniteLossError",
     "ProgressCallback",
     "Sequential",
@@ -129,6 +133,7 @@ __all__ = [
     "losses",
     "matmul",
     "max",
+    "max_batch_size",
     "max_pool2d",
     "maximum",
     "mean",

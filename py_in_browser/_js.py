@@ -43,11 +43,40 @@ def typed_array_to_numpy(typed_array: Any, dtype: str, shape: tuple[int, ...]) -
     return out
 
 
-def create_proxy(fn: Any) -> Any:
-    """A persistent proxy for a Python callable JS keeps (event listeners); destroy it when done."""
+# Proxies created inside each open tidy scope, innermost last (runtime.tidy opens and closes
+# them): a scope destroys those it created that it does not return.
+proxy_scopes: list[list[Any]] = []
+
+
+def create_proxy(fn: Any, persistent: bool = False) -> Any:
+    """A proxy JS can keep for the Python callable `fn` (event listeners, callbacks).
+
+    Inside a tidy scope the scope owns it and destroys it on exit (unless returned), like the
+    tensors it made; `persistent=True` is for proxies that live as long as their owner (a
+    backend's lost-context listener), which destroys them itself.
+    """
     from pyodide.ffi import create_proxy as make
 
-    return make(fn)
+    proxy = make(fn)
+    if proxy_scopes and not persistent:
+        proxy_scopes[-1].append(proxy)
+    return proxy
+
+
+def live_js_objects() -> dict[str, int]:
+    """What Pyodide holds across the JS boundary: js_refs, JS values Python references (its
+    hiwire table), and py_proxies_traced, live PyProxies JS holds, counted only while Pyodide's
+    allocation tracing is on (pyodide._module.enable_pyproxy_allocation_tracing(); it records
+    a stack per proxy, so it is for tests, off by default). Empty outside the browser."""
+    if not in_browser():
+        return {}
+    import pyodide_js
+
+    module = pyodide_js._module
+    return {
+        "js_refs": int(module._hiwire_num_refs()),
+        "py_proxies_traced": int(module.pyproxy_alloc_map.size),
+    }
 
 
 def can_run_sync() -> bool:

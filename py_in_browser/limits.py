@@ -20,7 +20,15 @@ MIB = 1024 * 1024
 
 
 class LimitExceededError(ValueError):
-    """A size or count over one of the shared caps; `cap` is the Limits field that was exceeded."""
+    """A size or count over one of the shared caps; `cap` is the Limits field that was exceeded.
+
+    Example:
+        >>> try:
+        ...     pib.zeros((100_000, 100_000))
+        ... except pib.LimitExceededError as err:
+        ...     print(err.cap)
+        max_tensor_bytes
+    """
 
     def __init__(self, cap: str, value: int, limit: int, what: str) -> None:
         super().__init__(f"{what} is {value:,}, over the cap {cap}={limit:,}")
@@ -32,7 +40,9 @@ class Limits:
     """The caps. Defaults suit a webcam gesture trainer on a laptop GPU; servers may lower them."""
 
     max_batch_size: int = 1024
-    max_epochs: int = 500
+    # Epochs alone are cheap on small data (XOR trains for 1000); the server's daily budget of
+    # examples processed (samples x epochs) bounds the total work.
+    max_epochs: int = 10_000
     max_params: int = 4_000_000
     max_layers: int = 64
     # One example's elements (e.g. 128 x 128 x 3) and the longest side of an image-like input.
@@ -43,6 +53,10 @@ class Limits:
     max_dataset_bytes: int = 512 * MIB
     # A saved model: float32 weights of max_params plus room for its description.
     max_model_file_bytes: int = 4 * 4_000_000 + MIB
+    # What the engine lets Python allocate (pib.tensor, zeros, op results): one tensor (a whole
+    # dataset may be one), and all live tensors together, so page code cannot allocate unbounded.
+    max_tensor_bytes: int = 512 * MIB
+    max_live_tensor_bytes: int = 2048 * MIB
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -111,6 +125,21 @@ def validate_model(summary: ModelSummary, limits: Limits = DEFAULT_LIMITS) -> No
     check_cap("max_params", summary.param_count, limits, "the parameter count")
     check_cap("max_layers", summary.layer_count, limits, "the layer count")
     check_cap("max_model_file_bytes", 4 * summary.param_count, limits, "the weights' bytes")
+
+
+def check_allocation(
+    shape: Sequence[int], itemsize: int, live_bytes: int, limits: Limits = DEFAULT_LIMITS
+) -> None:
+    """The engine's check before it allocates a tensor of `shape`: its bytes and the live bytes
+    with it, against max_tensor_bytes and max_live_tensor_bytes."""
+    nbytes = itemsize * math.prod(shape)
+    check_cap("max_tensor_bytes", nbytes, limits, f"the bytes of a tensor of shape {tuple(shape)}")
+    check_cap(
+        "max_live_tensor_bytes",
+        live_bytes + nbytes,
+        limits,
+        f"live tensor bytes with a new tensor of shape {tuple(shape)}",
+    )
 
 
 def validate_training(config: TrainingConfig, limits: Limits = DEFAULT_LIMITS) -> None:

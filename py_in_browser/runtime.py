@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import inspect
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from . import backends
-from .backends import Backend, cpu, webgl2, webgpu  # noqa: F401  (importing registers kernels)
+from . import _js, backends
+from .backends import Backend, cpu, selection, webgl2, webgpu  # noqa: F401  (registers kernels)
 from .events import runtime_events  # noqa: F401  (public through this module)
 
-_state: dict[str, Any] = {"backend": None}
+# The active backend and the report of the init that chose it (None before any init).
+_state: dict[str, Any] = {"backend": None, "selection": None}
+# Every backend init kept that is still alive (tensors keep a switched-away backend alive).
+_kept_backends: weakref.WeakSet[Backend] = weakref.WeakSet()
 
 
 def current_backend() -> Backend:
@@ -24,6 +28,7 @@ def current_backend() -> Backend:
     if _state["backend"] is None:
         _state["backend"] = backends.BACKENDS["cpu"].factory(None)
     backend: Backend = _state["backend"]
+    _kept_backends.add(backend)  # also one a test or tool installed by hand
     return backend
 
 
@@ -40,40 +45,33 @@ def available_backends() -> list[str]:
 
 
 async def init(backend: str | None = None, limits: dict[str, Any] | None = None) -> str:
-    """Selects a backend (None: the most preferred one that passes its self-test); returns its name.
+    """Chooses the backend by measurement and returns its name.
 
-    `limits` are passed to the backend (e.g. memory limits of a GPU device). Tensors created
-    before a switch stay on their old backend.
+    With backend=None every available candidate is started and self-tested (a convolution, a
+    reduction and an optimizer update against numpy within 1e-4); those that pass are timed on
+    a small training step within about 1.5 s in all and the fastest is kept, the others closed.
+    A named backend skips the timing, still self-tests, and raises BackendSelectionError with
+    the reason when it fails. pib.capabilities()["selection"] tells the choice and why each
+    other candidate was rejected or ranked lower. `limits` are passed to every backend (device
+    limits to emulate a weaker device, e.g. {"max_texture_size": 512}; test hook:
+    {"fail_self_test": ["webgpu"]} makes that backend's self-test fail). Tensors created before
+    a switch stay on their old backend.
 
     Example:
         >>> await pib.init("cpu")
         'cpu'
+        >>> pib.capabilities()["selection"]["mode"]
+        'forced'
     """
     usable = available_backends()
-    if backend is not None:
-        if backend not in usable:
-            raise ValueError(f"backend {backend!r} is not available here; available: {usable}")
-        candidates = [backend]
-    else:
-        candidates = usable
-    failures: list[str] = []
-    for name in candidates:
-        chosen = backends.BACKENDS[name].factory(limits)
-        try:
-            await chosen.start()
-            passed = await chosen.self_test()
-        except Exception as exc:  # a GPU that cannot start is a reason to try the next backend
-            if backend is not None:
-                raise RuntimeError(f"backend {name!r} could not start: {exc}") from exc
-            failures.append(f"{name}: {exc}")
-            continue
-        if passed:
-            _state["backend"] = chosen
-            return name
-        if backend is not None:
-            raise RuntimeError(f"backend {name!r} failed its numeric self-test")
-        failures.append(f"{name}: failed its numeric self-test")
-    raise RuntimeError(f"no backend passed its self-test: {failures}")
+    if backend is not None and backend not in usable:
+        raise ValueError(f"backend {backend!r} is not available here; available: {usable}")
+    names = [backend] if backend is not None else usable
+    chosen, report = await selection.choose(names, limits, forced=backend is not None)
+    await chosen.prepare()
+    _state["backend"] = chosen
+    _state["selection"] = report
+    return chosen.name
 
 
 def get_backend() -> str:
@@ -88,13 +86,15 @@ def get_backend() -> str:
 
 def capabilities() -> dict[str, Any]:
     """What the active backend offers: its name, device limits and supported dtypes (GPU
-    backends add their adapter and storage details).
+    backends add their adapter, storage details and software_renderer), and "selection": how
+    init chose it (mode "measured" or "forced", and per candidate its status "chosen",
+    "slower" or "rejected", the reason, self-test and probe-step milliseconds).
 
     Example:
         >>> pib.capabilities()["dtypes"]
         ['float32', 'float64', 'int32', 'bool']
     """
-    return current_backend().capabilities()
+    return {**current_backend().capabilities(), "selection": _state["selection"]}
 
 
 # ---- memory ------------------------------------------------------------------------------------
@@ -128,7 +128,9 @@ tracker = _Tracker()
 def memory() -> dict[str, Any]:
     """Live tensor accounting: num_tensors, num_bytes, num_data_buffers, num_collected_by_gc
     (tensors freed by the garbage collector instead of dispose or tidy), the backend's name and
-    its own statistics.
+    its own statistics (GPU backends: gpu_bytes and their pools); "backends": per live backend
+    (the active one and any earlier one still holding tensors) its gpu_bytes and pool figures;
+    in the browser js_refs and py_proxies_traced (see _js.live_js_objects).
 
     Example:
         >>> before = pib.memory()["num_tensors"]
@@ -143,6 +145,8 @@ def memory() -> dict[str, Any]:
         "num_collected_by_gc": tracker.collected,
         "backend": current_backend().name,
         **current_backend().memory_stats(),
+        "backends": {b.name: b.memory_stats() for b in list(_kept_backends)},
+        **_js.live_js_objects(),
     }
 
 
@@ -164,7 +168,7 @@ def keep(t: S) -> S:
 
 class _TidyScope:
     def __enter__(self) -> _TidyScope:
-        tracker.scopes.append([])
+        _open_scope()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -183,10 +187,21 @@ def _ids_within(value: Any, out: set[int]) -> None:
             _ids_within(v, out)
 
 
+def _open_scope() -> None:
+    tracker.scopes.append([])
+    _js.proxy_scopes.append([])
+
+
 def _close_scope(keep_alive: Any) -> None:
     created = tracker.scopes.pop()
     survivor_ids: set[int] = set()
     _ids_within(keep_alive, survivor_ids)
+    for proxy in _js.proxy_scopes.pop():  # Pyodide proxies made through _js.create_proxy
+        if id(proxy) in survivor_ids:
+            if _js.proxy_scopes:
+                _js.proxy_scopes[-1].append(proxy)
+        else:
+            proxy.destroy()
     for t in created:
         if id(t) in survivor_ids:
             if tracker.scopes:  # returned tensors belong to the enclosing scope now
@@ -199,7 +214,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def tidy(fn: F | None = None) -> Any:
-    """`with tidy():` or `tidy(fn)`: frees tensors created inside that are not returned or kept.
+    """`with tidy():` or `tidy(fn)`: frees tensors created inside that are not returned or kept,
+    and destroys the Pyodide proxies made inside through the engine (_js.create_proxy).
 
     Variables (weights, optimizer slots) are never owned by a scope. As a wrapper, returned
     tensors (also inside lists, tuples and dicts) survive; coroutine functions are supported.
@@ -219,7 +235,7 @@ def tidy(fn: F | None = None) -> Any:
     if inspect.iscoroutinefunction(fn):
 
         async def run_async(*args: Any, **kwargs: Any) -> Any:
-            tracker.scopes.append([])
+            _open_scope()
             result: Any = None
             try:
                 result = await fn(*args, **kwargs)
@@ -230,7 +246,7 @@ def tidy(fn: F | None = None) -> Any:
         return run_async
 
     def run(*args: Any, **kwargs: Any) -> Any:
-        tracker.scopes.append([])
+        _open_scope()
         result: Any = None
         try:
             result = fn(*args, **kwargs)

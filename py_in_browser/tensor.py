@@ -9,6 +9,7 @@ import numpy as np
 
 from . import autograd, ops
 from .backends import Backend, OutSpec
+from .limits import check_allocation
 from .runtime import current_backend, tracker
 
 _ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "bool": 1}
@@ -350,6 +351,7 @@ def tensor(data: Any, dtype: str | None = "float32") -> Tensor:
     except (TypeError, ValueError) as err:
         raise TypeError(f"tensor(data): cannot convert {type(data).__name__} to {dtype}") from err
     backend = current_backend()
+    check_allocation(array.shape, _ITEMSIZE[dtype], tracker.num_bytes)
     return _wrap(backend, backend.upload(array), array.shape, dtype)
 
 
@@ -378,6 +380,7 @@ def apply_op(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any]) -> Tensor
     if any(t.backend is not backend for t in inputs):
         raise ValueError(f"{op}: inputs live on different backends")
     spec = OutSpec(shape, dtype, tuple(t.shape for t in inputs), tuple(t.dtype for t in inputs))
+    check_allocation(shape, _ITEMSIZE[dtype], tracker.num_bytes)
     handle = backend.run(op, [t._handle() for t in inputs], attrs, spec)
     out = _wrap(backend, handle, shape, dtype)
     if autograd.active_tapes:

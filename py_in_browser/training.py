@@ -33,10 +33,12 @@ from . import functional as F
 from . import fusion, replay
 from .autograd import GradientTape
 from .backends import Backend
+from .batching import max_batch_size
 from .callbacks import Callback, History, call_hook
 from .fit_state import FitState
+from .limits import DEFAULT_LIMITS, ModelSummary, TrainingConfig, check_cap, validate_training
 from .nn import layers as layer_lib
-from .runtime import current_backend, tidy
+from .runtime import current_backend, keep, tidy
 from .tensor import Tensor, Variable, tensor
 from .trainable import TrainableModel
 
@@ -74,18 +76,34 @@ class DeviceStep:
             self.replayer = replay.StepReplayer(model, self.state, backend, self.step_fn)
         self._model = weakref.ref(model)  # the model owns its Trainer, which owns this
         self.checked: set[Any] = set()  # batch signatures train_on_batch has validated
+        self._micro: dict[int, int | None] = {}  # batch size -> micro-batch size (None: fits)
+
+    def micro_batch(self, batch: int) -> int | None:
+        """None when a step of `batch` examples fits the device in one pass, else the micro-batch
+        size it is split into (max_batch_size). Fixed per model and backend: compile makes a
+        new DeviceStep."""
+        if batch not in self._micro:
+            model = self._model()
+            assert model is not None, "the model of this DeviceStep was garbage collected"
+            largest = max_batch_size(model, self.backend)
+            self._micro[batch] = largest if batch > largest else None
+        return self._micro[batch]
 
     def reset_ok(self) -> None:
         """Lets steps update again (no op: the variable points at a constant True buffer)."""
         self.state.ok.assign(self.ok_value)
 
-    def step(self, xb: Any, yb: Any, own_loss: bool = False) -> Tensor:
+    def step(self, xb: Any, yb: Any, own_loss: bool = False, micro: int | None = None) -> Tensor:
         """One gated train step, replayed where it can be; returns the batch loss tensor (with
-        own_loss, one that later steps never overwrite: see StepReplayer.step)."""
-        if self.replayer is not None and replay.ENABLED:
-            return self.replayer.step(xb, yb, own_loss)
+        own_loss, one that later steps never overwrite: see StepReplayer.step). A batch bigger
+        than `micro` runs as micro-batches with accumulated gradients, eagerly: a recording
+        holds one pass, and the accumulating micro-steps (and a smaller last one) differ."""
         model = self._model()
         assert model is not None, "the model of this DeviceStep was garbage collected"
+        if micro is not None and xb.shape[0] > micro:
+            return accumulated_train_step(model, xb, yb, self.state, micro)
+        if self.replayer is not None and replay.ENABLED:
+            return self.replayer.step(xb, yb, own_loss)
         return self.step_fn(model, xb, yb, self.state)
 
     def drop_recordings(self) -> None:
@@ -192,6 +210,64 @@ def train_step(model: TrainableModel, xb: Any, yb: Any, state: FitState) -> Tens
     return loss
 
 
+def accumulated_train_step(
+    model: TrainableModel, xb: Any, yb: Any, state: FitState, micro: int
+) -> Tensor:
+    """One gated optimizer step on a batch too big for one pass; returns the batch loss tensor.
+
+    Micro-batches of `micro` examples each add their gradient, weighted by their share of the
+    batch, to a running sum, and the optimizer applies the sum once: for a loss that is a mean
+    over examples (every loss of the engine) the update equals the full batch's. Layers with a
+    batch-dependent forward see each micro-batch alone: BatchNormalization normalises a
+    micro-batch with its own mean and variance and updates its moving statistics once per
+    micro-batch (Keras' virtual_batch_size behaviour); Dropout draws a mask per micro-batch.
+    Each micro-step is its own tidy scope, so its activations are freed before the next.
+    """
+    assert model.loss is not None and model.optimizer is not None
+    variables = model.trainable_weights
+    total = len(xb)
+    sums: list[Tensor] = []
+    batch_loss: Tensor | None = None
+    for start in range(0, total, micro):
+        with tidy():
+            x, y = _batch_tensors(model, xb[start : start + micro], yb[start : start + micro])
+            share = x.shape[0] / total
+            sink: list[tuple[Variable, Tensor]] = []
+            layer_lib.state_update_sink = sink
+            try:
+                with GradientTape() as tape:
+                    pred = model(x, training=True)
+                    loss = model.loss(y, pred)
+            finally:
+                layer_lib.state_update_sink = None
+            grads = tape.gradient(loss, variables)
+            finite = F.equal(F.sub(loss, loss), 0.0)
+            state.ok.assign(F.where(finite, state.ok, False))
+            for var, new in sink:
+                var.assign(F.where(state.ok, new, var))
+            _accumulate(model, state, y, pred, loss)
+            parts = [F.mul(g, share) for g in grads]
+            if sums:
+                parts = [
+                    F.add(total_so_far, part)
+                    for total_so_far, part in zip(sums, parts, strict=True)
+                ]
+            weighted = F.mul(loss, share)
+            new_sums = [keep(p) for p in parts]
+            new_loss = keep(weighted if batch_loss is None else F.add(batch_loss, weighted))
+        for old in sums:
+            old.dispose()
+        if batch_loss is not None:
+            batch_loss.dispose()
+        sums, batch_loss = new_sums, new_loss
+    assert batch_loss is not None
+    with tidy():
+        model.optimizer.apply_gradients(zip(sums, variables, strict=True), gate=state.ok)
+    for part in sums:
+        part.dispose()
+    return batch_loss
+
+
 def _loss_total(samples: float) -> Callable[[fusion.Value, fusion.Value], fusion.Value]:
     """The running loss sum after a batch of `samples` whose mean loss is batch_loss."""
     return lambda total, batch_loss: total + batch_loss * samples
@@ -240,6 +316,15 @@ async def _raise_if_bad(model: TrainableModel, state: FitState, epoch: int) -> N
             f"stopped and the weights are those after step {good}. Lower the learning rate, "
             "set clipnorm, or check the data."
         )
+
+
+def _check_caps(model: TrainableModel, samples: int, batch_size: int, epochs: int = 1) -> None:
+    """The shared caps of limits.py (model size, samples, dataset bytes, epochs, batch size),
+    checked before any step runs; epochs=0 (nothing to run) is checked as 1."""
+    assert model.input_shape is not None
+    params = sum(math.prod(w.shape) for w in model.weights)
+    summary = ModelSummary(tuple(model.input_shape), params, len(model.layers))
+    validate_training(TrainingConfig(summary, samples, max(epochs, 1), batch_size))
 
 
 def epoch_order(seed: int, epoch: int, samples: int, shuffle: bool) -> np.ndarray:
@@ -415,6 +500,8 @@ class Trainer:
         initial_epoch = _check_int(initial_epoch, "initial_epoch", 0)
         if not 0.0 <= validation_split < 1.0:
             raise ValueError(f"validation_split must be in [0, 1), got {validation_split!r}")
+        check_cap("max_epochs", epochs, DEFAULT_LIMITS, "epochs")
+        check_cap("max_batch_size", batch_size, DEFAULT_LIMITS, "the batch size")
         callbacks = list(callbacks or [])
         for cb in callbacks:
             if not isinstance(cb, Callback):
@@ -434,10 +521,12 @@ class Trainer:
         samples = len(xa)
         if samples == 0:
             raise ValueError("x: no samples to train on")
+        _check_caps(model, samples, batch_size, epochs)
         steps = math.ceil(samples / batch_size)
 
         start_batch = 0
         device = self.device_step()
+        micro = device.micro_batch(batch_size)
         state = device.state
         device.reset_ok()
         state.reset()
@@ -447,6 +536,8 @@ class Trainer:
             )
 
         history.params = {"epochs": epochs, "steps": steps, "batch_size": batch_size}
+        if micro is not None:
+            history.params["micro_batch_size"] = micro
         all_callbacks: list[Callback] = [history, *callbacks]
         for cb in all_callbacks:
             cb.set_model(model)
@@ -472,7 +563,7 @@ class Trainer:
                 order = epoch_order(seed, epoch, samples, shuffle)
                 for batch in range(start_batch, steps):
                     idx = order[batch * batch_size : (batch + 1) * batch_size]
-                    loss = device.step(xa[idx], ya[idx])
+                    loss = device.step(xa[idx], ya[idx], micro=micro)
                     self._cursor.update(epoch=epoch, batch=batch + 1)
                     logs: dict[str, Any] = {"batch": batch, "size": len(idx)}
                     if want_batch_logs:
@@ -519,11 +610,12 @@ class Trainer:
             assert yb is not None
             if len(xb) == 0:
                 raise ValueError("x: no samples to train on")
+        check_cap("max_batch_size", xb.shape[0], DEFAULT_LIMITS, "the batch size")
         state = device.state
         if return_dict:
             state.reset()
         device.reset_ok()
-        loss = device.step(xb, yb, own_loss=True)
+        loss = device.step(xb, yb, own_loss=True, micro=device.micro_batch(xb.shape[0]))
         if xb is not x and isinstance(xb, Tensor):  # a cast or reshape made here
             xb.dispose()
         if yb is not y and isinstance(yb, Tensor):
@@ -541,9 +633,12 @@ class Trainer:
         model = self.model
         _require_compiled(model)
         batch_size = _check_int(batch_size, "batch_size", 1)
+        check_cap("max_batch_size", batch_size, DEFAULT_LIMITS, "the batch size")
         xa, ya = await _prepare(model, x, y)
         assert ya is not None
-        logs = await _evaluate_arrays(model, xa, ya, batch_size)
+        _check_caps(model, len(xa), batch_size)
+        # Sums over batches: evaluating in batches that fit changes nothing but the order.
+        logs = await _evaluate_arrays(model, xa, ya, min(batch_size, max_batch_size(model)))
         if verbose:
             print(" - ".join(f"{k}: {v:.4f}" for k, v in logs.items()))
         return logs
@@ -552,6 +647,7 @@ class Trainer:
         """Model outputs for x, computed batch by batch and concatenated into one tensor."""
         model = self.model
         batch_size = _check_int(batch_size, "batch_size", 1)
+        check_cap("max_batch_size", batch_size, DEFAULT_LIMITS, "the batch size")
         source: Tensor | np.ndarray
         if isinstance(x, Tensor):
             # A tensor stays where it is: batches are device slices, never a readback of the input.
@@ -561,6 +657,8 @@ class Trainer:
         samples = source.shape[0]
         if samples == 0:
             raise ValueError("x: no samples to predict")
+        _check_caps(model, samples, batch_size)
+        batch_size = min(batch_size, max_batch_size(model))  # rows of the output do not mix
         forward = tidy(
             lambda xb: model(xb if isinstance(xb, Tensor) else tensor(xb), training=False)
         )

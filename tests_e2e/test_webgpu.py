@@ -229,7 +229,11 @@ def test_float64_is_a_clear_type_error(engine_page: EnginePage) -> None:
 
 
 def test_a_tensor_beyond_the_binding_limit_is_a_clear_error(engine_page: EnginePage) -> None:
+    # A binding limit under the engine's max_tensor_bytes cap (limits.py), which refuses bigger
+    # tensors before any backend sees them.
+    engine_page.run("await pib.init('webgpu', limits={'max_storage_buffer_binding_size': 1 << 26})")
     limit = engine_page.run("pib.capabilities()['max_storage_buffer_binding_size']")
+    assert limit == 1 << 26
     with pytest.raises(PythonError, match=r"max_?[sS]torage_?[bB]uffer_?[bB]inding_?[sS]ize"):
         engine_page.run(f"pib.ones(({limit // 4 + 1},))")
     assert engine_page.run("(await (pib.ones((2,)) * 3.0).numpy()).tolist()") == [3.0, 3.0]

@@ -45,6 +45,8 @@ LAYERS: list[tuple[str, ...]] = [
         "py_in_browser.backends.webgpu.*",
         "py_in_browser.backends.webgl2.*",
     ),
+    # Choosing among the registered backends by self-test and timing (init's helper).
+    ("py_in_browser.backends.selection",),
     # The op table (rules and VJPs) and the runtime (active backend, memory, tidy, profile).
     ("py_in_browser.ops", "py_in_browser.runtime"),
     # The tape, then tensors, which tell the tape about every op they run.
@@ -65,7 +67,8 @@ LAYERS: list[tuple[str, ...]] = [
     # Training: the model as training sees it, the fit accumulators, callbacks, recorded steps,
     # the Trainer, checkpoints; then the model, which delegates to them.
     ("py_in_browser.trainable", "py_in_browser.fit_state"),
-    ("py_in_browser.callbacks",),
+    # Callbacks; batch sizing within the device limits (which micro-batch one pass fits).
+    ("py_in_browser.callbacks", "py_in_browser.batching"),
     ("py_in_browser.replay",),
     ("py_in_browser.training",),
     ("py_in_browser.checkpoint", "py_in_browser.model_file"),

@@ -34,5 +34,7 @@ class _WrongMatmul(CpuBackend):
 
 
 def test_the_cpu_self_test_computes_and_compares() -> None:
-    assert asyncio.run(CpuBackend().self_test()) is True
-    assert asyncio.run(_WrongMatmul().self_test()) is False
+    honest = asyncio.run(CpuBackend().self_test())
+    assert honest.passed and honest.max_error < 1e-4, honest
+    lying = asyncio.run(_WrongMatmul().self_test())
+    assert not lying.passed and lying.detail, lying

@@ -181,6 +181,3 @@ class WgpuNativeBackend(Backend):
             del self.refs[id(buffer)]
             buffer.destroy()
         return result
-
-    async def self_test(self) -> bool:
-        return await super().self_test()

@@ -1,13 +1,17 @@
-"""Backend registry: the Backend interface, kernel table keyed by (backend, op), and auto-selection."""
+"""Backend registry: the Backend interface, kernel table keyed by (backend, op), and the numeric
+self-test and probe step init measures every backend with (selection.py ranks them)."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
+
+from .. import fusion
 
 # What a backend does for one primitive. cpu registers kernels that compute it: (inputs,
 # attrs) -> array. The GPU backends register planners that say how to compute it: webgl2
@@ -98,9 +102,23 @@ class Backend:
     def capabilities(self) -> dict[str, Any]:
         return {"backend": self.name, "limits": dict(self.limits)}
 
+    def tensor_fits(self, shape: tuple[int, ...]) -> str | None:
+        """None when a float32 tensor of `shape` can be allocated in one piece here, else why not,
+        naming the limit. Every backend honours limits={"max_allocation_bytes": n}; the GPU backends
+        add their device limits (texture side, storage binding size)."""
+        limit = self.limits.get("max_allocation_bytes")
+        nbytes = 4 * math.prod(shape)
+        if limit is not None and nbytes > int(limit):
+            return (
+                f"{self.name}: a tensor of shape {shape} needs {nbytes} bytes, over this "
+                f"backend's max_allocation_bytes ({int(limit)})"
+            )
+        return None
+
     def memory_stats(self) -> dict[str, Any]:
-        """Backend-specific additions to pib.memory() (GPU pools, live JS objects)."""
-        return {}
+        """Backend-specific additions to pib.memory(): at least gpu_bytes (GPU memory held,
+        pools included; 0 without a GPU), then pool sizes and live JS objects."""
+        return {"gpu_bytes": 0}
 
     async def end_step(self) -> None:
         """Called by fit after each train step: GPU backends submit and apply back-pressure here."""
@@ -139,20 +157,132 @@ class Backend:
     def drop_recording(self, recording: Any) -> None:
         raise NotImplementedError
 
-    async def self_test(self) -> bool:
-        """A tiny numeric check that the backend really computes (GPU drivers can lie)."""
-        a = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
-        ha = self.upload(a)
-        hb = self.run(
-            "matmul",
-            [ha, ha],
-            {"transpose_a": False, "transpose_b": False},
-            OutSpec((2, 2), "float32", ((2, 2), (2, 2)), ("float32", "float32")),
+    async def self_test(self) -> SelfTestResult:
+        """Runs ProbeStep once and compares every checked result with numpy (GPU drivers can lie).
+
+        Test hook: limits={"fail_self_test": [names]} adds 1.0 to the results this backend
+        downloads here, so its real comparison fails (tests use it to make init fall back).
+        """
+        probe = ProbeStep()
+        start = time.perf_counter()
+        handles = probe.run(self, steps=1)
+        got = {}
+        for name, handle in handles.items():
+            got[name] = await self.download(handle)
+            self.free(handle)
+        ms = (time.perf_counter() - start) * 1000.0
+        if self.name in self.limits.get("fail_self_test", ()):
+            got = {name: values + 1.0 for name, values in got.items()}
+        tolerance = SELF_TEST_TOLERANCE[self.storage_format]
+        worst, detail = 0.0, ""
+        for name, want in probe.oracle().items():
+            error = float(np.max(np.abs(got[name] - want)) / max(1.0, float(np.max(np.abs(want)))))
+            if not error <= tolerance:  # also catches NaN
+                detail = detail or f"{name} is off by {error:.3g} (tolerance {tolerance:g})"
+            worst = math.inf if math.isnan(error) else max(worst, error)
+        return SelfTestResult(not detail, detail, worst, ms)
+
+    async def prepare(self) -> None:
+        """Work worth doing only for the backend init keeps (compiling the common kernels)."""
+
+    def close(self) -> None:
+        """Releases the device or context of a backend init started but did not keep; unusable
+        afterwards. Only for backends that hold no tensors."""
+
+    def software_renderer(self) -> str | None:
+        """The name of the software renderer this backend runs on (a GPU emulated on the CPU),
+        or None for real GPU hardware and for the cpu backend."""
+        return None
+
+
+# ---- the numeric self-test and the timed step init ranks backends by ---------------------------
+
+# Largest relative error (over max(1, |expected|)) the self-test accepts, per float storage.
+SELF_TEST_TOLERANCE = {"float32": 1e-4, "float16": 4e-3}
+
+
+@dataclass(frozen=True)
+class SelfTestResult:
+    """One self-test: passed, what failed first ("" when passed), the worst relative error, ms."""
+
+    passed: bool
+    detail: str
+    max_error: float
+    ms: float
+
+
+def _f32(shape: tuple[int, ...], *inputs: tuple[int, ...]) -> OutSpec:
+    return OutSpec(shape, "float32", inputs, ("float32",) * len(inputs))
+
+
+class ProbeStep:
+    """A small training step in primitives (the backends know nothing of layers): a padded 3x3
+    convolution, a dense layer with relu, a column sum, the weight gradient and an SGD-momentum
+    update (one fused program, as the optimizers run theirs). The self-test checks the
+    convolution, the reduction and the updated weights against numpy; init times a few chained
+    steps to rank the backends that pass. Six kernels: on a software GPU compiling them is most
+    of the self-test's time."""
+
+    CONV: ClassVar[dict[str, Any]] = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
+    PLAIN: ClassVar[dict[str, Any]] = {"transpose_a": False, "transpose_b": False}
+    # New weights from (weights, velocity, gradient): w + (0.9 v - 0.05 g).
+    UPDATE: ClassVar[dict[str, Any]] = {
+        "program": fusion.trace(lambda w, v, g: w + (v * 0.9 - g * 0.05), 3)
+    }
+
+    def __init__(self) -> None:
+        rng = np.random.default_rng(7)
+        self.x = rng.uniform(-1, 1, (4, 6, 6, 3)).astype(np.float32)
+        self.k = rng.uniform(-1, 1, (3, 3, 3, 4)).astype(np.float32)
+        self.a = rng.uniform(-1, 1, (19, 24)).astype(np.float32)
+        self.w = rng.uniform(-1, 1, (24, 16)).astype(np.float32)
+        self.v = rng.uniform(-1, 1, (24, 16)).astype(np.float32)
+
+    def oracle(self) -> dict[str, np.ndarray]:
+        """What one step computes, in float64 numpy."""
+        x, k = np.pad(self.x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0))), self.k
+        conv = sum(
+            np.einsum("nhwc,co->nhwo", x[:, i : i + 6, j : j + 6, :], k[i, j])
+            for i in range(3)
+            for j in range(3)
         )
-        got = await self.download(hb)
-        self.free(ha)
-        self.free(hb)
-        return bool(np.allclose(got, a @ a))
+        a, w = self.a.astype(np.float64), self.w.astype(np.float64)
+        h = np.maximum(a @ w, 0.0)
+        velocity = 0.9 * self.v - 0.05 * (a.T @ h)
+        return {"conv2d": conv, "reduce_sum": h.sum(axis=0), "sgd_momentum": w + velocity}
+
+    def run(self, backend: Backend, steps: int) -> dict[str, Any]:
+        """Queues `steps` chained steps (each updates the weights the next one reads); returns
+        handles of the last step's checked results (the caller downloads and frees them)."""
+        up = backend.upload
+        x, k, a, w, v = up(self.x), up(self.k), up(self.a), up(self.w), up(self.v)
+        conv = summed = None
+        wide, square = (24, 16), (19, 16)
+        for step in range(steps):
+            if step:
+                backend.free(conv)
+                backend.free(summed)
+            conv = backend.run(
+                "conv2d", [x, k], self.CONV, _f32((4, 6, 6, 4), self.x.shape, self.k.shape)
+            )
+            pre = backend.run("matmul", [a, w], self.PLAIN, _f32(square, (19, 24), wide))
+            h = backend.run("relu", [pre], {}, _f32(square, square))
+            summed = backend.run(
+                "reduce_sum", [h], {"axes": (0,), "keepdims": False}, _f32((16,), square)
+            )
+            grad = backend.run(
+                "matmul",
+                [a, h],
+                {"transpose_a": True, "transpose_b": False},
+                _f32(wide, (19, 24), square),
+            )
+            new_w = backend.run("fused", [w, v, grad], self.UPDATE, _f32(wide, wide, wide, wide))
+            for handle in (pre, h, grad, w):
+                backend.free(handle)
+            w = new_w
+        for handle in (x, k, a, v):
+            backend.free(handle)
+        return {"conv2d": conv, "reduce_sum": summed, "sgd_momentum": w}
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,15 @@ class CpuBackend(Backend):
 
     name = NAME
 
+    def _check_fits(self, shape: tuple[int, ...]) -> None:
+        """Enforces max_allocation_bytes where init set it (it emulates a device's size limit)."""
+        if "max_allocation_bytes" in self.limits:
+            reason = self.tensor_fits(shape)
+            if reason is not None:
+                raise ValueError(reason)
+
     def upload(self, array: np.ndarray) -> np.ndarray:
+        self._check_fits(array.shape)
         handle = np.array(array, copy=True, order="C")
         handle.flags.writeable = False
         self.bytes_uploaded += handle.nbytes  # the host copy stands for the traffic a GPU has
@@ -43,6 +51,7 @@ class CpuBackend(Backend):
         return caps
 
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Any:
+        self._check_fits(out.shape)
         # NaN/Inf propagate silently, as on GPUs; fit detects non-finite losses itself.
         with np.errstate(all="ignore"):
             return super().run(op, inputs, attrs, out)

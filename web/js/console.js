@@ -38,9 +38,20 @@ code.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && event.ctrlKey) runCode();
 });
 
+// The header in words: which backend runs, why, and whether its GPU is a software one.
+async function describeBackend(pib) {
+  const selection = await pib.runPython('pib.capabilities()["selection"]');
+  const chosen = selection.candidates.find((c) => c.name === selection.chosen);
+  const software = chosen.software_renderer ? `, on a software GPU (${chosen.software_renderer})` : "";
+  const others = selection.candidates.filter((c) => c !== chosen).map((c) => `${c.name}: ${c.status}`);
+  const how = selection.mode === "forced" ? "forced" : `chosen by measurement${others.length ? `; ${others.join(", ")}` : ""}`;
+  return `running on ${pib.backend}${software} (${how})`;
+}
+
 window.pib.ready.then(
-  (pib) => {
+  async (pib) => {
     status.textContent = `ready: Python ${pib.python}, backend ${pib.backend}`;
+    status.textContent = `ready: Python ${pib.python}, ${await describeBackend(pib)}`;
     document.getElementById("environment-report").textContent = JSON.stringify(pib.environment, null, 2);
     runButton.disabled = false;
   },

@@ -15,12 +15,17 @@ from .draw_queue import DrawQueue
 from .memory import TextureMemory
 from .recorder import StepRecorder
 from .recording import Recording
+from .texture_layout import TextureTooLargeError, choose_layout
 from .textures import Handle, TexturePool
 
 # float16 storage: the smallest normal is 2^-14; an Adam second moment below it is lost, so the
 # optimizers' epsilon is kept at least sqrt(2^-14) = 2^-7 (see optimizers.Adam).
 HALF_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
 HALF_MIN_EPSILON = HALF_SMALLEST_NORMAL**0.5
+
+
+# What a software renderer's WEBGL_debug_renderer_info string contains.
+SOFTWARE_RENDERERS = ("SwiftShader", "llvmpipe", "softpipe", "Software Rasterizer")
 
 
 class WebGL2Backend(Backend):
@@ -56,7 +61,7 @@ class WebGL2Backend(Backend):
     async def start(self) -> None:
         bridge = await _js.load_bridge(__package__, "bridge.js")
         engine = self.queue.engine = bridge.createEngine(wire.protocol())
-        self._on_lost = _js.create_proxy(self.lost_event)
+        self._on_lost = _js.create_proxy(self.lost_event, persistent=True)
         engine.onLost = self._on_lost
         self.probed = json.loads(engine.capabilities())
         self.queue.profile_timing = "gpu-timer-query" if self.probed["timer_query"] else "wall"
@@ -80,7 +85,19 @@ class WebGL2Backend(Backend):
         self.storage_format = "float16" if half else "float32"
         self.min_epsilon = HALF_MIN_EPSILON if half else 0.0
         self.memory.compensated = half and bool(self.limits.get("compensated_updates", True))
+
+    async def prepare(self) -> None:
         await self.warm_up()
+
+    def close(self) -> None:
+        """Releases the context at once (browsers cap live contexts); no runtime event."""
+        self.queue.engine.onLost = None
+        self._on_lost.destroy()
+        self.queue.call("loseContext")
+
+    def software_renderer(self) -> str | None:
+        renderer = str(self.probed.get("renderer") or "")
+        return next((name for name in SOFTWARE_RENDERERS if name.lower() in renderer.lower()), None)
 
     async def warm_up(self) -> None:
         """Compiles every program a training step needs before the first step runs."""
@@ -118,6 +135,7 @@ class WebGL2Backend(Backend):
             parallel_compile=self.probed.get("parallel_compile"),
             timer_query=self.probed.get("timer_query"),
             renderer=self.probed.get("renderer"),
+            software_renderer=self.software_renderer(),
         )
         return caps
 
@@ -133,6 +151,13 @@ class WebGL2Backend(Backend):
         }
 
     # ---- tensors ----
+
+    def tensor_fits(self, shape: tuple[int, ...]) -> str | None:
+        try:
+            choose_layout(shape, self.memory.max_side)
+        except TextureTooLargeError as err:
+            return f"webgl2: {err}"
+        return super().tensor_fits(shape)
 
     def upload(self, array: np.ndarray) -> Handle:
         return self.memory.upload(array)

@@ -183,6 +183,7 @@ class Engine {
     const gl = this.gl;
     const high = gl.getShaderPrecisionFormat(gl.FRAGMENT_SHADER, gl.HIGH_FLOAT);
     const highInt = gl.getShaderPrecisionFormat(gl.FRAGMENT_SHADER, gl.HIGH_INT);
+    const debugInfo = gl.getExtension("WEBGL_debug_renderer_info");
     return JSON.stringify({
       max_texture_size: gl.getParameter(gl.MAX_TEXTURE_SIZE),
       max_texture_units: gl.getParameter(gl.MAX_TEXTURE_IMAGE_UNITS),
@@ -195,7 +196,8 @@ class Engine {
       highp_int_bits: highInt.rangeMax,
       parallel_compile: Boolean(this.ext.parallelCompile),
       timer_query: Boolean(this.ext.timer),
-      renderer: gl.getParameter(gl.RENDERER),
+      // The unmasked renderer names the driver (SwiftShader, llvmpipe) where the browser tells it.
+      renderer: debugInfo ? gl.getParameter(debugInfo.UNMASKED_RENDERER_WEBGL) : gl.getParameter(gl.RENDERER),
     });
   }
 

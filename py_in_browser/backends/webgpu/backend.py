@@ -104,6 +104,7 @@ class WebGPUBackend(Backend):
         self._recording: RecordingBuilder | None = None
         self._recordings = 0
         self._on_lost: Any = None
+        self.software: dict[str, Any] = {}
 
     # ---- start-up ----
 
@@ -111,7 +112,7 @@ class WebGPUBackend(Backend):
         if not webgpu_available():
             raise RuntimeError("WebGPU needs a browser with navigator.gpu")
         bridge = await _js.load_bridge(__package__ or "py_in_browser.backends.webgpu", "bridge.js")
-        self._on_lost = _js.create_proxy(self._device_lost)
+        self._on_lost = _js.create_proxy(self._device_lost, persistent=True)
         self.engine = await bridge.createEngine(self._on_lost, bridge_protocol())
         info = json.loads(self.engine.info())
         device = info["limits"]
@@ -128,8 +129,23 @@ class WebGPUBackend(Backend):
         )
         self.timestamps = bool(info["timestamps"])
         self.adapter = info["adapter"]
+        self.software = info["software"]
+
+    async def prepare(self) -> None:
         if WARM_UP:
             self.warm_up()
+
+    def close(self) -> None:
+        """Destroys the device. Its lost signal then calls a destroyed proxy, which throws into
+        the bridge's ignored rejection: no device_lost runtime event for a closed candidate."""
+        self.engine.destroyDevice()
+        self._on_lost.destroy()
+        self.engine = None
+
+    def software_renderer(self) -> str | None:
+        if self.adapter.get("architecture") == "swiftshader":
+            return "SwiftShader"
+        return "a fallback adapter" if self.software.get("fallback") else None
 
     def warm_up(self) -> None:
         """Queues the common kernels for createComputePipelineAsync, compiled one at a time in the
@@ -156,6 +172,7 @@ class WebGPUBackend(Backend):
             resident_workgroups=limits.resident_workgroups,
             timestamp_query=self.timestamps,
             adapter=self.adapter,
+            software_renderer=self.software_renderer(),
             supports_replay=True,
         )
         return caps
@@ -163,8 +180,10 @@ class WebGPUBackend(Backend):
     def memory_stats(self) -> dict[str, Any]:
         """Pool bytes and the bridge's live JS objects (buffers, bind groups, pipelines)."""
         self.js_calls += 1
+        pool = self.pool.stats()
         return {
-            **self.pool.stats(),
+            "gpu_bytes": pool["gpu_bytes_allocated"],  # the figure every backend reports
+            **pool,
             **json.loads(self.engine.stats()),
             "js_calls": self.js_calls,
             "words_sent": self.words_sent,
@@ -180,15 +199,21 @@ class WebGPUBackend(Backend):
             self.commands.create(buffer_id, self.pool.capacity[buffer_id])
         return GpuHandle(buffer_id, nbytes, shape, dtype)
 
-    def _check_fits(self, shape: tuple[int, ...]) -> int:
+    def tensor_fits(self, shape: tuple[int, ...]) -> str | None:
         nbytes = gpu_nbytes(shape)
-        if nbytes > self.device_limits.max_storage_buffer_binding_size:
-            raise ValueError(
+        binding = self.device_limits.max_storage_buffer_binding_size
+        if nbytes > binding:
+            return (
                 f"webgpu: a tensor of shape {shape} needs {nbytes} bytes, more than this device's "
-                f"maxStorageBufferBindingSize ({self.device_limits.max_storage_buffer_binding_size}"
-                " bytes); use smaller batches or shapes"
+                f"maxStorageBufferBindingSize ({binding} bytes); use smaller batches or shapes"
             )
-        return nbytes
+        return super().tensor_fits(shape)
+
+    def _check_fits(self, shape: tuple[int, ...]) -> int:
+        reason = self.tensor_fits(shape)
+        if reason is not None:
+            raise ValueError(reason)
+        return gpu_nbytes(shape)
 
     def _retain_for_recording(self, buffer_id: int) -> None:
         recording = self._recording
