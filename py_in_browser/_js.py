@@ -43,11 +43,25 @@ def typed_array_to_numpy(typed_array: Any, dtype: str, shape: tuple[int, ...]) -
     return out
 
 
+_proxies = {"live": 0}  # made by create_proxy and not yet destroy_proxy'd (leak tests read it)
+
+
 def create_proxy(fn: Any) -> Any:
-    """A persistent proxy for a Python callable JS keeps (event listeners); destroy it when done."""
+    """A persistent proxy for a Python callable JS keeps (event listeners); destroy_proxy it."""
     from pyodide.ffi import create_proxy as make
 
+    _proxies["live"] += 1
     return make(fn)
+
+
+def destroy_proxy(proxy: Any) -> None:
+    proxy.destroy()
+    _proxies["live"] -= 1
+
+
+def live_proxies() -> int:
+    """How many proxies create_proxy made that are not destroyed yet."""
+    return _proxies["live"]
 
 
 def can_run_sync() -> bool:

@@ -76,6 +76,18 @@ async def init(backend: str | None = None, limits: dict[str, Any] | None = None)
     raise RuntimeError(f"no backend passed its self-test: {failures}")
 
 
+def use_backend(backend: Backend) -> None:
+    """Makes a started, self-tested backend the active one (recovery.py, after a device loss).
+
+    Example:
+        >>> backend = pib.runtime.current_backend()
+        >>> pib.runtime.use_backend(backend)
+        >>> pib.runtime.current_backend() is backend
+        True
+    """
+    _state["backend"] = backend
+
+
 def get_backend() -> str:
     """The name of the active backend ("cpu", "webgpu" or "webgl2").
 

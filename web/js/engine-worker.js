@@ -2,6 +2,7 @@
 import { probeGPU } from "./gpu-probe.js";
 
 let runner = null; // py_in_browser._worker, once the engine is loaded
+let hidden = false; // the page's visibility, told by pib-client.js; handed to the engine at boot
 
 // The engine's JS bridges ship inside its wheel; py_in_browser/_js.py imports them through this.
 self.pibImportModule = async (source) => {
@@ -57,6 +58,7 @@ async function boot({ backend }) {
     const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
     pyodide.unpackArchive(wheel, "wheel", { extractDir: sitePackages });
     runner = pyodide.pyimport("py_in_browser._worker");
+    runner.set_hidden(hidden);
     return runner.boot(backend ?? null);
   });
   post({ type: "ready", backend: chosen, environment, python: runner.python_version() });
@@ -76,5 +78,8 @@ self.onmessage = ({ data }) => {
     boot(data).catch((error) => post({ type: "boot-error", error: error.message ?? String(error) }));
   } else if (data.type === "run") {
     run(data);
+  } else if (data.type === "visibility") {
+    hidden = data.hidden;
+    runner?.set_hidden(hidden);
   }
 };
