@@ -343,7 +343,7 @@ class Sequential:
             recovery_every: on webgpu and webgl2, steps between the host checkpoints that a
                 lost context or device is recovered from (default 50; None: no recovery).
             recovery_timeout_s: how long a lost device may take to come back before training
-                moves to the next backend (webgpu, webgl2, cpu; default 5 s).
+                moves to the next backend (webgpu, webgl2, cpu; default 10 s).
             on_hidden: "pause" (default): when the page is hidden, finish the step, write a
                 checkpoint to IndexedDB and wait until it is visible; "continue": train on.
             resume: also "auto": continue from the checkpoint a hidden page wrote before a

@@ -37,7 +37,7 @@ from .trainable import TrainableModel
 from .training import Trainer
 
 DEFAULT_EVERY = 50  # steps between recovery checkpoints (each costs one readback of the state)
-DEFAULT_TIMEOUT_S = 5.0  # how long a lost device may take to come back before the next backend
+DEFAULT_TIMEOUT_S = 10.0  # how long a lost device may take to come back before the next backend
 CHAIN = ("webgpu", "webgl2", "cpu")  # where training goes when a backend does not come back
 # A backend lost this many times within this many seconds is demoted for the rest of the fit
 # (module settings, like replay.ENABLED: a stress test of recovery itself raises them).
@@ -160,6 +160,7 @@ class Recovery:
             return False  # not a device loss: fit raises it
         started = time.monotonic()
         step = self._step()
+        self._stamp_losses(step)  # before the restored cursor moves fit's step back
         fresh = await self._revive(lost, step)
         lost.close()
         self.trainer.reset()  # the DeviceStep (state, recordings) of the lost backend
@@ -216,13 +217,18 @@ class Recovery:
         samples, batch_size = cursor.get("samples", 0), cursor.get("batch_size", 1)
         return -(-int(samples) // int(batch_size))
 
+    def _stamp_losses(self, step: int) -> None:
+        """The backend recorded its loss with its own step count; fit's step is added here: the
+        step fit had reached when it learned of the loss."""
+        for event in runtime_events()[self._delivered :]:
+            if event["type"] in ("context_lost", "device_lost"):
+                event.setdefault("fit_step", step)
+
     async def _deliver(self, callbacks: list[Callback]) -> None:
         """Hands the runtime events since the last delivery to the callbacks."""
+        self._stamp_losses(self._step())
         events = runtime_events()
         fresh, self._delivered = events[self._delivered :], len(events)
         for event in fresh:
-            if event["type"] in ("context_lost", "device_lost"):
-                # The backend counts its own steps; fit's next step is where work was lost.
-                event.setdefault("fit_step", self._step())
             if event["type"] in CALLBACK_EVENTS:
                 await call_hook(callbacks, "on_runtime_event", dict(event))

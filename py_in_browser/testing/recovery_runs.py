@@ -48,7 +48,8 @@ def model(width: int = 16) -> pib.Sequential:
 class LossInjector(pib.Callback):
     """Loses the device after the given training steps and, `during_replay` times, again a random
     moment (0 to 30 ms of the event loop) after a recovery, while fit replays the steps since its
-    checkpoint. Keeps the runtime events fit hands it."""
+    checkpoint. Keeps the runtime events fit hands it, and counts the losses it injected (one
+    that would fall on a device already lost is not injected: it would not be a second loss)."""
 
     def __init__(self, at_steps: list[int], restore: bool, during_replay: int, seed: int) -> None:
         super().__init__()
@@ -56,22 +57,29 @@ class LossInjector(pib.Callback):
         self.random = random.Random(seed)
         self.epoch = 0
         self.events: list[dict[str, Any]] = []
+        self.injected = 0
         self.steps_per_epoch = -(-SAMPLES // BATCH)
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any]) -> None:
         self.epoch = epoch
 
     async def on_batch_end(self, batch: int, logs: dict[str, Any]) -> None:
-        if self.epoch * self.steps_per_epoch + batch in self.at_steps:
+        step = self.epoch * self.steps_per_epoch + batch
+        if step in self.at_steps and not current_backend().is_lost():
+            self.injected += 1
             await pib.debug.lose_device(restore=self.restore)
+
+    def _lose_during_replay(self, backend: Any) -> None:
+        if not backend.is_lost():
+            self.injected += 1
+            backend.lose_device(True, 0.05)
 
     def on_runtime_event(self, event: dict[str, Any]) -> None:
         self.events.append(event)
         if event["type"] == "context_restored" and self.during_replay > 0:
             self.during_replay -= 1
-            backend = current_backend()
             asyncio.get_event_loop().call_later(
-                self.random.uniform(0.0, 0.03), backend.lose_device, True, 0.05
+                self.random.uniform(0.0, 0.03), self._lose_during_replay, current_backend()
             )
 
 
@@ -82,7 +90,7 @@ async def train(
     restore: bool = True,
     during_replay: int = 0,
     every: int = 5,
-    timeout_s: float = 5.0,
+    timeout_s: float = 30.0,
     seed: int = 0,
     width: int = 16,
 ) -> dict[str, Any]:
@@ -110,6 +118,7 @@ async def train(
         "weights": weights,
         "losses": history.history["loss"],
         "events": injector.events,
+        "injected": injector.injected,
         "backend": pib.get_backend(),
         "seconds": seconds,
         "memory_before": before,

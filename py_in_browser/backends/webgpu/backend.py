@@ -502,6 +502,7 @@ class WebGPUBackend(Backend):
         try:
             await asyncio.wait_for(fresh.start(), timeout_s)
         except Exception:  # no adapter, a refused device or a timeout: the next backend takes over
+            fresh.close()
             return None
         return fresh
 
