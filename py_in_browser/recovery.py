@@ -2,7 +2,8 @@
 
 While fit runs, Recovery keeps a host checkpoint (checkpoint.py's blob: weights, optimizer slots
 and step, Dropout draw counters, the data cursor and the epoch's running sums) taken at fit's
-start, at each epoch's start and every `every` steps. When a step fails because the backend's
+start and every `every` steps (a replay may cross an epoch's end: fit's callbacks hear each
+step and epoch once). When a step fails because the backend's
 device is gone, it waits for the device to come back (webgl2: webglcontextrestored on the same
 canvas; webgpu: a fresh adapter and device, since a lost device's adapter is consumed), starts a
 new backend there (programs compiled again, empty pools, no recordings), restores the checkpoint
@@ -121,11 +122,6 @@ class Recovery:
         assert self.model.optimizer is not None
         self.model.optimizer.build(self.model.trainable_weights)
         if self.every is not None:
-            await self._checkpoint()
-
-    async def epoch_begin(self) -> None:
-        """A checkpoint at each epoch's start, so a recovery never replays an epoch's end."""
-        if self.every is not None and self.steps_since:
             await self._checkpoint()
 
     async def after_step(self, callbacks: list[Callback]) -> None:

@@ -62,12 +62,10 @@ class NonFiniteLossError(FloatingPointError):
 
 class FitGuard(Protocol):
     """What fit asks of the layer that keeps it alive through device loss (recovery.Recovery,
-    which sits above this module): checkpoints at fit's start, at each epoch's start and after
-    steps, and a recovery when a step fails."""
+    which sits above this module): checkpoints at fit's start and after steps, and a recovery
+    when a step fails."""
 
     async def begin(self, callbacks: list[Callback]) -> None: ...
-
-    async def epoch_begin(self) -> None: ...
 
     async def after_step(self, callbacks: list[Callback]) -> None: ...
 
@@ -559,8 +557,6 @@ class Trainer:
         for epoch in range(initial_epoch, epochs):
             if start_batch == 0:
                 state.reset()
-                if guard is not None:
-                    await guard.epoch_begin()
             if fired.first("epoch_begin", epoch):
                 await call_hook(all_callbacks, "on_epoch_begin", epoch, {})
             order = epoch_order(seed, epoch, samples, shuffle)
