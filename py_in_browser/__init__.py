@@ -1,6 +1,6 @@
 """py_in_browser: a Keras-like tensor and training engine that runs the same in CPython and Pyodide."""
 
-from . import callbacks, optimizers
+from . import callbacks, debug, optimizers
 from .autograd import GradientTape, grad
 from .batching import ExampleTooLargeError, max_batch_size
 from .callbacks import Callback, EarlyStopping, History, LambdaCallback, ProgressCallback
@@ -106,6 +106,7 @@ __all__ = [
     "clip",
     "concat",
     "conv2d",
+    "debug",
     "div",
     "equal",
     "erf",

@@ -46,6 +46,7 @@ def typed_array_to_numpy(typed_array: Any, dtype: str, shape: tuple[int, ...]) -
 # Proxies created inside each open tidy scope, innermost last (runtime.tidy opens and closes
 # them): a scope destroys those it created that it does not return.
 proxy_scopes: list[list[Any]] = []
+_proxies = {"live": 0}  # made by create_proxy and not yet destroyed (leak tests read it)
 
 
 def create_proxy(fn: Any, persistent: bool = False) -> Any:
@@ -58,9 +59,16 @@ def create_proxy(fn: Any, persistent: bool = False) -> Any:
     from pyodide.ffi import create_proxy as make
 
     proxy = make(fn)
+    _proxies["live"] += 1
     if proxy_scopes and not persistent:
         proxy_scopes[-1].append(proxy)
     return proxy
+
+
+def destroy_proxy(proxy: Any) -> None:
+    """Destroys a proxy create_proxy made (a persistent one, by its owner; a scope's, on exit)."""
+    proxy.destroy()
+    _proxies["live"] -= 1
 
 
 def live_js_objects() -> dict[str, int]:
@@ -77,6 +85,11 @@ def live_js_objects() -> dict[str, int]:
         "js_refs": int(module._hiwire_num_refs()),
         "py_proxies_traced": int(module.pyproxy_alloc_map.size),
     }
+
+
+def live_proxies() -> int:
+    """How many proxies create_proxy made that are not destroyed yet."""
+    return _proxies["live"]
 
 
 def can_run_sync() -> bool:

@@ -28,6 +28,13 @@ async def boot(backend: str | None) -> str:
     return chosen
 
 
+def set_hidden(hidden: bool) -> None:
+    """The page was hidden or shown (visibilitychange): a running fit pauses while hidden."""
+    from py_in_browser import visibility
+
+    visibility.set_hidden(hidden)
+
+
 async def run_json(code: str) -> str:
     """Run `code` (top-level await allowed); JSON of {"ok", "value"} or {"ok": false, "error"}.
 

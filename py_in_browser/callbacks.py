@@ -22,7 +22,8 @@ class Callback:
 
     fit calls, in order: on_train_begin, then per epoch on_epoch_begin, on_batch_end after each
     step, on_epoch_end with the epoch's mean loss and metrics (and ``val_`` ones), and finally
-    on_train_end. `self.model` is the model being trained; setting
+    on_train_end; on_runtime_event when the GPU device is lost and fit recovers (a GPU backend
+    only). `self.model` is the model being trained; setting
     ``self.model.stop_training = True`` ends fit after the current batch.
 
     Example:
@@ -62,6 +63,11 @@ class Callback:
     def on_batch_end(self, batch: int, logs: Logs) -> Any:
         """After each step: logs holds "batch" and "size", plus the batch "loss" (a readback)
         when `wants_batch_logs` is True."""
+
+    def on_runtime_event(self, event: Logs) -> Any:
+        """A runtime event during fit (pib.runtime_events' dicts): "context_lost" /
+        "device_lost" (with "fit_step", the training step reached), "context_restored",
+        "backend_switched", "paused", "resumed"; fit keeps training through each."""
 
 
 async def call_hook(callbacks: list[Callback], hook: str, *args: Any) -> None:
@@ -163,7 +169,7 @@ class LambdaCallback(Callback):
     """Wraps plain functions: LambdaCallback(on_epoch_end=lambda epoch, logs: ...).
 
     Keyword arguments name hooks of `Callback` (on_train_begin, on_train_end, on_epoch_begin,
-    on_epoch_end, on_batch_end) and take the same arguments; passing on_batch_end turns on
+    on_epoch_end, on_batch_end, on_runtime_event) and take the same arguments; passing on_batch_end turns on
     batch losses.
 
     Example:
@@ -185,6 +191,7 @@ class LambdaCallback(Callback):
             "on_epoch_begin",
             "on_epoch_end",
             "on_batch_end",
+            "on_runtime_event",
         }
         unknown = set(hooks) - allowed
         if unknown:

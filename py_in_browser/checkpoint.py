@@ -33,8 +33,9 @@ from .training import Trainer
 FORMAT = "py_in_browser.checkpoint.v1"
 
 
-async def save(model: TrainableModel, trainer: Trainer) -> bytes:
-    """The checkpoint blob of `model` and of its `trainer`'s data cursor (and running fit)."""
+async def save(model: TrainableModel, trainer: Trainer, event: bool = True) -> bytes:
+    """The checkpoint blob of `model` and of its `trainer`'s data cursor (and running fit); a
+    "checkpoint" runtime event unless event=False (recovery.py's frequent host checkpoints)."""
     arrays: dict[str, Any] = {"format": np.array(FORMAT)}
     for i, w in enumerate(await model.get_weights()):
         arrays[f"weights/{i:04d}"] = w
@@ -52,8 +53,9 @@ async def save(model: TrainableModel, trainer: Trainer) -> bytes:
     arrays["progress/json"] = np.array(json.dumps(progress))
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
-    step = int(await opt.iterations.item()) if opt and opt.iterations is not None else 0
-    record_event("checkpoint", step, epoch=progress.get("epoch"), batch=progress.get("batch"))
+    if event:
+        step = int(await opt.iterations.item()) if opt and opt.iterations is not None else 0
+        record_event("checkpoint", step, epoch=progress.get("epoch"), batch=progress.get("batch"))
     return buffer.getvalue()
 
 

@@ -21,7 +21,8 @@ def runtime_events() -> list[dict[str, Any]]:
     """What happened to the runtime, oldest first: dicts with at least type, step and time.
 
     Types: "checkpoint" (save_checkpoint), "epsilon_clamped" (an optimizer's epsilon raised for
-    float16 storage), "device_lost" (webgpu), "context_lost" (webgl2).
+    float16 storage), "device_lost" (webgpu), "context_lost" (webgl2), "context_restored" and
+    "backend_switched" (fit recovered from a loss: recovery.py).
 
     Example:
         >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(1,))])

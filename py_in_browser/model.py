@@ -7,7 +7,7 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from . import checkpoint, model_file, optimizers, training
+from . import checkpoint, model_file, optimizers, recovery, training
 from .callbacks import History
 from .interop import tfjs
 from .nn import activations, losses
@@ -341,8 +341,18 @@ class Sequential:
             initial_epoch: the epoch to start from.
             resume: continue exactly where the checkpoint given to load_checkpoint stopped
                 (epoch, batch, data order and the epoch's running sums).
+            recovery_every: on webgpu and webgl2, steps between the host checkpoints that a
+                lost context or device is recovered from (default 50; None: no recovery).
+            recovery_timeout_s: how long a lost device may take to come back before training
+                moves to the next backend (webgpu, webgl2, cpu; default 10 s).
+            on_hidden: "pause" (default): when the page is hidden, finish the step, write a
+                checkpoint to IndexedDB and wait until it is visible; "continue": train on.
+            resume: also "auto": continue from the checkpoint a hidden page wrote before a
+                reload, if there is one (recovery.py).
 
-        A step with a NaN or Inf loss changes nothing and fit raises NonFiniteLossError.
+        A step with a NaN or Inf loss changes nothing and fit raises NonFiniteLossError. A lost
+        GPU context or device is recovered (recovery.py): the final weights are those of an
+        uninterrupted run, and callbacks hear it through on_runtime_event.
 
         Example:
             >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(3,))])
@@ -356,7 +366,7 @@ class Sequential:
         """
         self.history = History()  # this fit's, also when it raises
         self.stop_training = False
-        return await self._trainer.fit(x, y, self.history, **kwargs)
+        return await recovery.fit(self, self._trainer, self.history, x, y, **kwargs)
 
     async def evaluate(self, x: Any, y: Any, batch_size: int = 32, verbose: int = 0):
         """Mean loss and metrics over (x, y) in inference mode: {"loss": ..., <metric>: ...}.

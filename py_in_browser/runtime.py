@@ -74,6 +74,18 @@ async def init(backend: str | None = None, limits: dict[str, Any] | None = None)
     return chosen.name
 
 
+def use_backend(backend: Backend) -> None:
+    """Makes a started, self-tested backend the active one (recovery.py, after a device loss).
+
+    Example:
+        >>> backend = pib.runtime.current_backend()
+        >>> pib.runtime.use_backend(backend)
+        >>> pib.runtime.current_backend() is backend
+        True
+    """
+    _state["backend"] = backend
+
+
 def get_backend() -> str:
     """The name of the active backend ("cpu", "webgpu" or "webgl2").
 
@@ -201,7 +213,7 @@ def _close_scope(keep_alive: Any) -> None:
             if _js.proxy_scopes:
                 _js.proxy_scopes[-1].append(proxy)
         else:
-            proxy.destroy()
+            _js.destroy_proxy(proxy)
     for t in created:
         if id(t) in survivor_ids:
             if tracker.scopes:  # returned tensors belong to the enclosing scope now

@@ -25,7 +25,7 @@ import asyncio
 import math
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -60,6 +60,35 @@ class NonFiniteLossError(FloatingPointError):
         ...     print("stopped")
         stopped
     """
+
+
+class FitGuard(Protocol):
+    """What fit asks of the layer that keeps it alive through device loss (recovery.Recovery,
+    which sits above this module): checkpoints at fit's start and after steps, and a recovery
+    when a step fails."""
+
+    async def begin(self, callbacks: list[Callback]) -> None: ...
+
+    async def after_step(self, callbacks: list[Callback]) -> None: ...
+
+    async def recover(self, exc: Exception, callbacks: list[Callback]) -> bool:
+        """True when `exc` came from a lost device and training state is restored (on the same
+        backend or the next one) for fit to continue from the trainer's restored cursor."""
+        ...
+
+
+class _FiredCallbacks:
+    """The furthest epoch and step whose callbacks ran, so steps replayed after a recovery do
+    not report twice."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, int] = {}
+
+    def first(self, hook: str, index: int) -> bool:
+        if index <= self.last.get(hook, -1):
+            return False
+        self.last[hook] = index
+        return True
 
 
 class DeviceStep:
@@ -466,6 +495,10 @@ class Trainer:
         accumulators = [await v.numpy() for v in state.variables()]
         return progress, np.array(accumulators, dtype=np.float32)
 
+    def saved_cursor(self) -> dict[str, Any]:
+        """The data cursor alone (epoch, batch, seed, batch_size, shuffle, samples)."""
+        return dict(self._cursor)
+
     def restore_progress(self, progress: dict[str, Any], accumulators: Any | None) -> None:
         """Restores a saved_progress: the next fit(resume=True) continues from that cursor."""
         self._cursor = dict(progress)
@@ -490,9 +523,11 @@ class Trainer:
         verbose: int = 0,
         initial_epoch: int = 0,
         resume: bool = False,
+        guard: FitGuard | None = None,
     ) -> History:
         """Keras-style fit, reporting into `history` (Sequential.fit makes it model.history).
-        resume=True continues from the cursor restored by restore_progress (load_checkpoint)."""
+        resume=True continues from the cursor restored by restore_progress (load_checkpoint);
+        `guard` (recovery.Recovery) checkpoints along the way and recovers from device loss."""
         model = self.model
         _require_compiled(model)
         epochs = _check_int(epochs, "epochs", 0)
@@ -551,48 +586,102 @@ class Trainer:
             "shuffle": shuffle,
             "samples": samples,
         }
-        backend = device.backend
-        # Where the backend can, steps after the first ones replay a recording instead of running
-        # Python per op; the results are the same (replay.py says when it falls back to eager).
+        fired = _FiredCallbacks()
         try:
             await call_hook(all_callbacks, "on_train_begin", {})
-            for epoch in range(initial_epoch, epochs):
-                if start_batch == 0:
-                    state.reset()
-                await call_hook(all_callbacks, "on_epoch_begin", epoch, {})
-                order = epoch_order(seed, epoch, samples, shuffle)
-                for batch in range(start_batch, steps):
-                    idx = order[batch * batch_size : (batch + 1) * batch_size]
-                    loss = device.step(xa[idx], ya[idx], micro=micro)
-                    self._cursor.update(epoch=epoch, batch=batch + 1)
-                    logs: dict[str, Any] = {"batch": batch, "size": len(idx)}
-                    if want_batch_logs:
-                        await _raise_if_bad(model, state, epoch)
-                        logs["loss"] = float(await loss.item())
-                    loss.dispose()
-                    await backend.end_step()
-                    await call_hook(all_callbacks, "on_batch_end", batch, logs)
-                    await asyncio.sleep(0)  # let other tasks of this event loop run
-                    if model.stop_training:
-                        break
-                start_batch = 0
-                await _raise_if_bad(model, state, epoch)
-                epoch_logs = await _read_logs(model, state)
-                if val is not None:
-                    epoch_logs.update(
-                        await _evaluate_arrays(model, *val, batch_size, prefix="val_")
+            if guard is not None:
+                await guard.begin(all_callbacks)
+            while True:
+                try:
+                    await self._epochs(
+                        device,
+                        xa,
+                        ya,
+                        val,
+                        all_callbacks,
+                        fired,
+                        guard,
+                        want_batch_logs,
+                        (initial_epoch, start_batch, epochs, steps, batch_size, seed, shuffle),
+                        verbose,
                     )
-                self._cursor.update(epoch=epoch + 1, batch=0)
-                if verbose:
-                    shown = " - ".join(f"{k}: {v:.4f}" for k, v in epoch_logs.items())
-                    print(f"Epoch {epoch + 1}/{epochs} - {shown}")
-                await call_hook(all_callbacks, "on_epoch_end", epoch, epoch_logs)
-                if model.stop_training:
                     break
+                except Exception as exc:
+                    # A lost GPU context or device: the guard restores its last checkpoint on the
+                    # backend it recovered (or the next one) and the epochs go on from there.
+                    if guard is None or not await guard.recover(exc, all_callbacks):
+                        raise
+                    device = self.device_step()
+                    device.reset_ok()
+                    device.state.reset()
+                    self._fitting = device.state
+                    initial_epoch, start_batch, seed = self._resume_cursor(
+                        device.state, batch_size, samples, shuffle
+                    )
             await call_hook(all_callbacks, "on_train_end", {})
         finally:
             self._fitting = None
         return history
+
+    async def _epochs(
+        self,
+        device: DeviceStep,
+        xa: np.ndarray,
+        ya: np.ndarray,
+        val: tuple[np.ndarray, np.ndarray] | None,
+        all_callbacks: list[Callback],
+        fired: _FiredCallbacks,
+        guard: FitGuard | None,
+        want_batch_logs: bool,
+        plan: tuple[int, int, int, int, int, int, bool],
+        verbose: int,
+    ) -> None:
+        """fit's epochs from (initial_epoch, start_batch) on. Where the backend can, steps after
+        the first ones replay a recording instead of running Python per op (replay.py says when
+        it falls back to eager). After a recovery fit runs this again from the restored cursor;
+        `fired` keeps callbacks from hearing a replayed step or epoch twice."""
+        model = self.model
+        initial_epoch, start_batch, epochs, steps, batch_size, seed, shuffle = plan
+        state = device.state
+        backend = device.backend
+        samples = len(xa)
+        micro = device.micro_batch(batch_size)  # per backend: a recovery may have switched it
+        for epoch in range(initial_epoch, epochs):
+            if start_batch == 0:
+                state.reset()
+            if fired.first("epoch_begin", epoch):
+                await call_hook(all_callbacks, "on_epoch_begin", epoch, {})
+            order = epoch_order(seed, epoch, samples, shuffle)
+            for batch in range(start_batch, steps):
+                idx = order[batch * batch_size : (batch + 1) * batch_size]
+                loss = device.step(xa[idx], ya[idx], micro=micro)
+                self._cursor.update(epoch=epoch, batch=batch + 1)
+                logs: dict[str, Any] = {"batch": batch, "size": len(idx)}
+                if want_batch_logs:
+                    await _raise_if_bad(model, state, epoch)
+                    logs["loss"] = float(await loss.item())
+                loss.dispose()
+                await backend.end_step()
+                if fired.first("batch_end", epoch * steps + batch):
+                    await call_hook(all_callbacks, "on_batch_end", batch, logs)
+                if guard is not None:
+                    await guard.after_step(all_callbacks)
+                await asyncio.sleep(0)  # let other tasks of this event loop run
+                if model.stop_training:
+                    break
+            start_batch = 0
+            await _raise_if_bad(model, state, epoch)
+            epoch_logs = await _read_logs(model, state)
+            if val is not None:
+                epoch_logs.update(await _evaluate_arrays(model, *val, batch_size, prefix="val_"))
+            self._cursor.update(epoch=epoch + 1, batch=0)
+            if fired.first("epoch_end", epoch):
+                if verbose:
+                    shown = " - ".join(f"{k}: {v:.4f}" for k, v in epoch_logs.items())
+                    print(f"Epoch {epoch + 1}/{epochs} - {shown}")
+                await call_hook(all_callbacks, "on_epoch_end", epoch, epoch_logs)
+            if model.stop_training:
+                break
 
     async def train_on_batch(
         self, x: Any, y: Any, return_dict: bool = False

@@ -33,7 +33,7 @@ before = (await pib.relu(t).numpy()).tolist()
 pending = asyncio.ensure_future(pib.exp(t).numpy())
 await asyncio.sleep(0)  # the read is now waiting on its fence in bridge.js
 pending_reads = backend.queue.engine.pendingReads.size
-backend.lose_context()
+backend.lose_device(restore=False, restore_after_s=0.0)
 {{
     "before": before,
     "pending_reads": pending_reads,

@@ -259,7 +259,7 @@ def test_a_lost_device_rejects_reads_and_is_an_event(engine_page: EnginePage) ->
     message = engine_page.run(
         "from py_in_browser.runtime import current_backend\n"
         "t = pib.tensor([1.0])\n"
-        "current_backend().destroy_device()\n"
+        "current_backend().lose_device(restore=False, restore_after_s=0.0)\n"
         "import asyncio\n"
         "await asyncio.sleep(0.1)\n"
         "try:\n"

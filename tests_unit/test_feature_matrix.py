@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import py_in_browser as pib
-from py_in_browser import callbacks, layers, losses, optimizers, training
+from py_in_browser import callbacks, layers, losses, optimizers, recovery, training
 from py_in_browser.interop import tfjs
 from py_in_browser.nn import activations, initializers
 from py_in_browser.nn import metrics as metric_lib
@@ -100,11 +100,13 @@ def public_surface() -> set[str]:
         for name, value in vars(pib.Sequential).items()
         if inspect.isfunction(value) and (not name.startswith("_") or name == "__call__")
     }
-    surface |= {  # Sequential.fit(x, y, **options) hands its options to the Trainer
+    surface |= {  # Sequential.fit(x, y, **options) hands recovery's options to it, the rest
+        # to the Trainer (with `guard`, the recovery object itself, not a user option)
         f"fit-option:{name}"
         for name, p in parameters(training.Trainer.fit).items()
-        if p.default is not p.empty
+        if p.default is not p.empty and name != "guard"
     }
+    surface |= {f"fit-option:{name}" for name in recovery.FIT_OPTIONS}
     return surface
 
 

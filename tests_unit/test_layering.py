@@ -31,8 +31,9 @@ FIRST_PARTY = (*PLACED_PACKAGES, "tests_e2e", "tests_unit")
 LAYERS: list[tuple[str, ...]] = [
     # Leaves: runtime events (which the backends record) and the only module that touches `js`.
     ("py_in_browser.events", "py_in_browser._js", "py_in_browser.limits"),
-    # Training permits: signed bounds checked against the caps.
-    ("py_in_browser.permits",),
+    # Training permits: signed bounds checked against the caps; the page's visibility and the
+    # worker's IndexedDB checkpoints, which recovery.py uses.
+    ("py_in_browser.permits", "py_in_browser.visibility", "py_in_browser.persist"),
     # The fused-program IR: data that the op table checks and every backend compiles.
     ("py_in_browser.fusion",),
     # The Backend interface and kernel registry, then the backends, which know nothing of tensors.
@@ -75,6 +76,9 @@ LAYERS: list[tuple[str, ...]] = [
     # Model interop converts model files (bytes): TF.js both ways (used by the model), and ONNX
     # out, which imports the onnx package and is imported only by the CLI and tests.
     ("py_in_browser.interop", "py_in_browser.interop.tfjs", "py_in_browser.interop.onnx_export"),
+    # Recovery from a lost GPU device: host checkpoints during fit, restored on a new backend.
+    # pib.debug's fault injection sits beside it.
+    ("py_in_browser.recovery", "py_in_browser.debug"),
     ("py_in_browser.model",),
     # The public facade, then what consumes it: the browser worker and the shared test workloads.
     ("py_in_browser",),

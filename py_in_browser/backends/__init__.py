@@ -132,6 +132,25 @@ class Backend:
         times come from GPU queries instead)."""
         return {"timing": "wall"}
 
+    # ---- device loss (GPU backends; recovery.py drives this protocol) ----
+
+    def is_lost(self) -> bool:
+        """Whether the device under this backend is gone (a lost WebGL context, a lost GPUDevice)."""
+        return False
+
+    def lose_device(self, restore: bool, restore_after_s: float) -> None:
+        """Injects a real loss of this backend's device (pib.debug.lose_device); with restore,
+        the browser gives it back after restore_after_s where the backend can ask for that."""
+        raise RuntimeError(f"backend {self.name!r} has no device to lose")
+
+    async def recovered(self, timeout_s: float) -> Backend | None:
+        """After a loss: a new backend of this kind started on the device the browser gave back
+        (a restored context, a fresh adapter and device), or None if none came within timeout_s."""
+        return None
+
+    def detach(self) -> None:
+        """Releases the JS objects this backend holds (its listeners' proxies) once it is lost."""
+
     # ---- step recording (only where supports_replay) ----
 
     def begin_recording(self) -> None:

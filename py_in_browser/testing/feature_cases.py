@@ -128,6 +128,21 @@ async def fit_validation_split(make: ModelFactory, data: Arrays) -> dict[str, An
     return await trained(model, history)
 
 
+async def fit_recovery_options(make: ModelFactory, data: Arrays) -> dict[str, Any]:
+    """Recovery checkpoints every 2 steps and training on while hidden change no number: the
+    result equals a plain fit's (the recovery tests lose the device for real)."""
+    model = make()
+    history = await model.fit(
+        *data,
+        epochs=EPOCHS,
+        batch_size=BATCH,
+        recovery_every=2,
+        recovery_timeout_s=5.0,
+        on_hidden="continue",
+    )
+    return await trained(model, history)
+
+
 async def fit_validation_data_early_stopping(make: ModelFactory, data: Arrays) -> dict[str, Any]:
     """val_loss cannot improve by 100, so training stops after the second epoch of four and the
     first epoch's weights come back: the decision does not hinge on float rounding."""
@@ -733,6 +748,21 @@ CASES: list[FeatureCase] = [
         classes,
         "fit-option:validation_split",
         fit_validation_split,
+    ),
+    case(
+        "recovery_options",
+        model_of(
+            lambda: [
+                layers.Dense(4, activation="relu", input_shape=(3,)),
+                layers.Dense(CLASSES, activation="softmax"),
+            ],
+            lambda: optimizers.Adam(0.01),
+            "sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        ),
+        classes,
+        "fit-option:recovery_every fit-option:recovery_timeout_s fit-option:on_hidden",
+        fit_recovery_options,
     ),
     case(
         "validation_data_early_stopping",

@@ -2,6 +2,7 @@
 import { probeGPU } from "./gpu-probe.js";
 
 let runner = null; // py_in_browser._worker, once the engine is loaded
+let hidden = false; // the page's visibility, told by pib-client.js; handed to the engine at boot
 
 // Binary data the page hands to Python without spelling it into code (the app's pixels, model
 // files): Python takes it with js.pibInbox.get(key). Messages are handled in order, so a runPython
@@ -62,6 +63,7 @@ async function boot({ backend }) {
     const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
     pyodide.unpackArchive(wheel, "wheel", { extractDir: sitePackages });
     runner = pyodide.pyimport("py_in_browser._worker");
+    runner.set_hidden(hidden);
     return runner.boot(backend ?? null);
   });
   post({ type: "ready", backend: chosen, environment, python: runner.python_version() });
@@ -83,5 +85,8 @@ self.onmessage = ({ data }) => {
     run(data);
   } else if (data.type === "put") {
     self.pibInbox.set(data.key, data.value);
+  } else if (data.type === "visibility") {
+    hidden = data.hidden;
+    runner?.set_hidden(hidden);
   }
 };

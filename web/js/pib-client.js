@@ -71,6 +71,10 @@ export function startEngine({ onStage = () => {} } = {}) {
       reject(failure);
     };
     worker.postMessage({ type: "boot", backend: requested });
+    // The worker cannot see the page's visibility: tell it, so fit pauses on hidden tabs.
+    const tellVisibility = () => worker?.postMessage({ type: "visibility", hidden: document.hidden });
+    document.addEventListener("visibilitychange", tellVisibility);
+    tellVisibility();
   });
   return pib;
 }

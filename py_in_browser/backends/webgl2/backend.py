@@ -42,6 +42,8 @@ class WebGL2Backend(Backend):
         self.probed: dict[str, Any] = {}
         self.draw_buffers = 1  # render targets one draw can write (block matmuls)
         self._on_lost: Any = None
+        # The canvas of a lost backend whose context the browser restored: start() builds here.
+        self.restored_canvas: Any = None
 
     @property
     def pool(self) -> TexturePool:
@@ -60,7 +62,8 @@ class WebGL2Backend(Backend):
 
     async def start(self) -> None:
         bridge = await _js.load_bridge(__package__, "bridge.js")
-        engine = self.queue.engine = bridge.createEngine(wire.protocol())
+        engine = self.queue.engine = bridge.createEngine(wire.protocol(), self.restored_canvas)
+        self.restored_canvas = None
         self._on_lost = _js.create_proxy(self.lost_event, persistent=True)
         engine.onLost = self._on_lost
         self.probed = json.loads(engine.capabilities())
@@ -92,7 +95,8 @@ class WebGL2Backend(Backend):
     def close(self) -> None:
         """Releases the context at once (browsers cap live contexts); no runtime event."""
         self.queue.engine.onLost = None
-        self._on_lost.destroy()
+        _js.destroy_proxy(self._on_lost)
+        self._on_lost = None
         self.queue.call("loseContext")
 
     def software_renderer(self) -> str | None:
@@ -235,12 +239,33 @@ class WebGL2Backend(Backend):
     def drop_recording(self, recording: Recording) -> None:
         self.recorder.drop(recording)
 
-    # ---- context loss (context.py): a clear error and a runtime event ----
+    # ---- context loss (context.py records it; recovery.py rebuilds on the restored context) ----
 
     def lost_event(self) -> None:
         """bridge.js calls this when the browser reports webglcontextlost."""
         self.queue.context.record(self.queue.flushes)
 
-    def lose_context(self) -> None:
-        """Debug hook: makes the browser really drop this backend's WebGL context."""
-        self.queue.call("loseContext")
+    def is_lost(self) -> bool:
+        return self.queue.context.recorded or bool(self.queue.engine.lost)
+
+    def lose_device(self, restore: bool, restore_after_s: float) -> None:
+        """WEBGL_lose_context.loseContext(); with restore, restoreContext() in a later task."""
+        self.queue.call("loseContext", restore_after_s * 1000.0 if restore else -1)
+
+    async def recovered(self, timeout_s: float) -> WebGL2Backend | None:
+        """Waits for webglcontextrestored, then starts a new backend on the same canvas: every
+        program, texture and recording is made again there (the old ones died with the context)."""
+        engine = self.queue.engine
+        if not await engine.whenRestored(timeout_s * 1000.0):
+            return None
+        engine.detach()
+        fresh = WebGL2Backend(self.limits)
+        fresh.restored_canvas = engine.canvas
+        await fresh.start()
+        return fresh
+
+    def detach(self) -> None:
+        if self._on_lost is not None:
+            self.queue.engine.detach()
+            _js.destroy_proxy(self._on_lost)
+            self._on_lost = None

@@ -86,9 +86,11 @@ export class DrawTimer {
   }
 }
 
-// `protocolJson`: wire.protocol(), the constants Python and this file share.
-export function createEngine(protocolJson) {
-  return new Engine(JSON.parse(protocolJson));
+// `protocolJson`: wire.protocol(), the constants Python and this file share. `canvas`: the
+// OffscreenCanvas of an engine whose context was lost and then restored (recovery rebuilds every
+// resource on it), or undefined for a new one.
+export function createEngine(protocolJson, canvas) {
+  return new Engine(JSON.parse(protocolJson), canvas);
 }
 
 // {name: position} for a list of field names.
@@ -97,13 +99,13 @@ function positions(names) {
 }
 
 class Engine {
-  constructor(protocol) {
+  constructor(protocol, canvas) {
     if (protocol.read_channels !== 4) throw new Error("readPixels of float textures reads RGBA: read_channels must be 4");
     this.protocol = protocol;
     this.op = protocol.opcodes;
     // Where each command keeps each field: this.at.draw.key, this.at.input.repeat, ...
     this.at = Object.fromEntries(Object.entries(protocol.fields).map(([kind, names]) => [kind, positions(names)]));
-    this.canvas = new OffscreenCanvas(1, 1);
+    this.canvas = canvas ?? new OffscreenCanvas(1, 1);
     const gl = this.canvas.getContext("webgl2", {
       alpha: true, antialias: false, depth: false, stencil: false,
       premultipliedAlpha: false, preserveDrawingBuffer: false, powerPreference: "high-performance",
@@ -113,12 +115,21 @@ class Engine {
     this.lostEvent = false;
     this.onLost = null; // set by Python: records the runtime event as soon as the browser says so
     this.pendingReads = new Set();
-    this.canvas.addEventListener("webglcontextlost", (event) => {
+    this.restored = false;
+    this.whenRestoredResolve = null;
+    // preventDefault tells the browser this page handles the loss, so it may restore the context.
+    this.lostListener = (event) => {
       event.preventDefault();
       this.lostEvent = true;
       this.rejectPendingReads();
       if (this.onLost) this.onLost();
-    });
+    };
+    this.restoredListener = () => {
+      this.restored = true;
+      if (this.whenRestoredResolve) this.whenRestoredResolve(true);
+    };
+    this.canvas.addEventListener("webglcontextlost", this.lostListener);
+    this.canvas.addEventListener("webglcontextrestored", this.restoredListener);
     this.ext = {
       colorBufferFloat: gl.getExtension("EXT_color_buffer_float"),
       colorBufferHalf: gl.getExtension("EXT_color_buffer_half_float"),
@@ -535,10 +546,33 @@ class Engine {
     return "ok";
   }
 
-  // Debug hook (tests): makes the browser really drop this context. No restore: recovery is a
-  // later issue, so the engine only has to fail clearly.
-  loseContext() {
-    if (!this.ext.loseContext) throw new Error("WEBGL_lose_context is not available");
-    this.ext.loseContext.loseContext();
+  // Fault injection (pib.debug.lose_device): makes the browser really drop this context and,
+  // when restoreAfterMs >= 0, restore it that much later (restoreContext must run in a later task).
+  loseContext(restoreAfterMs) {
+    const ext = this.ext.loseContext;
+    if (!ext) throw new Error("WEBGL_lose_context is not available");
+    ext.loseContext();
+    if (restoreAfterMs >= 0) setTimeout(() => ext.restoreContext(), restoreAfterMs);
+  }
+
+  // Resolves true once webglcontextrestored fired (at once if it already did), false after
+  // timeoutMs without it.
+  whenRestored(timeoutMs) {
+    if (this.restored) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(false), timeoutMs);
+      this.whenRestoredResolve = (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      };
+    });
+  }
+
+  // Stops listening on the canvas: a restored canvas passes to the engine recovery builds on it.
+  detach() {
+    this.canvas.removeEventListener("webglcontextlost", this.lostListener);
+    this.canvas.removeEventListener("webglcontextrestored", this.restoredListener);
+    this.onLost = null;
+    this.whenRestoredResolve = null;
   }
 }

@@ -1,4 +1,5 @@
-"""WebGL context loss: one runtime event when the browser drops the context, then a clear error."""
+"""WebGL context loss: one runtime event when the browser drops the context, then a clear error
+(fit catches it and recovers: recovery.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,6 @@ class ContextLoss:
     def fail(self, flushes: int) -> NoReturn:
         self.record(flushes)
         raise WebGLContextLostError(
-            "webgl2: the WebGL context was lost; tensors on it are gone (recovery is not "
-            "implemented yet: re-run pib.init and reload weights)"
+            "webgl2: the WebGL context was lost; tensors on it are gone (fit recovers by "
+            "itself; elsewhere re-run pib.init and reload weights)"
         )

@@ -3,6 +3,7 @@ command lists, one submit per flush, training steps recorded once and replayed f
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -139,7 +140,8 @@ class WebGPUBackend(Backend):
         """Destroys the device. Its lost signal then calls a destroyed proxy, which throws into
         the bridge's ignored rejection: no device_lost runtime event for a closed candidate."""
         self.engine.destroyDevice()
-        self._on_lost.destroy()
+        _js.destroy_proxy(self._on_lost)
+        self._on_lost = None
         self.engine = None
 
     def software_renderer(self) -> str | None:
@@ -511,9 +513,29 @@ class WebGPUBackend(Backend):
 
     # ---- faults ----
 
-    def destroy_device(self) -> None:
-        """GPUDevice.destroy(): the fault pib.debug.lose_device injects."""
+    def is_lost(self) -> bool:
+        return self.engine is not None and self.engine.lost is not None
+
+    def lose_device(self, restore: bool, restore_after_s: float) -> None:
+        """GPUDevice.destroy(). Nothing restores a destroyed device: recovery asks for a new
+        adapter and device (the old adapter is consumed), so `restore` has nothing to do here."""
+        self.js_calls += 1
         self.engine.destroyDevice()
+
+    async def recovered(self, timeout_s: float) -> WebGPUBackend | None:
+        """A new backend on a fresh adapter and device, or None if none came within timeout_s."""
+        fresh = WebGPUBackend(self.limits)
+        try:
+            await asyncio.wait_for(fresh.start(), timeout_s)
+        except Exception:  # no adapter, a refused device or a timeout: the next backend takes over
+            fresh.detach()
+            return None
+        return fresh
+
+    def detach(self) -> None:
+        if self._on_lost is not None:
+            _js.destroy_proxy(self._on_lost)
+            self._on_lost = None
 
 
 def bridge_protocol() -> str:
