@@ -180,7 +180,8 @@ class Recovery:
             reason = f"{len(times) + 1} losses within {DEMOTE_WINDOW_S:.0f} s"
         else:
             fresh = await lost.recovered(self.timeout_s)
-            if fresh is not None and await fresh.self_test():
+            if fresh is not None and (await fresh.self_test()).passed:
+                await fresh.prepare()  # the warm-up init gives the backend it keeps
                 runtime.use_backend(fresh)
                 return fresh
             reason = f"the device did not come back within {self.timeout_s} s"

@@ -7,9 +7,12 @@ Screenshots of each stage go to test-results/app/ (git-ignored).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
+import zipfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Request
 
+import py_in_browser as pib
 from tests_e2e.app_gestures import CLASSES, gesture_set, png
 from tests_e2e.conftest import BOOT_TIMEOUT_MS
 
@@ -200,6 +204,25 @@ def test_collect_train_and_predict_three_gestures(
     print(f"collect + train + predict: {time.perf_counter() - started:.1f} s")
 
 
+def assert_tfjs_export_predicts_as(tfjs_zip: Path, model_file: Path) -> None:
+    """The exported TF.js files (read back by the converter tf.loadLayersModel is checked
+    against in test_interop_tfjs) hold the same model as the downloaded model file."""
+    with zipfile.ZipFile(tfjs_zip) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    assert "model.json" in files and any(name.endswith(".bin") for name in files)
+
+    async def both() -> tuple[np.ndarray, np.ndarray]:
+        ours = await pib.load_model(model_file.read_bytes())
+        theirs = await pib.load_tfjs(files)
+        assert ours.input_shape is not None
+        x = np.random.default_rng(0).random((4, *ours.input_shape), dtype=np.float32)
+        return (await (await ours.predict(x)).numpy(), await (await theirs.predict(x)).numpy())
+
+    with ThreadPoolExecutor(1) as pool:  # Playwright runs an event loop on this thread
+        expected, got = pool.submit(asyncio.run, both()).result()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+
+
 def test_save_reload_restore_predicts_the_same(
     app: AppSession, probes: dict[str, np.ndarray], tmp_path: Path
 ) -> None:
@@ -212,6 +235,11 @@ def test_save_reload_restore_predicts_the_same(
     model_file = tmp_path / "model.pibmodel"
     download_info.value.save_as(model_file)
     assert model_file.read_bytes()[:2] == b"PK"
+    with page.expect_download() as tfjs_info:
+        page.click("#export-tfjs")
+    tfjs_zip = tmp_path / "tfjs.zip"
+    tfjs_info.value.save_as(tfjs_zip)
+    assert_tfjs_export_predicts_as(tfjs_zip, model_file)
 
     page.reload()
     app.open()

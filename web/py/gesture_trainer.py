@@ -19,6 +19,7 @@ import numpy as np
 from pyodide.ffi import to_js  # type: ignore[import-not-found]
 
 import py_in_browser as pib
+from py_in_browser.interop import tfjs
 from py_in_browser.limits import DEFAULT_LIMITS
 from py_in_browser.model import loads
 
@@ -234,6 +235,12 @@ async def predict(key: str) -> dict[str, Any]:
 async def save() -> str:
     """The model file (model_file.py format) as base64, with labels and PREPROCESSING."""
     data = await session.model.save(labels=session.labels, preprocessing=PREPROCESSING)
+    return base64.b64encode(data).decode()
+
+
+async def export_tfjs() -> str:
+    """The model as a zip of TF.js Layers files (model.json + shard), as base64."""
+    data = await tfjs.export_zip(session.model, labels=session.labels, preprocessing=PREPROCESSING)
     return base64.b64encode(data).decode()
 
 

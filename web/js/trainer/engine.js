@@ -75,6 +75,12 @@ export class TrainerEngine {
     return Uint8Array.from(atob(encoded), (c) => c.charCodeAt(0));
   }
 
+  // The model as a zip of TensorFlow.js Layers files (model.json + weight shard), as bytes.
+  async exportTfjs() {
+    const encoded = await this.call("export_tfjs");
+    return Uint8Array.from(atob(encoded), (c) => c.charCodeAt(0));
+  }
+
   // Loads a model file; resolves to {labels, size, preprocessing}.
   loadFile(bytes) {
     const name = key("model");

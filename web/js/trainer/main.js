@@ -11,6 +11,7 @@ import { Storage } from "./storage.js";
 const RECORD_FPS = 10;
 const MAX_SAMPLES_PER_CLASS = 500;
 const MODEL_FILE_NAME = "gesture-classifier.pibmodel";
+const TFJS_ZIP_NAME = "gesture-classifier-tfjs.zip";
 const $ = (id) => document.getElementById(id);
 
 window.pib = startEngine();
@@ -214,7 +215,8 @@ function updateButtons() {
   const enoughData = trainableClasses().length >= 2;
   $("train").disabled = !ready || app.training || !enoughData;
   $("stop").disabled = !app.training;
-  $("save-browser").disabled = $("download").disabled = app.training || app.model === null;
+  $("save-browser").disabled = $("download").disabled = $("export-tfjs").disabled =
+    app.training || app.model === null;
   $("add-class").disabled = app.training;
 }
 
@@ -464,14 +466,22 @@ async function loadFromBrowser() {
   await modelLoaded(await engine.loadFile(saved.bytes), `saved ${saved.savedAt}`);
 }
 
-async function download() {
-  const bytes = await engine.save();
+function offerFile(bytes, name) {
   const url = URL.createObjectURL(new Blob([bytes], { type: "application/zip" }));
   const link = document.createElement("a");
   link.href = url;
-  link.download = MODEL_FILE_NAME;
+  link.download = name;
   link.click();
   setTimeout(() => URL.revokeObjectURL(url), 1000);
+}
+
+async function download() {
+  offerFile(await engine.save(), MODEL_FILE_NAME);
+}
+
+// A zip of model.json and its weight shard, which tf.loadLayersModel reads once unpacked.
+async function exportTfjs() {
+  offerFile(await engine.exportTfjs(), TFJS_ZIP_NAME);
 }
 
 async function loadFromFile(input) {
@@ -545,6 +555,7 @@ function wire() {
   $("save-browser").addEventListener("click", guarded(saveToBrowser));
   $("load-browser").addEventListener("click", guarded(loadFromBrowser));
   $("download").addEventListener("click", guarded(download));
+  $("export-tfjs").addEventListener("click", guarded(exportTfjs));
   $("model-file").addEventListener("change", (event) => loadFromFile(event.target));
   $("clear-data").addEventListener("click", guarded(clearAll));
   window.pib.events.addEventListener("train", (event) => showProgress(event.detail));
