@@ -1,11 +1,12 @@
 """py_in_browser: a Keras-like tensor and training engine that runs the same in CPython and Pyodide."""
 
-from . import callbacks, optimizers
+from . import callbacks, data, optimizers
 from .autograd import GradientTape, grad
 from .callbacks import Callback, EarlyStopping, History, LambdaCallback, ProgressCallback
 from .functional import (
     abs,
     add,
+    affine_sample,
     argmax,
     avg_pool2d,
     broadcast_to,
@@ -92,6 +93,7 @@ __all__ = [
     "abs",
     "activations",
     "add",
+    "affine_sample",
     "argmax",
     "available_backends",
     "avg_pool2d",
@@ -102,6 +104,7 @@ __all__ = [
     "clip",
     "concat",
     "conv2d",
+    "data",
     "div",
     "equal",
     "erf",

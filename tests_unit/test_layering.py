@@ -30,7 +30,13 @@ FIRST_PARTY = (*PLACED_PACKAGES, "tests_e2e", "tests_unit")
 # test_imports_have_no_cycles keeps those internal imports acyclic.
 LAYERS: list[tuple[str, ...]] = [
     # Leaves: runtime events (which the backends record) and the only module that touches `js`.
-    ("py_in_browser.events", "py_in_browser._js", "py_in_browser.limits"),
+    # The image preprocessing schema is data too (model files validate it).
+    (
+        "py_in_browser.events",
+        "py_in_browser._js",
+        "py_in_browser.limits",
+        "py_in_browser.preprocessing",
+    ),
     # Training permits: signed bounds checked against the caps.
     ("py_in_browser.permits",),
     # The fused-program IR: data that the op table checks and every backend compiles.
@@ -68,6 +74,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("py_in_browser.training",),
     ("py_in_browser.checkpoint", "py_in_browser.model_file"),
     ("py_in_browser.model",),
+    # Data for models: preprocessing on the device, frames from the page, top-k predictions.
+    ("py_in_browser.data.*",),
     # The public facade, then what consumes it: the browser worker and the shared test workloads.
     ("py_in_browser",),
     ("py_in_browser._worker", "py_in_browser.testing.*"),

@@ -3,6 +3,12 @@ import { probeGPU } from "./gpu-probe.js";
 
 let runner = null; // py_in_browser._worker, once the engine is loaded
 
+// Frames the page sends for the engine, by name: post {type: "bitmap", name, bitmap} with the
+// ImageBitmap in the transfer list, then runPython code that takes it with
+// pib.data.take_bitmap(name) (py_in_browser/_js.py). Messages arrive in order, so the frame is
+// here before code sent after it runs.
+self.pibBitmaps = new Map();
+
 // The engine's JS bridges ship inside its wheel; py_in_browser/_js.py imports them through this.
 self.pibImportModule = async (source) => {
   const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
@@ -76,5 +82,8 @@ self.onmessage = ({ data }) => {
     boot(data).catch((error) => post({ type: "boot-error", error: error.message ?? String(error) }));
   } else if (data.type === "run") {
     run(data);
+  } else if (data.type === "bitmap") {
+    self.pibBitmaps.get(data.name)?.close(); // a frame nobody took is replaced by the newer one
+    self.pibBitmaps.set(data.name, data.bitmap);
   }
 };

@@ -232,7 +232,7 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _POOL_DEFINES[arg] + _frag("pool"), 2 if arg == "max_grad" else 1
     if kind == "concat":
         return _concat(int(arg)), int(arg)
-    if kind in ("strided", "random_uniform"):
+    if kind in ("strided", "random_uniform", "image_rgb"):
         return _frag(kind), 1
     if kind in ("matmul_block", "conv2d_block", "block_interleave"):  # "nn_4x2", "4x2"
         variant, _, shape = arg.rpartition("_")
