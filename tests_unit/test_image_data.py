@@ -129,11 +129,11 @@ def test_random_augmentation_is_seeded_and_advances_per_batch() -> None:
     np.testing.assert_allclose(second, affine_sample_reference(images, params, (10, 10)), atol=1e-5)
     zoom = np.hypot(params[:, 0], params[:, 3])
     angle = np.arctan2(params[:, 3], params[:, 0])
-    assert ((0.8 <= zoom) & (zoom <= 1.2)).all() and (np.abs(angle) <= 0.05 * 2 * np.pi).all()
+    assert ((zoom >= 0.8) & (zoom <= 1.2)).all() and (np.abs(angle) <= 0.05 * 2 * np.pi).all()
     assert (np.abs(params[:, 2:6:3]) <= 0.4).all()  # shifts: 0.2 of the size, normalized
     np.testing.assert_allclose(params[:, 4], params[:, 0], rtol=1e-6)  # rotation and zoom only
     np.testing.assert_allclose(params[:, 1], -params[:, 3], rtol=1e-6)
-    assert ((0.8 <= params[:, 6]) & (params[:, 6] <= 1.2)).all()  # contrast
+    assert ((params[:, 6] >= 0.8) & (params[:, 6] <= 1.2)).all()  # contrast
 
 
 def test_random_augmentation_refuses_large_rotations() -> None:
