@@ -85,3 +85,22 @@ async def augmented_cnn_losses() -> tuple[list[float], int, int, int]:
     replayed = counts[1].get("steps_replayed", 0) - counts[0].get("steps_replayed", 0)
     calls = counts[1].get("js_calls", 0) - counts[0].get("js_calls", 0)
     return losses, replayed, calls, await augmentation.draw_count()
+
+
+def frame_classifier() -> pib.Sequential:
+    """A seeded 4-class softmax model over PREPROCESSINGS[0]'s inputs (the same weights in every
+    interpreter and on every backend)."""
+    height, width = PREPROCESSINGS[0]["size"]
+    model = pib.Sequential(
+        [layers.Flatten(), layers.Dense(4, activation="softmax", kernel_initializer="he_normal")],
+        seed=7,
+    )
+    model.build((height, width, 3))
+    return model
+
+
+async def classify_frame(name: str) -> dict[str, Any]:
+    """The live-prediction call on frame `name`: top 2 of frame_classifier() and its latency."""
+    return await pib.data.classify_bitmap(
+        frame_classifier(), name, PREPROCESSINGS[0], k=2, labels=["a", "b", "c", "d"]
+    )
