@@ -1,7 +1,7 @@
 """pib.data: camera frames and images into model inputs on the device, and top-k predictions.
 
 The gesture trainer's engine side. The page sends each frame to the engine's worker as a
-transferred ImageBitmap, then runs Python that takes it by name:
+transferred ImageBitmap, then runs Python that takes it by name::
 
     worker.postMessage({type: "bitmap", name: "frame", bitmap}, [bitmap]);   // no copy
     const top = await pib.runPython(
