@@ -499,7 +499,8 @@ class RandomAugmentation(Layer):
     the width and height (Keras' RandomTranslation), a brightness delta in [-brightness,
     brightness] of the value range and a contrast factor k in [1 - contrast, 1 + contrast].
     Output pixel p then samples the input at z R(angle) p + shift (normalized coordinates, edges
-    repeated; pib.affine_sample, one GPU kernel for the whole batch) and becomes
+    repeated; pib.affine_sample, one GPU kernel for the whole batch, after six draw kernels and
+    eight tiny fused ones that turn the draws into its (N, 8) params) and becomes
     (sample - mid) * k + mid + delta, mid the centre of `value_range` (Keras' RandomContrast
     scales around each image's mean instead). At inference (validation, evaluate, predict) the
     layer passes its input through.
