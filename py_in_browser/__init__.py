@@ -63,7 +63,7 @@ from .functional import (
     zeros,
     zeros_like,
 )
-from .model import Sequential, load_model
+from .model import Sequential, load_model, load_tfjs
 from .nn import activations, initializers, layers, losses, metrics
 from .runtime import (
     available_backends,
@@ -126,6 +126,7 @@ __all__ = [
     "less",
     "less_equal",
     "load_model",
+    "load_tfjs",
     "log",
     "log_softmax",
     "losses",

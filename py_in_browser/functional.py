@@ -162,7 +162,9 @@ def minimum(a: Any, b: Any) -> Tensor:
     """
     a, b = _pair(a, b)
     a, b = _broadcast(a, b)
-    return call("where", call("less", a, b), a, b)
+    # -max(-a, -b): a NaN on either side wins as in numpy (a where on less(a, b) lost a's NaN);
+    # ties still send the gradient to b.
+    return call("neg", call("maximum", call("neg", a), call("neg", b)))
 
 
 def less(a: Any, b: Any) -> Tensor:

@@ -9,6 +9,7 @@ import numpy as np
 
 from . import checkpoint, model_file, optimizers, training
 from .callbacks import History
+from .interop import tfjs
 from .nn import activations, losses
 from .nn import metrics as metric_lib
 from .nn.layers import Layer
@@ -439,6 +440,34 @@ class Sequential:
             self, labels=labels, preprocessing=preprocessing, description=description
         )
 
+    async def export_tfjs(
+        self,
+        *,
+        quantize: str | None = None,
+        labels: list[str] | None = None,
+        preprocessing: dict[str, Any] | None = None,
+        description: str = "",
+    ) -> dict[str, str | bytes]:
+        """The model as a TensorFlow.js Layers model: {"model.json": text,
+        "group1-shard1of1.bin": bytes}, which tf.loadLayersModel reads (format:
+        py_in_browser/interop/tfjs.py). quantize="float16" halves the weight bytes (as the TF.js
+        converter's --quantize_float16; weights round to half precision). labels, preprocessing
+        and description travel in model.json's userDefinedMetadata, so `pib.load_tfjs` gets the
+        same model file back. `py_in_browser.interop.tfjs.write_folder` writes the files to a
+        folder (CPython), `tfjs.export_zip` zips them.
+
+        Example:
+            >>> model = pib.Sequential([pib.layers.Dense(2, input_shape=(3,), name="dense")])
+            >>> files = await model.export_tfjs()
+            >>> import json
+            >>> json.loads(files["model.json"])["weightsManifest"][0]["weights"][0]
+            {'name': 'dense/kernel', 'shape': [3, 2], 'dtype': 'float32'}
+            >>> len((await model.export_tfjs(quantize="float16"))["group1-shard1of1.bin"])
+            16
+        """
+        blob = await self.save(labels=labels, preprocessing=preprocessing, description=description)
+        return tfjs.from_model_file(blob, quantize=quantize)
+
 
 def loads(data: bytes) -> tuple[Sequential, model_file.ModelHeader]:
     """A built Sequential and the file's header (labels, input shape, preprocessing) from a
@@ -469,3 +498,19 @@ async def load_model(data: bytes) -> Sequential:
         [(3, 2), (2,)]
     """
     return loads(data)[0]
+
+
+async def load_tfjs(source: Any) -> Sequential:
+    """A TensorFlow.js Layers model as a built Sequential with its weights: `source` is the
+    files ({"model.json": text or bytes, "<shard>.bin": bytes, ...}), the URL of a model.json
+    (fetched in the browser; shards next to it) or, in CPython, a folder or model.json path.
+    An unsupported layer or setting, a missing shard or a weight of the wrong shape raises
+    py_in_browser.interop.tfjs.FormatError (a ModelFileError) naming it.
+
+    Example:
+        >>> model = pib.Sequential([pib.layers.Dense(2, input_shape=(3,))])
+        >>> loaded = await pib.load_tfjs(await model.export_tfjs())
+        >>> [w.shape for w in await loaded.get_weights()]
+        [(3, 2), (2,)]
+    """
+    return loads(tfjs.to_model_file(await tfjs.read_source(source)))[0]

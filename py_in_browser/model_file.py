@@ -2,7 +2,8 @@
 
 Format "py_in_browser.model", version 1. The app publishes it, the server's registry stores it
 (after `read_header`), and the TF.js / ONNX exporters read the same description. A zip (members
-stored uncompressed) with exactly two members:
+stored uncompressed, dated 1980-01-01 so one model always gives the same bytes) with exactly two
+members:
 
 model.json  a JSON object:
     format        "py_in_browser.model"
@@ -27,19 +28,7 @@ model.json  a JSON object:
                   beta, moving_mean, moving_variance)
 weights.bin the weights, little-endian float32, back to back at the manifest's offsets.
 
-Layer configs (the keys each layer's constructor takes, plus Keras' fixed keys):
-    Dense                  units, activation, use_bias, kernel_initializer, bias_initializer
-    Conv2D                 filters, kernel_size, strides, padding, activation, use_bias,
-                           kernel_initializer, bias_initializer, data_format, dilation_rate
-    MaxPooling2D, AveragePooling2D   pool_size, strides, padding, data_format
-    GlobalAveragePooling2D data_format
-    Flatten                data_format
-    Activation             activation
-    Dropout                rate, seed
-    BatchNormalization     axis, momentum, epsilon, center, scale
-    RandomAugmentation     translation, zoom, rotation, brightness, contrast, value_range, seed
-                           (active in training only; the file keeps it so training can resume)
-Every config also has name, trainable (true) and dtype ("float32").
+Layer configs: see layer_configs.py.
 
 `read_header` validates all of it, the caps of limits.py included, without creating tensors
 (the server uses it on uploads); `read` also returns the layers (unbuilt) and weight arrays that
@@ -55,13 +44,18 @@ import math
 import struct
 import zipfile
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from . import preprocessing
+from .layer_configs import (
+    MAX_NAME_CHARS,
+    LayerConfigError,
+    layer_config,
+    layer_from_config,
+)
 from .limits import (
     DEFAULT_LIMITS,
     LimitExceededError,
@@ -70,17 +64,18 @@ from .limits import (
     validate_input_shape,
     validate_model,
 )
-from .nn import activations, initializers
 from .nn import layers as L
 
 FORMAT = "py_in_browser.model"
 VERSION = 1
 HEADER_MEMBER, WEIGHTS_MEMBER = "model.json", "weights.bin"
 MAX_HEADER_BYTES = 1024 * 1024
-MAX_NAME_CHARS, MAX_DESCRIPTION_CHARS = 100, 2000
+MAX_DESCRIPTION_CHARS = 2000
 MAX_LABELS, MAX_LABEL_CHARS = 1000, 100
 MAX_PREPROCESSING_BYTES = 16 * 1024
 ZIP_MAGIC = b"PK\x03\x04"
+# Every member carries this date, so one model always gives the same bytes (and registry ETag).
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 # What zipfile raises on damaged archives (found by fuzzing: versions, methods, short reads).
 ZIP_ERRORS = (
     zipfile.BadZipFile,
@@ -97,190 +92,6 @@ Shape = tuple[int, ...]
 
 class ModelFileError(ValueError):
     """A model file that is not well formed or is over a cap; the message names the problem."""
-
-
-# ---- layers <-> Keras-style configs ----
-
-
-def _activation_name(fn: Any) -> str:
-    name = activations.name_of(fn)
-    if name not in activations.ACTIVATIONS:
-        raise ModelFileError(f"custom activation {name!r} cannot be saved; use a named one")
-    return name
-
-
-def _initializer_name(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    for name, fn in initializers.INITIALIZERS.items():
-        if fn is value:
-            return name
-    raise ModelFileError(f"custom initializer {value!r} cannot be saved; use a named one")
-
-
-def _dense_config(layer: Any) -> dict[str, Any]:
-    return {
-        "units": layer.units,
-        "activation": _activation_name(layer.activation),
-        "use_bias": layer.use_bias,
-        "kernel_initializer": _initializer_name(layer.kernel_initializer),
-        "bias_initializer": _initializer_name(layer.bias_initializer),
-    }
-
-
-def _conv_config(layer: Any) -> dict[str, Any]:
-    return {
-        "filters": layer.filters,
-        "kernel_size": list(layer.kernel_size),
-        "strides": list(layer.strides),
-        "padding": layer.padding,
-        "activation": _activation_name(layer.activation),
-        "use_bias": layer.use_bias,
-        "kernel_initializer": _initializer_name(layer.kernel_initializer),
-        "bias_initializer": _initializer_name(layer.bias_initializer),
-    }
-
-
-def _pool_config(layer: Any) -> dict[str, Any]:
-    return {
-        "pool_size": list(layer.pool_size),
-        "strides": list(layer.strides),
-        "padding": layer.padding,
-    }
-
-
-def _kernel_and_bias(kernel: Shape, bias: int, config: dict[str, Any]) -> list[tuple[str, Shape]]:
-    return [("kernel", kernel)] + ([("bias", (bias,))] if config["use_bias"] else [])
-
-
-def _dense_weights(config: dict[str, Any], shape: Shape) -> list[tuple[str, Shape]]:
-    return _kernel_and_bias((shape[-1], config["units"]), config["units"], config)
-
-
-def _conv_weights(config: dict[str, Any], shape: Shape) -> list[tuple[str, Shape]]:
-    if len(shape) != 3:
-        raise ModelFileError(f"Conv2D expects (height, width, channels) inputs, got {shape}")
-    kernel = (*config["kernel_size"], shape[-1], config["filters"])
-    return _kernel_and_bias(kernel, config["filters"], config)
-
-
-def _batch_norm_weights(config: dict[str, Any], shape: Shape) -> list[tuple[str, Shape]]:
-    channels = (shape[-1],)
-    names = (["gamma"] if config["scale"] else []) + (["beta"] if config["center"] else [])
-    return [(name, channels) for name in [*names, "moving_mean", "moving_variance"]]
-
-
-def _no_weights(config: dict[str, Any], shape: Shape) -> list[tuple[str, Shape]]:
-    return []
-
-
-@dataclass(frozen=True)
-class LayerSpec:
-    """How one layer class is written: its Keras class name, the constructor's arguments read
-    back from a layer, Keras' fixed keys (written, and required to match when read) and the
-    weights (name, shape) it creates for an input shape."""
-
-    cls: type[L.Layer]
-    class_name: str
-    arguments: Callable[[Any], dict[str, Any]]
-    fixed: dict[str, Any]
-    weights: Callable[[dict[str, Any], Shape], list[tuple[str, Shape]]]
-
-
-CHANNELS_LAST = {"data_format": "channels_last"}
-LAYER_SPECS = [
-    LayerSpec(L.Dense, "Dense", _dense_config, {}, _dense_weights),
-    LayerSpec(
-        L.Conv2D, "Conv2D", _conv_config, {**CHANNELS_LAST, "dilation_rate": [1, 1]}, _conv_weights
-    ),
-    LayerSpec(L.MaxPool2D, "MaxPooling2D", _pool_config, CHANNELS_LAST, _no_weights),
-    LayerSpec(L.AveragePooling2D, "AveragePooling2D", _pool_config, CHANNELS_LAST, _no_weights),
-    LayerSpec(
-        L.GlobalAveragePooling2D, "GlobalAveragePooling2D", lambda _: {}, CHANNELS_LAST, _no_weights
-    ),
-    LayerSpec(L.Flatten, "Flatten", lambda _: {}, CHANNELS_LAST, _no_weights),
-    LayerSpec(
-        L.Activation,
-        "Activation",
-        lambda layer: {"activation": _activation_name(layer.activation)},
-        {},
-        _no_weights,
-    ),
-    LayerSpec(
-        L.Dropout,
-        "Dropout",
-        lambda layer: {"rate": layer.rate, "seed": layer.explicit_seed},
-        {},
-        _no_weights,
-    ),
-    LayerSpec(
-        L.BatchNormalization,
-        "BatchNormalization",
-        lambda layer: {
-            "momentum": layer.momentum,
-            "epsilon": layer.epsilon,
-            "center": layer.center,
-            "scale": layer.scale,
-        },
-        {"axis": -1},
-        _batch_norm_weights,
-    ),
-    LayerSpec(
-        L.RandomAugmentation,
-        "RandomAugmentation",
-        lambda layer: {
-            "translation": layer.translation,
-            "zoom": layer.zoom,
-            "rotation": layer.rotation,
-            "brightness": layer.brightness,
-            "contrast": layer.contrast,
-            "value_range": list(layer.value_range),
-            "seed": layer.explicit_seed,
-        },
-        {},
-        _no_weights,
-    ),
-]
-SPEC_BY_CLASS = {spec.cls: spec for spec in LAYER_SPECS}
-SPEC_BY_NAME = {spec.class_name: spec for spec in LAYER_SPECS}
-COMMON = {"trainable": True, "dtype": "float32"}
-
-
-def layer_config(layer: L.Layer) -> dict[str, Any]:
-    """{"class_name", "config"} of one layer, in Keras' form."""
-    spec = SPEC_BY_CLASS.get(type(layer))
-    if spec is None:
-        raise ModelFileError(f"layer type {type(layer).__name__} cannot be saved")
-    config = {"name": layer.name, **COMMON, **spec.fixed, **spec.arguments(layer)}
-    return {"class_name": spec.class_name, "config": config}
-
-
-def layer_from_config(entry: Any, index: int) -> tuple[L.Layer, LayerSpec, dict[str, Any]]:
-    """A fresh (unbuilt) layer from its {"class_name", "config"}; its spec and constructor args."""
-    where = f"layer {index}"
-    if not isinstance(entry, dict) or set(entry) != {"class_name", "config"}:
-        raise ModelFileError(f"{where}: expected an object with class_name and config")
-    spec = SPEC_BY_NAME.get(entry["class_name"])
-    if spec is None:
-        raise ModelFileError(
-            f"{where}: unknown layer type {entry['class_name']!r}; known: {sorted(SPEC_BY_NAME)}"
-        )
-    config = dict(entry["config"]) if isinstance(entry["config"], dict) else None
-    if config is None:
-        raise ModelFileError(f"{where} ({spec.class_name}): config must be an object")
-    config.pop("batch_input_shape", None)
-    for key, value in {**COMMON, **spec.fixed}.items():
-        if config.pop(key, None) != value:
-            raise ModelFileError(f"{where} ({spec.class_name}): {key} must be {value!r}")
-    name = config.pop("name", None)
-    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS:
-        raise ModelFileError(f"{where} ({spec.class_name}): name must be a short string")
-    try:
-        layer = spec.cls(name=name, **config)
-    except (TypeError, ValueError) as exc:
-        raise ModelFileError(f"{where} ({spec.class_name} {name!r}): {exc}") from exc
-    # The constructor normalised the arguments (pairs, floats); the weights derive from those.
-    return layer, spec, spec.arguments(layer)
 
 
 # ---- writing ----
@@ -314,15 +125,57 @@ def write(
     description: str = "",
 ) -> bytes:
     """The file from a built model's layers and host weight arrays (get_weights order)."""
-    layer_entries = [layer_config(layer) for layer in model.layers]
-    layer_entries[0]["config"]["batch_input_shape"] = [None, *model.input_shape]
+    try:
+        layer_entries = [layer_config(layer) for layer in model.layers]
+    except LayerConfigError as exc:
+        raise ModelFileError(str(exc)) from exc
+    return encode(
+        name=model.name,
+        seed=model.seed,
+        input_shape=tuple(model.input_shape),
+        layer_entries=layer_entries,
+        weights={var.name: array for var, array in zip(model.weights, weights, strict=True)},
+        labels=labels,
+        preprocessing=preprocessing,
+        description=description,
+    )
+
+
+def encode(
+    *,
+    name: str,
+    seed: int,
+    input_shape: Shape,
+    layer_entries: list[dict[str, Any]],
+    weights: dict[str, np.ndarray],
+    labels: list[str] | None = None,
+    preprocessing: dict[str, Any] | None = None,
+    description: str = "",
+) -> bytes:
+    """The file from its parts: layer configs in Keras' form and the weights by name (the
+    converters build files this way, without creating a model). The architecture decides which
+    weights it needs and their order; a missing, extra or misshapen weight is a ModelFileError.
+    The archive is deterministic (fixed member dates): the same model gives the same bytes."""
+    entries = [{"class_name": e["class_name"], "config": dict(e["config"])} for e in layer_entries]
+    entries[0]["config"]["batch_input_shape"] = [None, *input_shape]
+    _, expected, output_shape = _expected_weights(entries, tuple(input_shape), DEFAULT_LIMITS)
+    unexpected = sorted(set(weights) - {weight_name for weight_name, _ in expected})
+    if unexpected:
+        raise ModelFileError(f"weights {unexpected} belong to no layer of the architecture")
     manifest, chunks, offset = [], [], 0
-    for var, array in zip(model.weights, weights, strict=True):
+    for weight_name, shape in expected:
+        if weight_name not in weights:
+            raise ModelFileError(f"weight {weight_name} {list(shape)} is missing")
+        array = np.asarray(weights[weight_name])
+        if array.shape != shape:
+            raise ModelFileError(
+                f"weight {weight_name} has shape {list(array.shape)}; the architecture expects {list(shape)}"
+            )
         data = np.ascontiguousarray(array, dtype="<f4").tobytes()
         manifest.append(
             {
-                "name": var.name,
-                "shape": list(array.shape),
+                "name": weight_name,
+                "shape": list(shape),
                 "dtype": "float32",
                 "offset": offset,
                 "byte_length": len(data),
@@ -333,24 +186,24 @@ def write(
     header = {
         "format": FORMAT,
         "version": VERSION,
-        "name": model.name,
+        "name": name,
         "description": description,
-        "input_shape": list(model.input_shape),
-        "output_shape": list(model.output_shape),
+        "input_shape": list(input_shape),
+        "output_shape": list(output_shape),
         "labels": labels,
         "preprocessing": preprocessing,
         "architecture": {
             "class_name": "Sequential",
-            "config": {"name": model.name, "seed": model.seed, "layers": layer_entries},
+            "config": {"name": name, "seed": seed, "layers": entries},
         },
-        "param_count": sum(int(np.prod(a.shape, dtype=np.int64)) for a in weights),
+        "param_count": sum(math.prod(shape) for _, shape in expected),
         "weights": manifest,
     }
     header_bytes = json.dumps(header, allow_nan=False).encode()
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        archive.writestr(HEADER_MEMBER, header_bytes)
-        archive.writestr(WEIGHTS_MEMBER, b"".join(chunks))
+        for member, content in ((HEADER_MEMBER, header_bytes), (WEIGHTS_MEMBER, b"".join(chunks))):
+            archive.writestr(zipfile.ZipInfo(member, date_time=ZIP_DATE), content)
     data = buffer.getvalue()
     read_header(data)  # what we write must be what we accept: caps, labels, sizes
     return data
@@ -504,8 +357,12 @@ def _expected_weights(
     """Layers (unbuilt), the weights (name, shape) they will create, and the output shape."""
     built, expected, shape = [], [], input_shape
     for index, entry in enumerate(entries):
-        layer, spec, arguments = layer_from_config(entry, index)
-        for name, weight_shape in spec.weights(arguments, shape):
+        try:
+            layer, spec, arguments = layer_from_config(entry, index)
+            weights = spec.weights(arguments, shape)
+        except LayerConfigError as exc:
+            raise ModelFileError(str(exc)) from exc
+        for name, weight_shape in weights:
             expected.append((f"{layer.name}/{name}", weight_shape))
         if sum(math.prod(s) for _, s in expected) > limits.max_params:
             raise ModelFileError(

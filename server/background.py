@@ -53,23 +53,33 @@ def background_dev_server(start_timeout_s: float = 300) -> Iterator[str]:
 
 
 class RegistryProcess:
-    """`start()` waits until /api/models answers; `kill()` is SIGKILL, `stop()` a clean stop."""
+    """`start()` waits until /api/models answers; `kill()` is SIGKILL, `stop()` a clean stop.
+
+    The listening socket is bound here and handed to uvicorn (--fd), so no other process can
+    take the port between choosing it and serving on it (tests of several sessions share the
+    machine, and a restart must reach this server, not a stranger on a recycled port).
+    """
 
     def __init__(self, data_dir: Path, database_url: str | None, **env: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
             **os.environ,
             "PIB_DATA_DIR": str(data_dir),
             "PIB_DATABASE_URL": database_url or "",
             **env,
         }
+        self.url = ""
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60) -> RegistryProcess:
-        command = [sys.executable, "-m", "uvicorn", "--factory", "server.main:create_app"]
-        command += ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
-        self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=self.env)
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(128)
+            self.url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+            command = [sys.executable, "-m", "uvicorn", "--factory", "server.main:create_app"]
+            command += ["--fd", str(listener.fileno()), "--log-level", "warning"]
+            self.process = subprocess.Popen(
+                command, cwd=REPO_ROOT, env=self.env, pass_fds=[listener.fileno()]
+            )
         deadline = time.monotonic() + timeout_s
         while True:
             try:

@@ -1,4 +1,5 @@
-"""The `py-in-browser` command: `setup` fetches and verifies the runtime, `serve` runs the dev server."""
+"""The `py-in-browser` command: `setup` fetches and verifies the runtime, `serve` runs the dev server,
+`convert` converts models (server/convert.py)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,20 @@ import argparse
 import errno
 import socket
 import sys
+from pathlib import Path
 
 from server.engine_wheel import ensure_engine_wheel
 from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
 from server.settings import Paths
+from server.simd_build import SimdBuildError, ensure_simd_module
 
 
 def setup(paths: Paths) -> None:
     ensure_runtime(paths)
+    try:
+        print(f"simd: cpu kernels built into {ensure_simd_module(paths).path}")
+    except SimdBuildError as exc:
+        print(f"simd: the cpu SIMD kernels did not build, the cpu backend will use numpy:\n{exc}")
     wheel = ensure_engine_wheel(paths)
     print(f"engine: {wheel.path} (sources {wheel.digest})")
 
@@ -65,7 +72,28 @@ def main(argv: list[str] | None = None) -> None:
         "--host", default="127.0.0.1", help="address to listen on (default loopback)"
     )
     serve_parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    convert_parser = commands.add_parser(
+        "convert",
+        help="convert a model: model file (.pib), TF.js Layers folder (or its model.json), ONNX (.onnx, out only)",
+    )
+    convert_parser.add_argument("source", type=Path, help="a .pib model file or a TF.js folder")
+    convert_parser.add_argument("target", type=Path, help="NAME.onnx, NAME.pib or a TF.js folder")
+    convert_parser.add_argument(
+        "--quantize", choices=["float16"], help="TF.js output: store weights as float16"
+    )
+    convert_parser.add_argument(
+        "--opset", type=int, help="ONNX output: the opset (default the newest, 28; 20 at least)"
+    )
     args = parser.parse_args(argv)
+    if args.command == "convert":
+        from server.convert import ConvertError, convert
+
+        try:
+            print(f"convert: wrote {convert(args.source, args.target, args.quantize, args.opset)}")
+        except ConvertError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(1) from exc
+        return
     paths = Paths.default()
     try:
         if args.command == "setup":

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from server.settings import Paths
+from server.simd_build import PACKAGE_PATH, SimdBuildError, SimdModule, ensure_simd_module
 
 DIST_NAME = "py_in_browser"
 VERSION = "0.1.0"
@@ -21,6 +22,7 @@ SHIPPED_SUFFIXES = (".py", ".wgsl", ".frag", ".vert", ".glsl", ".js", ".json")
 class EngineWheel:
     path: Path
     digest: str
+    simd: SimdModule | None  # the cpu backend's SIMD kernels, absent when they could not be built
 
 
 def _sources(src: Path) -> list[Path]:
@@ -45,18 +47,32 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
+def _simd_module(paths: Paths) -> SimdModule | None:
+    """The SIMD kernels go in the wheel when they build; without them the cpu backend uses numpy
+    (and the page records why); `py-in-browser setup` prints the build error."""
+    try:
+        return ensure_simd_module(paths)
+    except SimdBuildError:
+        return None
+
+
 def ensure_engine_wheel(paths: Paths) -> EngineWheel:
     """Return the wheel for the current sources, building it only when they changed."""
     src = paths.engine_src
+    simd = _simd_module(paths)
     digest = source_digest(src)
+    if simd is not None:
+        digest = hashlib.sha256(f"{digest}+{simd.digest}".encode()).hexdigest()[:16]
     wheel = paths.engine / digest / WHEEL_NAME
     if wheel.is_file():
-        return EngineWheel(wheel, digest)
+        return EngineWheel(wheel, digest, simd)
     wheel.parent.mkdir(parents=True, exist_ok=True)
     dist_info = f"{DIST_NAME}-{VERSION}.dist-info"
     entries: list[tuple[str, bytes]] = [
         (f"{DIST_NAME}/{p.relative_to(src).as_posix()}", p.read_bytes()) for p in _sources(src)
     ]
+    if simd is not None:
+        entries.append((f"{DIST_NAME}/{PACKAGE_PATH}", simd.path.read_bytes()))
     entries.append(
         (
             f"{dist_info}/METADATA",
@@ -82,4 +98,4 @@ def ensure_engine_wheel(paths: Paths) -> EngineWheel:
             for leftover in stale.iterdir():
                 leftover.unlink()
             stale.rmdir()
-    return EngineWheel(wheel, digest)
+    return EngineWheel(wheel, digest, simd)

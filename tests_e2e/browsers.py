@@ -25,6 +25,8 @@ CHROMIUM_ARGS = [
     "--enable-features=Vulkan",
     "--use-webgpu-adapter=swiftshader",
 ]
+# WebGPU in Firefox (also in the engine's Web Worker) runs on lavapipe, which the Vulkan loader
+# finds by itself: with VK_ICD_FILENAMES pointing nowhere, requestAdapter() finds no adapter.
 FIREFOX_PREFS: dict[str, str | float | bool] = {
     "dom.webgpu.enabled": True,
     "gfx.webgpu.ignore-blocklist": True,

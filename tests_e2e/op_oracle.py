@@ -12,7 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from py_in_browser.testing.op_cases import CASES, make_inputs, reference, tape_gradients
+from py_in_browser.testing.op_cases import (
+    CASES,
+    SPECIAL_CASES,
+    make_inputs,
+    reference,
+    special_inputs,
+    special_mismatches,
+    special_reference,
+    tape_gradients,
+)
 from tests_e2e.engine_page import EnginePage
 
 RUN_TABLE_IN_PAGE = """
@@ -64,3 +73,30 @@ def assert_op_table_matches(engine_page: EnginePage, rtol: float = 1e-4) -> dict
             failures.append(f"{case.name}: {worst[case.name]:.2e}")
     assert not failures, f"cases beyond {rtol} relative: {failures}"
     return worst
+
+
+RUN_SPECIAL_IN_PAGE = """
+from py_in_browser.testing.op_cases import SPECIAL_CASES, run_special_case
+{case.name: await run_special_case(case) for case in SPECIAL_CASES}
+"""
+
+
+def assert_special_values_match(engine_page: EnginePage, rtol: float = 1e-4) -> None:
+    """NaN, +-Inf and +-0 through every special-value case on the page's backend: the class of
+    each result (NaN / +Inf / -Inf / finite, the sign of zeros where it matters) as numpy's,
+    finite values within rtol."""
+    results = engine_page.run(RUN_SPECIAL_IN_PAGE)
+    failures = []
+    for case in SPECIAL_CASES:
+        want = special_reference(case, special_inputs(case))
+        failures += special_mismatches(case, results[case.name], want, rtol)
+    assert not failures, f"{len(failures)} special values differ from numpy:\n" + "\n".join(
+        failures[:60]
+    )
+
+
+# A BatchNorm statistic's length (op_cases.LONG_SUM_SHAPE), data made in the page from a seed.
+LONG_SUMS = """
+from py_in_browser.testing.op_cases import long_sum_relative_errors
+await long_sum_relative_errors()
+"""

@@ -73,7 +73,7 @@ from py_in_browser import runtime
 from py_in_browser.testing import workloads
 backend = runtime.current_backend()
 def compiled():  # WebGL2's linked programs, WebGPU's pipelines (warm-up ones queued at start)
-    return set(backend._known_programs if backend.name == "webgl2" else backend._pipelines)
+    return set(backend.queue.known_programs if backend.name == "webgl2" else backend._pipelines)
 before = compiled()
 x, y = workloads.synthetic_images(8, size=8, seed=0)
 model = workloads.small_cnn(size=8, seed=0)

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from tests_e2e import webgl2_trajectories
-from tests_e2e.engine_page import EnginePage
-from tests_e2e.op_oracle import assert_op_table_matches
+from tests_e2e.engine_page import EnginePage, PythonError
+from tests_e2e.non_finite_steps import check_bad_step_keeps_the_last_good_weights
+from tests_e2e.op_oracle import LONG_SUMS, assert_op_table_matches, assert_special_values_match
 
 # float32 textures, highp shaders: what is left is the order of float32 sums.
 F32_RTOL = 1e-4
@@ -68,6 +69,31 @@ total = rows + pib.tensor(np.ones((2, 6, 3), np.float32))
 def test_op_table_matches_numpy_on_float32(engine_page: EnginePage) -> None:
     worst = assert_op_table_matches(engine_page, rtol=F32_RTOL)
     print("webgl2 f32 worst relative error per case:", worst)
+
+
+def test_special_values_flow_as_in_numpy(engine_page: EnginePage) -> None:
+    assert_special_values_match(engine_page)
+
+
+@pytest.mark.parametrize("injected", ["inf", "nan"])
+def test_a_non_finite_replayed_step_keeps_the_last_good_weights(
+    engine_page: EnginePage, injected: str
+) -> None:
+    check_bad_step_keeps_the_last_good_weights(engine_page, injected)
+
+
+def test_float64_is_the_same_clear_type_error_as_on_webgpu(engine_page: EnginePage) -> None:
+    with pytest.raises(PythonError, match="TypeError: webgl2 has no float64: create the tensor"):
+        engine_page.run("pib.tensor(np.zeros(3), dtype='float64')")
+    with pytest.raises(PythonError, match="TypeError: cast: webgl2 has no float64"):
+        engine_page.run("pib.cast(pib.zeros((3,)), 'float64')")
+
+
+def test_int32_beyond_exact_float_storage_is_refused(engine_page: EnginePage) -> None:
+    with pytest.raises(PythonError, match=r"exact only up to 16777216; got 16777217"):
+        engine_page.run("pib.tensor([1, 2**24 + 1], dtype='int32')")
+    got = engine_page.run("(await pib.tensor([-(2**24), 2**24], dtype='int32').numpy()).tolist()")
+    assert got == [-(2**24), 2**24]
 
 
 TRAJECTORY_ATOL = 1e-3
@@ -368,3 +394,9 @@ def test_profile_breaks_a_replayed_step_down_by_kernel(trajectories: EnginePage)
     calls = {row["name"]: row["calls"] for row in replayed["kernels"]}
     assert calls.pop("replay_copy") >= result["True_replayed"]
     assert calls == {row["name"]: row["calls"] for row in eager["kernels"]}
+
+
+def test_long_sums_keep_float32_accuracy(engine_page: EnginePage) -> None:
+    errors = engine_page.run(LONG_SUMS)
+    print("webgl2 long-sum relative errors:", errors)
+    assert errors["sum"] < 1e-6 and errors["variance"] < 1e-6, errors

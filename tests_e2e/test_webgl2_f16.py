@@ -49,6 +49,19 @@ def test_op_table_on_float16_within_the_documented_bound(half_page: EnginePage) 
     print("webgl2 f16 worst relative error per case:", worst)
 
 
+def test_special_values_survive_compensated_storage(half_page: EnginePage) -> None:
+    """The low part of an infinity is -0, not inf - inf (which read back as NaN); beyond half's
+    range is +-Inf. (Drawing into a half target here, SwiftShader turns +-Inf into NaN, so the
+    op table's special values run on float32 storage only.)"""
+    got = half_page.run(
+        "x = pib.tensor(np.array([np.inf, -np.inf, np.nan, 1e5, -0.0, 1.0 + 2**-12], np.float32))\n"
+        "(await x.numpy()).tolist()"
+    )
+    assert got[:4] == ["inf", "-inf", "nan", "inf"]
+    assert got[4] == 0.0 and np.signbit(got[4])
+    assert got[5] == 1.0 + 2**-12  # kept exactly by the low part
+
+
 def test_xor_and_the_small_cnn_converge_on_float16(half_page: EnginePage) -> None:
     """XOR (SGD) and the CNN with default Adam: its second moment (1 - beta_2) * g^2 underflows
     half's range, so the backend reports a min_epsilon and Adam raises its 1e-7 to it (a

@@ -9,7 +9,7 @@ import pytest
 
 from tests_e2e import webgl2_trajectories
 from tests_e2e.engine_page import EnginePage
-from tests_e2e.op_oracle import assert_op_table_matches
+from tests_e2e.op_oracle import assert_op_table_matches, assert_special_values_match
 from tests_e2e.test_webgl2 import F32_RTOL, TRAJECTORY_ATOL, check_blocks
 
 pytestmark = pytest.mark.firefox
@@ -28,6 +28,10 @@ def page_query() -> str:
 def test_op_table_matches_numpy_in_firefox(engine_page: EnginePage) -> None:
     assert engine_page.run("pib.get_backend()") == "webgl2"
     assert_op_table_matches(engine_page, rtol=F32_RTOL)
+
+
+def test_special_values_flow_as_in_numpy_in_firefox(engine_page: EnginePage) -> None:
+    assert_special_values_match(engine_page)
 
 
 def test_xor_trajectory_matches_cpu_in_firefox(engine_page: EnginePage) -> None:

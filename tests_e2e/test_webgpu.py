@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tests_e2e.engine_page import EnginePage, PythonError
-from tests_e2e.op_oracle import assert_op_table_matches
+from tests_e2e.non_finite_steps import check_bad_step_keeps_the_last_good_weights
+from tests_e2e.op_oracle import LONG_SUMS, assert_op_table_matches, assert_special_values_match
 
 STEPS = 20
 LOSS_TOLERANCE = 1e-3
@@ -71,6 +72,24 @@ def test_webgpu_is_active_with_its_limits(engine_page: EnginePage) -> None:
 def test_op_table_matches_numpy(engine_page: EnginePage) -> None:
     worst = assert_op_table_matches(engine_page, rtol=1e-4)
     print("worst relative error per case:", {k: f"{v:.1e}" for k, v in worst.items()})
+
+
+def test_special_values_flow_as_in_numpy(engine_page: EnginePage) -> None:
+    assert_special_values_match(engine_page)
+
+
+def test_long_sums_keep_float32_accuracy(engine_page: EnginePage) -> None:
+    errors = engine_page.run(LONG_SUMS)
+    print("webgpu long-sum relative errors:", errors)
+    assert errors["sum"] < 1e-6 and errors["variance"] < 1e-6, errors
+
+
+def test_int32_beyond_float_precision_stays_exact(engine_page: EnginePage) -> None:
+    got = engine_page.run(
+        "i = pib.tensor([2**24 + 1, -(2**24) - 1], dtype='int32')\n"
+        "(await (i + pib.tensor([2, 0], dtype='int32')).numpy()).tolist()"
+    )
+    assert got == [2**24 + 3, -(2**24) - 1]
 
 
 def test_bool_and_int32_round_trip(engine_page: EnginePage) -> None:
@@ -178,31 +197,11 @@ def test_eager_steps_give_the_replayed_losses(engine_page: EnginePage) -> None:
     np.testing.assert_allclose(eager, replayed, rtol=0, atol=1e-6)
 
 
-def test_a_nan_in_a_replayed_step_keeps_the_last_good_weights(engine_page: EnginePage) -> None:
-    got = engine_page.run(
-        "from py_in_browser import layers\n"
-        "x = np.ones((12, 2), np.float32)\n"
-        "y = np.ones((12, 1), np.float32)\n"
-        "y[10:] = 1e30  # step 6 (replayed) squares to Inf in the mse loss\n"
-        "def make():\n"
-        "    m = pib.Sequential([layers.Dense(1, input_shape=(2,))], seed=3)\n"
-        "    m.compile(optimizer='sgd', loss='mse')\n"
-        "    return m\n"
-        "good = make()\n"
-        "await good.fit(x[:10], y[:10], epochs=1, batch_size=2, shuffle=False)\n"
-        "model = make()\n"
-        "try:\n"
-        "    await model.fit(x, y, epochs=2, batch_size=2, shuffle=False)\n"
-        "    err = None\n"
-        "except pib.NonFiniteLossError as exc:\n"
-        "    err = str(exc)\n"
-        "[err, [w.tolist() for w in await model.get_weights()],\n"
-        " [w.tolist() for w in await good.get_weights()]]"
-    )
-    message, weights, want = got
-    assert message is not None and "weights are those after step 5" in message
-    for w, expected in zip(weights, want, strict=True):
-        np.testing.assert_allclose(w, expected, rtol=0, atol=1e-6)
+@pytest.mark.parametrize("injected", ["inf", "nan"])
+def test_a_non_finite_replayed_step_keeps_the_last_good_weights(
+    engine_page: EnginePage, injected: str
+) -> None:
+    check_bad_step_keeps_the_last_good_weights(engine_page, injected)
 
 
 def test_profile_reports_gpu_kernel_times_and_traffic(engine_page: EnginePage) -> None:

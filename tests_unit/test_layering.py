@@ -43,8 +43,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("py_in_browser.fusion",),
     # The Backend interface and kernel registry, then the backends, which know nothing of tensors.
     ("py_in_browser.backends",),
-    # The counter-based hash every backend's random_uniform kernel computes the same way.
-    ("py_in_browser.backends.counter_hash",),
+    # The counter-based hash every backend's random_uniform kernel computes the same way, and
+    # the WebAssembly SIMD kernels the cpu backend calls when their module loads.
+    ("py_in_browser.backends.counter_hash", "py_in_browser.backends.cpu_simd.*"),
     (
         "py_in_browser.backends.cpu",
         "py_in_browser.backends.webgpu.*",
@@ -65,7 +66,8 @@ LAYERS: list[tuple[str, ...]] = [
         "py_in_browser.nn.losses",
     ),
     ("py_in_browser.nn.metrics", "py_in_browser.nn.layers"),
-    ("py_in_browser.optimizers",),
+    # Optimizers, and the Keras-style configs of layers that the model file and exports read.
+    ("py_in_browser.optimizers", "py_in_browser.layer_configs"),
     # Training: the model as training sees it, the fit accumulators, callbacks, recorded steps,
     # the Trainer, checkpoints; then the model, which delegates to them.
     ("py_in_browser.trainable", "py_in_browser.fit_state"),
@@ -73,6 +75,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("py_in_browser.replay",),
     ("py_in_browser.training",),
     ("py_in_browser.checkpoint", "py_in_browser.model_file"),
+    # Model interop converts model files (bytes): TF.js both ways (used by the model), and ONNX
+    # out, which imports the onnx package and is imported only by the CLI and tests.
+    ("py_in_browser.interop", "py_in_browser.interop.tfjs", "py_in_browser.interop.onnx_export"),
     ("py_in_browser.model",),
     # Data for models: preprocessing on the device, frames from the page, top-k predictions.
     ("py_in_browser.data.*",),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import py_in_browser as pib
-from py_in_browser import layers, limits, model_file
+from py_in_browser import layer_configs, layers, limits, model_file
 from py_in_browser.model import loads
 from py_in_browser.model_file import ModelFileError
 
@@ -68,7 +68,7 @@ def test_the_test_model_covers_every_public_layer_class() -> None:
         and issubclass(cls, layers.Layer)
         and not cls.__name__.startswith("_")
     } - {layers.Layer}
-    assert public == {spec.cls for spec in model_file.LAYER_SPECS}
+    assert public == {spec.cls for spec in layer_configs.LAYER_SPECS}
     assert public == {type(layer) for layer in every_layer_model().layers}
 
 
@@ -82,8 +82,8 @@ def test_round_trip_is_exact_for_every_layer_type() -> None:
         model.save(labels=["a", "b", "c"], preprocessing={"scale": 1 / 255}, description="d")
     )
     loaded, header = loads(data)
-    assert [model_file.layer_config(layer) for layer in loaded.layers] == [
-        model_file.layer_config(layer) for layer in model.layers
+    assert [layer_configs.layer_config(layer) for layer in loaded.layers] == [
+        layer_configs.layer_config(layer) for layer in model.layers
     ]
     assert (loaded.name, loaded.seed, loaded.input_shape) == ("every_layer", 11, (8, 8, 2))
     for original, restored in zip(run(model.get_weights()), run(loaded.get_weights()), strict=True):

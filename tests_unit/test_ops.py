@@ -4,7 +4,17 @@ import asyncio
 
 import pytest
 
-from py_in_browser.testing.op_cases import CASES, OpCase, check_forward, check_gradient
+from py_in_browser.testing.op_cases import (
+    CASES,
+    SPECIAL_CASES,
+    OpCase,
+    check_forward,
+    check_gradient,
+    run_special_case,
+    special_inputs,
+    special_mismatches,
+    special_reference,
+)
 
 IDS = [case.name for case in CASES]
 
@@ -30,3 +40,9 @@ def test_forward_float64_matches_numpy(case: OpCase) -> None:
 def test_gradient_matches_finite_differences(case: OpCase) -> None:
     result = asyncio.run(check_gradient(case))
     assert result["max_rel_err"] <= case.grad_tol, result
+
+
+@pytest.mark.parametrize("case", SPECIAL_CASES, ids=[c.name for c in SPECIAL_CASES])
+def test_special_values_flow_as_in_numpy(case: OpCase) -> None:
+    got = asyncio.run(run_special_case(case))
+    assert not special_mismatches(case, got, special_reference(case, special_inputs(case)), 1e-6)

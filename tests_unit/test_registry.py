@@ -298,19 +298,43 @@ def test_a_permit_is_signed_and_bounds_the_training(client: TestClient) -> None:
         permits.verify(body["permit"], b"another server's key")
 
 
+LOWERED = Limits(max_epochs=10, max_batch_size=16, max_params=1000, max_input_side=32)
+
+
 @pytest.mark.parametrize(
     ("change", "cap"),
     [
-        ({"epochs": 10_000}, "max_epochs"),
-        ({"batch_size": 100_000}, "max_batch_size"),
-        ({"model": {**REQUEST["model"], "param_count": 10**9}}, "max_params"),  # type: ignore[dict-item]
-        ({"model": {**REQUEST["model"], "input_shape": [4096, 4096, 3]}}, "max_input_side"),  # type: ignore[dict-item]
+        ({"epochs": 11}, "max_epochs"),
+        ({"batch_size": 17}, "max_batch_size"),
+        (
+            {"model": {"input_shape": [8, 8, 3], "param_count": 1001, "layer_count": 3}},
+            "max_params",
+        ),
+        (
+            {"model": {"input_shape": [33, 8, 3], "param_count": 500, "layer_count": 3}},
+            "max_input_side",
+        ),
     ],
 )
-def test_a_config_over_a_cap_is_422_naming_it(client: TestClient, change, cap: str) -> None:
-    response = client.post("/api/training/permits", json={**REQUEST, **change})
+def test_a_config_over_a_servers_cap_is_422_naming_it(
+    registry_config: RegistryConfig, tmp_path: Path, change, cap: str
+) -> None:
+    model = {"input_shape": [8, 8, 3], "param_count": 500, "layer_count": 3}
+    config = dataclasses.replace(registry_config, limits=LOWERED, rate_limits=GENEROUS)
+    with make_client(config, tmp_path) as client:
+        body = {**REQUEST, "epochs": 5, "batch_size": 8, "model": model}
+        assert client.post("/api/training/permits", json=body).status_code == 201
+        response = client.post("/api/training/permits", json={**body, **change})
+        assert response.status_code == 422
+        assert cap in response.json()["detail"]
+
+
+def test_the_schema_states_the_default_caps(client: TestClient) -> None:
+    """Past the default caps a request does not even match the schema: 422 naming the field."""
+    response = client.post("/api/training/permits", json={**REQUEST, "epochs": 501})
     assert response.status_code == 422
-    assert cap in response.json()["detail"]
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "epochs"] and "500" in error["msg"]
 
 
 def test_malformed_permit_requests_are_422(client: TestClient) -> None:

@@ -59,5 +59,6 @@ def test_api_matches_its_schema(
     print(
         f"schemathesis {mode}: {sum(statuses.values())} requests:", dict(sorted(statuses.items()))
     )
-    # The run reached the registry's success paths, not only its error answers.
-    assert any(key.endswith((" 200", " 201")) for key in statuses)
+    if mode == GenerationMode.POSITIVE:
+        # Valid requests reached the registry's success paths, not only its error answers.
+        assert any(key.endswith((" 200", " 201")) for key in statuses)

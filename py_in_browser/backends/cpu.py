@@ -9,6 +9,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from . import KERNELS, Backend, Kernel, OutSpec, counter_hash, register_backend, register_kernel
+from .cpu_simd import SIMD
 
 NAME = "cpu"
 
@@ -41,9 +42,6 @@ class CpuBackend(Backend):
         caps["dtypes"] = ["float32", "float64", "int32", "bool"]
         return caps
 
-    async def self_test(self) -> bool:
-        return True
-
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Any:
         # NaN/Inf propagate silently, as on GPUs; fit detects non-finite losses itself.
         with np.errstate(all="ignore"):
@@ -57,12 +55,17 @@ def _kernel(op: str) -> Callable[[Kernel], Kernel]:
     return register_kernel(NAME, op)
 
 
+def _elementwise(op: str, fn: Any, xs: list[np.ndarray]) -> np.ndarray:
+    out = _simd("elementwise", op, xs)
+    return fn(*xs) if out is None else out
+
+
 def _unary(op: str, fn: Any) -> None:
-    register_kernel(NAME, op)(lambda xs, attrs: fn(xs[0]))
+    register_kernel(NAME, op)(lambda xs, attrs: _elementwise(op, fn, xs))
 
 
 def _binary(op: str, fn: Any) -> None:
-    register_kernel(NAME, op)(lambda xs, attrs: fn(xs[0], xs[1]))
+    register_kernel(NAME, op)(lambda xs, attrs: _elementwise(op, fn, xs))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -111,8 +114,12 @@ def _where(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 
 @_kernel("fused")
 def _fused(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    """The program step by step with this backend's own elementwise kernels, so a fused update
-    gives exactly the numbers of the same ops run one by one (scalar inputs broadcast)."""
+    """The SIMD module's interpreter where it loaded (its exp, log, tanh and pow within 2 ulp of
+    numpy's); else the program step by step with this backend's own elementwise kernels, so a
+    fused update gives exactly the numbers of the same ops run one by one (scalars broadcast)."""
+    out = _simd("fused", attrs["program"], xs)
+    if out is not None:
+        return out
     dtype = next((x.dtype for x in xs if x.dtype != np.bool_), np.dtype(np.float32))
     steps: list[Any] = []
 
@@ -166,8 +173,19 @@ def _concat(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 
 @_kernel("reduce_sum")
 def _reduce_sum(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The reduced axes are moved last and made one contiguous row per output, so numpy sums
+    each row pairwise: summed in place over several or leading axes it adds one term after
+    another, and float32 loses ~1e-4 relative over 500k terms (pairwise: ~1e-7)."""
     x = xs[0]
-    return np.sum(x, axis=attrs["axes"], keepdims=attrs["keepdims"], dtype=x.dtype)
+    axes = tuple(sorted(a % x.ndim for a in attrs["axes"]))
+    kept = [a for a in range(x.ndim) if a not in axes]
+    rows = np.ascontiguousarray(x.transpose(*kept, *axes)).reshape(
+        [x.shape[a] for a in kept] + [-1 if x.size else 0]
+    )
+    total = np.sum(rows, axis=-1, dtype=x.dtype)
+    if attrs["keepdims"]:
+        total = total.reshape([1 if a in axes else d for a, d in enumerate(x.shape)])
+    return total
 
 
 @_kernel("reduce_max")
@@ -180,14 +198,25 @@ def _argmax(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     return np.argmax(xs[0], axis=attrs["axis"]).astype(np.int32)
 
 
+def _simd(kernel: str, *args: Any) -> np.ndarray | None:
+    """The SIMD module's `kernel` where the module loaded (Pyodide) and applies (float32), else
+    None: the caller then computes the same with numpy."""
+    return getattr(SIMD, kernel)(*args) if SIMD is not None else None
+
+
+def _gemm(a: np.ndarray, b: np.ndarray, transpose_a: bool, transpose_b: bool) -> np.ndarray:
+    """op(a) @ op(b)."""
+    out = _simd("gemm", a, b, transpose_a, transpose_b)
+    if out is not None:
+        return out
+    return np.matmul(
+        np.swapaxes(a, -1, -2) if transpose_a else a, np.swapaxes(b, -1, -2) if transpose_b else b
+    )
+
+
 @_kernel("matmul")
 def _matmul(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    a, b = xs
-    if attrs["transpose_a"]:
-        a = np.swapaxes(a, -1, -2)
-    if attrs["transpose_b"]:
-        b = np.swapaxes(b, -1, -2)
-    return np.matmul(a, b)
+    return _gemm(xs[0], xs[1], attrs["transpose_a"], attrs["transpose_b"])
 
 
 def _padded(x: np.ndarray, pads: Any, value: float = 0.0) -> np.ndarray:
@@ -227,15 +256,30 @@ def _out_hw(padded_hw: Any, window: Any, strides: Any) -> tuple[int, int]:
     )
 
 
+def _windows_out_hw(shape: tuple[int, ...], window: Any, attrs: dict[str, Any]) -> tuple[int, int]:
+    """Output height and width of `window` over an NHWC input of `shape` padded by attrs' pads."""
+    (pt, pb), (pl, pr) = attrs["pads"]
+    return _out_hw((shape[1] + pt + pb, shape[2] + pl + pr), window, attrs["strides"])
+
+
+def _im2col(x: np.ndarray, window: Any, attrs: dict[str, Any], out_hw: Any) -> np.ndarray:
+    """Rows (N*OH*OW, KH*KW*C) of every zero-padded window of x, taps in (i, j, c) order."""
+    cols = _simd("im2col", x, window, attrs["strides"], attrs["pads"], out_hw)
+    if cols is None:
+        win = _windows(_padded(x, attrs["pads"]), window, attrs["strides"], out_hw)
+        cols = win.transpose(0, 1, 2, 4, 5, 3).reshape(-1, window[0] * window[1] * x.shape[3])
+    return cols
+
+
 @_kernel("conv2d")
 def _conv2d(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x, w = xs
     kh, kw, cin, cout = w.shape
-    xp = _padded(x, attrs["pads"])
-    oh, ow = _out_hw(xp.shape[1:3], (kh, kw), attrs["strides"])
-    win = _windows(xp, (kh, kw), attrs["strides"], (oh, ow))
-    cols = win.transpose(0, 1, 2, 4, 5, 3).reshape(-1, kh * kw * cin)
-    return (cols @ w.reshape(kh * kw * cin, cout)).reshape(x.shape[0], oh, ow, cout)
+    oh, ow = _windows_out_hw(x.shape, (kh, kw), attrs)
+    cols = _im2col(x, (kh, kw), attrs, (oh, ow))
+    return _gemm(cols, w.reshape(kh * kw * cin, cout), False, False).reshape(
+        x.shape[0], oh, ow, cout
+    )
 
 
 @_kernel("conv2d_backprop_input")
@@ -243,7 +287,12 @@ def _conv2d_backprop_input(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.nd
     g, w = xs
     kh, kw, cin, cout = w.shape
     n, oh, ow, _ = g.shape
-    cols = (g.reshape(-1, cout) @ w.reshape(kh * kw * cin, cout).T).reshape(n, oh, ow, kh, kw, cin)
+    cols = _gemm(g.reshape(-1, cout), w.reshape(kh * kw * cin, cout), False, True)
+    window, strides, pads = (kh, kw), attrs["strides"], attrs["pads"]
+    dx = _simd("col2im", cols, attrs["input_shape"], window, strides, pads, (oh, ow))
+    if dx is not None:
+        return dx
+    cols = cols.reshape(n, oh, ow, kh, kw, cin)
     _, h, wd, _ = attrs["input_shape"]
     (pt, pb), (pl, pr) = attrs["pads"]
     padded = (n, h + pt + pb, wd + pl + pr, cin)
@@ -254,15 +303,17 @@ def _conv2d_backprop_input(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.nd
 def _conv2d_backprop_filter(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x, g = xs
     kh, kw, cin, cout = attrs["filter_shape"]
-    xp = _padded(x, attrs["pads"])
-    oh, ow = g.shape[1:3]
-    win = _windows(xp, (kh, kw), attrs["strides"], (oh, ow))
-    cols = win.transpose(0, 1, 2, 4, 5, 3).reshape(-1, kh * kw * cin)
-    return (cols.T @ g.reshape(-1, cout)).reshape(kh, kw, cin, cout)
+    cols = _im2col(x, (kh, kw), attrs, g.shape[1:3])
+    return _gemm(cols, g.reshape(-1, cout), True, False).reshape(kh, kw, cin, cout)
 
 
 @_kernel("max_pool2d")
 def _max_pool2d(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    window, strides, pads = attrs["pool_size"], attrs["strides"], attrs["pads"]
+    out_hw = _windows_out_hw(xs[0].shape, window, attrs)
+    out = _simd("pool2d", "max", xs[0], window, strides, pads, out_hw)
+    if out is not None:
+        return out
     xp = _padded(xs[0], attrs["pads"], -np.inf)
     out_hw = _out_hw(xp.shape[1:3], attrs["pool_size"], attrs["strides"])
     return _windows(xp, attrs["pool_size"], attrs["strides"], out_hw).max(axis=(4, 5))
@@ -272,6 +323,9 @@ def _max_pool2d(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 def _max_pool2d_grad(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x, g = xs
     kh, kw = attrs["pool_size"]
+    dx = _simd("max_pool2d_grad", x, g, (kh, kw), attrs["strides"], attrs["pads"])
+    if dx is not None:
+        return dx
     xp = _padded(x, attrs["pads"], -np.inf)
     out_hw = g.shape[1:3]
     win = _windows(xp, (kh, kw), attrs["strides"], out_hw)
@@ -292,8 +346,12 @@ def _pool_counts(shape: tuple[int, ...], attrs: dict[str, Any], dtype: Any) -> n
 @_kernel("avg_pool2d")
 def _avg_pool2d(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     x = xs[0]
+    window, strides, pads = attrs["pool_size"], attrs["strides"], attrs["pads"]
+    out_hw = _windows_out_hw(x.shape, window, attrs)
+    out = _simd("pool2d", "avg", x, window, strides, pads, out_hw)
+    if out is not None:
+        return out
     xp = _padded(x, attrs["pads"])
-    out_hw = _out_hw(xp.shape[1:3], attrs["pool_size"], attrs["strides"])
     sums = _windows(xp, attrs["pool_size"], attrs["strides"], out_hw).sum(axis=(4, 5))
     return (sums / _pool_counts(x.shape, attrs, x.dtype)).astype(x.dtype)
 
@@ -303,6 +361,9 @@ def _avg_pool2d_grad(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     g = xs[0]
     shape = attrs["input_shape"]
     kh, kw = attrs["pool_size"]
+    dx = _simd("avg_pool2d_grad", g, shape, (kh, kw), attrs["strides"], attrs["pads"])
+    if dx is not None:
+        return dx
     (pt, pb), (pl, pr) = attrs["pads"]
     share = g / _pool_counts(shape, attrs, g.dtype)
     cols = np.broadcast_to(share[:, :, :, None, None, :], (*g.shape[:3], kh, kw, g.shape[3]))

@@ -475,3 +475,180 @@ async def check_gradient(case: OpCase, dtype: str = "float64", eps: float = 1e-6
         scale = max(1.0, float(np.max(np.abs(numeric))))
         worst = max(worst, float(np.max(np.abs(analytic[k] - numeric))) / scale)
     return {"case": case.name, "max_rel_err": worst}
+
+
+# ---- special values: NaN, +-Inf and +-0 through every elementwise op, activation, reduction
+# and fused program, compared by class (NaN / +Inf / -Inf / finite, and the sign of a zero where
+# it matters) with numpy computing in float32 (so exp(100) is +Inf there too).
+
+SPECIAL_VALUES = (np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.5, 0.5, 100.0, -100.0)
+# Rows of a reduction input: finite, one NaN, +Inf, -Inf, +Inf and -Inf, NaN among infinities,
+# all -Inf, signed zeros.
+SPECIAL_ROWS = (
+    (1.0, 2.0, -3.0, 4.0),
+    (1.0, np.nan, 3.0, 4.0),
+    (1.0, np.inf, 3.0, 4.0),
+    (-np.inf, 2.0, 3.0, -4.0),
+    (np.inf, -np.inf, 1.0, 2.0),
+    (np.nan, np.inf, -np.inf, 0.0),
+    (-np.inf, -np.inf, -np.inf, -np.inf),
+    (-0.0, 0.0, -0.0, -0.0),
+)
+# Long rows (past the GPU backends' split and tree reductions) with a special value near the end.
+SPECIAL_LONG = (5, 9000)
+
+
+def special_inputs(case: OpCase) -> list[np.ndarray]:
+    """Float32 inputs of a special-value case. Kinds: "values" (SPECIAL_VALUES along the last
+    axis), "values_t" (along the first: with "values" on a square, every pair of values), "rows"
+    (SPECIAL_ROWS), "long" (normal values, then per row: none, a NaN, +Inf, -Inf, both Infs),
+    "bool" and "normal" as make_inputs."""
+    rng = np.random.Generator(np.random.PCG64(case.seed))
+    values = np.array(SPECIAL_VALUES, np.float32)
+    arrays: list[np.ndarray] = []
+    for shape, kind in zip(case.shapes, _kinds(case), strict=True):
+        if kind == "values":
+            arrays.append(np.resize(values, shape))
+        elif kind == "values_t":
+            arrays.append(np.resize(values, shape[::-1]).T.copy())
+        elif kind == "rows":
+            arrays.append(np.array(SPECIAL_ROWS, np.float32).reshape(shape))
+        elif kind == "long":
+            long = rng.standard_normal(shape).astype(np.float32)
+            for row, value in enumerate((None, np.nan, np.inf, -np.inf)):
+                if value is not None:
+                    long[row, -7] = value
+            long[4, 11], long[4, -3] = np.inf, -np.inf
+            arrays.append(long)
+        elif kind == "bool":
+            arrays.append(rng.uniform(size=shape) < 0.5)
+        else:
+            arrays.append(rng.standard_normal(shape).astype(np.float32))
+    return arrays
+
+
+def _special(name: str, op: str, shapes: Any, kinds: Any, attrs: Any = None) -> OpCase:
+    return OpCase(name, op, tuple(shapes), attrs or {}, kinds=tuple(kinds), grad=False)
+
+
+_UNARY_SPECIAL = (
+    "neg", "exp", "log", "sqrt", "tanh", "sigmoid", "relu", "erf",
+    "abs", "square", "leaky_relu", "gelu",
+)  # fmt: skip
+_BINARY_SPECIAL = (
+    "add", "sub", "mul", "div", "pow", "maximum", "minimum",
+    "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
+)  # fmt: skip
+_PAIRS = ((10, 10), (10, 10))
+SPECIAL_CASES: list[OpCase] = [
+    *(_special(f"special_{op}", op, [(2, 10)], ["values"]) for op in _UNARY_SPECIAL),
+    *(_special(f"special_{op}", op, _PAIRS, ["values_t", "values"]) for op in _BINARY_SPECIAL),
+    _special("special_where", "where", [(10, 10), *_PAIRS], ["bool", "values_t", "values"]),
+    _special("special_cast_bool", "cast", [(10,)], ["values"], {"dtype": "bool"}),
+    _special(
+        "special_fused_every_op",
+        "fused",
+        [(10, 10), (10, 10), (), (10, 10)],
+        ["values_t", "values", "normal", "bool"],
+        {"program": "every_op"},
+    ),
+    _special("special_softmax", "softmax", [(8, 4)], ["rows"]),
+    _special("special_max_pool2d", "max_pool2d", [(1, 4, 4, 2)], ["rows"], {"pool_size": 2}),
+    _special("special_max_pool2d_4ch", "max_pool2d", [(1, 4, 2, 4)], ["rows"], {"pool_size": 2}),
+]
+for _axis in (-1, 0):
+    SPECIAL_CASES += [
+        _special(f"special_{op}_axis{_axis}", op, [(8, 4)], ["rows"], {"axis": _axis})
+        for op in ("sum", "mean", "max", "min", "argmax")
+    ]
+SPECIAL_CASES += [
+    _special(f"special_{op}_long", op, [SPECIAL_LONG], ["long"], {"axis": -1})
+    for op in ("sum", "max", "argmax")
+]
+
+
+def _ref_max_pool_propagating(x: np.ndarray, pool_size: int) -> np.ndarray:
+    """Valid max pooling where a NaN in a window wins, as numpy's max (the table's pool
+    reference ignores NaN to model padding)."""
+    n, h, w, c = x.shape
+    windows = x.reshape(n, h // pool_size, pool_size, w // pool_size, pool_size, c)
+    return np.max(windows, axis=(2, 4))
+
+
+def special_reference(case: OpCase, arrays: list[np.ndarray]) -> np.ndarray:
+    """numpy's answer in float32, where overflow and the special values behave as on a GPU."""
+    with np.errstate(all="ignore"):
+        if case.op == "max_pool2d":
+            return _ref_max_pool_propagating(arrays[0], case.attrs["pool_size"])
+        if case.op == "fused":
+            program = FUSED_PROGRAMS[case.attrs["program"]]
+            return np.asarray(program(_NUMPY_OPS, *arrays), np.float32)
+        return np.asarray(REFERENCES[case.op](*arrays, **case.attrs))
+
+
+# Ops whose zero results keep numpy's sign (IEEE arithmetic defines it, and 1 / x shows it);
+# the activations', reductions' and maximum's zero signs are not compared (numpy's own
+# maximum(0.0, -0.0) differs between CPython's and Pyodide's builds).
+SIGNED_ZERO_OPS = ("neg", "add", "sub", "mul", "div", "sqrt", "pow", "where", "fused")
+
+
+def _value_class(x: np.ndarray, signed_zero: bool) -> np.ndarray:
+    negative_zero = (x == 0) & np.signbit(x) & signed_zero
+    return np.select(
+        [np.isnan(x), x == np.inf, x == -np.inf, negative_zero],
+        ["NaN", "+Inf", "-Inf", "-0"],
+        "finite",
+    )
+
+
+def special_mismatches(case: OpCase, got: Any, want: np.ndarray, rtol: float = 1e-5) -> list[str]:
+    """Where `got` differs from numpy's `want` in class (NaN / +Inf / -Inf / finite, and -0 for
+    SIGNED_ZERO_OPS), or, where both are finite, by more than rtol relative (atol rtol). Empty
+    when they agree."""
+    got_array = np.asarray(got, dtype=np.float64)
+    want64 = np.asarray(want, dtype=np.float64)
+    if got_array.shape != want64.shape:
+        return [f"{case.name}: shape {got_array.shape} != {want64.shape}"]
+    signed_zero = case.op in SIGNED_ZERO_OPS
+    got_class, want_class = _value_class(got_array, signed_zero), _value_class(want64, signed_zero)
+    finite = (got_class == "finite") & (want_class == "finite")
+    with np.errstate(invalid="ignore"):
+        far = finite & ~(np.abs(got_array - want64) <= rtol * (1.0 + np.abs(want64)))
+    wrong = (got_class != want_class) | far
+    inputs = special_inputs(case)
+    return [
+        f"{case.name}{tuple(int(i) for i in index)}: inputs "
+        f"{[float(a[index]) for a in inputs if a.shape == want.shape]} gave "
+        f"{float(got_array[index])}, numpy {float(want64[index])}"
+        for index in zip(*np.nonzero(wrong), strict=True)
+    ]
+
+
+async def run_special_case(case: OpCase) -> np.ndarray:
+    """The special-value case's result on the active backend."""
+    arrays = special_inputs(case)
+    with pib.tidy():
+        out: np.ndarray = await _call_pib(case, _to_tensors(case, arrays, "float32")).numpy()
+    return out
+
+
+# ---- accuracy of long sums: a BatchNorm statistic over 524,288 elements per channel.
+LONG_SUM_SHAPE = (8, 256, 256, 2)
+
+
+async def long_sum_relative_errors() -> dict[str, float]:
+    """Worst relative error of sum and variance over axes (0, 1, 2) of LONG_SUM_SHAPE on the
+    active backend, against numpy in float64 (positive terms: errors cannot cancel)."""
+    rng = np.random.Generator(np.random.PCG64(7))
+    x = rng.uniform(0.5, 1.5, LONG_SUM_SHAPE).astype(np.float32)
+    axes = (0, 1, 2)
+    with pib.tidy():
+        t = pib.tensor(x)
+        got_sum = await pib.sum(t, axis=axes).numpy()
+        got_variance = await pib.variance(t, axis=axes).numpy()
+    wide = x.astype(np.float64)
+    want_sum, want_variance = wide.sum(axis=axes), wide.var(axis=axes)
+    return {
+        "sum": float(np.max(np.abs(got_sum - want_sum) / want_sum)),
+        "variance": float(np.max(np.abs(got_variance - want_variance) / want_variance)),
+    }

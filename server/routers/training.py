@@ -7,25 +7,27 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, Field
 
-from py_in_browser.limits import LimitExceededError, ModelSummary, TrainingConfig
+from py_in_browser.limits import DEFAULT_LIMITS, LimitExceededError, ModelSummary, TrainingConfig
 from server.registry.training_permits import BudgetExceededError
 from server.routers.common import client_of, problems, rate_limited, registry
 
 router = APIRouter(prefix="/api/training", tags=["training"])
-Count = Annotated[int, Field(ge=1, le=2**53)]
+# The schema states the default caps (a server may only lower them), so valid requests fit.
+CAPS = DEFAULT_LIMITS
+InputSide = Annotated[int, Field(ge=1, le=CAPS.max_input_side)]
 
 
 class ModelSummaryIn(BaseModel):
-    input_shape: list[Count] = Field(min_length=1, max_length=8)
-    param_count: Count
-    layer_count: Count
+    input_shape: list[InputSide] = Field(min_length=1, max_length=8)
+    param_count: Annotated[int, Field(ge=1, le=CAPS.max_params)]
+    layer_count: Annotated[int, Field(ge=1, le=CAPS.max_layers)]
 
 
 class TrainingConfigIn(BaseModel):
     model: ModelSummaryIn
-    samples: Count
-    epochs: Count
-    batch_size: Count
+    samples: Annotated[int, Field(ge=1, le=CAPS.max_samples)]
+    epochs: Annotated[int, Field(ge=1, le=CAPS.max_epochs)]
+    batch_size: Annotated[int, Field(ge=1, le=CAPS.max_batch_size)]
 
 
 class PermitOut(BaseModel):

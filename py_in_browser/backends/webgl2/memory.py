@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from . import wire
+from . import dtypes, wire
 from .draw_queue import DrawQueue
 from .texture_layout import choose_layout
 from .textures import Handle, Texture, TexturePool
@@ -47,9 +47,10 @@ class TextureMemory:
             # Compensated float16: the half-rounded value and exactly what rounding lost.
             hi = values.astype(np.float16).astype(np.float32)
             self._stage(handle.texture, hi)
-            self._stage(handle.lo, values - hi)
+            self._stage(handle.lo, dtypes.rounding_loss(values, hi))
 
     def upload(self, array: np.ndarray) -> Handle:
+        dtypes.check_upload(array, self.half)
         is_float = array.dtype.kind == "f"
         handle = self.allocate(
             tuple(array.shape), _dtype_name(array), self.compensated and is_float
@@ -116,7 +117,7 @@ class TextureMemory:
     async def download(self, handle: Handle) -> np.ndarray:
         textures = [handle.texture] if handle.lo is None else [handle.texture, handle.lo]
         flat = await self.queue.read([t.id for t in textures])
-        values = np.zeros(handle.texture.layout.size, dtype=np.float32)
+        values = np.full(handle.texture.layout.size, -0.0, np.float32)  # -0 + x keeps x's zero sign
         offset = 0
         for texture in textures:
             texels = texture.layout.texels * wire.READ_CHANNELS

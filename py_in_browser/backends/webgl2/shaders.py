@@ -16,12 +16,14 @@ from . import blocks
 # Short elementwise kernels: `a`, `b` (and `c` for where's condition) are the input elements.
 UNARY = {
     "neg": "-a",
-    "exp": "exp(a)",
-    "log": "log(a)",
-    "sqrt": "sqrt(a)",
+    "exp": "exp_f32(a)",
+    "log": "log_f32(a)",
+    "sqrt": "sqrt_f32(a)",
     "tanh": "stable_tanh(a)",
     "sigmoid": "stable_sigmoid(a)",
-    "relu": "max(a, 0.0)",
+    # NaN passes, as in numpy: GLSL's max(NaN, 0) is 0, and Firefox compiles a < 0.0 ? 0.0 : a
+    # into that max.
+    "relu": "is_nan(a) ? a : max(a, 0.0)",
     "erf": "erf_as(a)",
 }
 BINARY = {
@@ -30,15 +32,16 @@ BINARY = {
     "mul": "a * b",
     "div": "a / b",
     "pow": "numpy_pow(a, b)",
-    "maximum": "max(a, b)",
+    "maximum": "max_nan(a, b)",
     "less": "float(a < b)",
     "less_equal": "float(a <= b)",
     "equal": "float(a == b)",
-    "not_equal": "float(a != b)",
+    # numpy says NaN != x; drivers may compile != as an ordered comparison (false for NaN).
+    "not_equal": "float(a != b || is_nan(a) || is_nan(b))",
 }
 WHERE = "c != 0.0 ? a : b"
 # Every dtype is stored as float (integers are exact to 2^24 in float32, 2^11 in float16).
-CAST = {"float32": "a", "float64": "a", "int32": "trunc(a)", "bool": "float(a != 0.0)"}
+CAST = {"float32": "a", "int32": "trunc(a)", "bool": "float(a != 0.0 || is_nan(a))"}
 # Ops whose float16 results carry a compensation texture (see backend.py: weights stay exact);
 # "fused" because optimizers compute weight updates with it, random_uniform so that its draws
 # (up to kernels.COMPENSATED_DRAW_BITS) stay exact, affine_sample because it reads its params

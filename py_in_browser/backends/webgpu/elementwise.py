@@ -23,8 +23,11 @@ def _neg(types: tuple[str, ...], out: str) -> str:
 
 
 def _relu(types: tuple[str, ...], out: str) -> str:
-    # a < 0 is false for NaN, so NaN passes through as in numpy.
-    return f"select(a, {out}(0), a < {out}(0))"
+    # NaN passes through as in numpy, told by its bits: compilers may turn a compare-and-select
+    # into max, which drops NaN (Firefox's GLSL compiler does so for WebGL2).
+    if out == "f32":
+        return "select(max(a, 0.0), a, f32_is_nan(a))"
+    return f"max(a, {out}(0))"
 
 
 def _infix(symbol: str) -> Expr:

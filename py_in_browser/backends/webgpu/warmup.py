@@ -42,7 +42,7 @@ def _calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
             calls.append((op, _strided(strides), _spec(_SQUARE, _F32, _F32, _F32)))
     calls += [(op, {}, _spec(_SQUARE, _F32, _F32)) for op in _UNARY]
     calls.append(("neg", _strided((b,)), _spec(_SQUARE, _F32, _F32)))
-    for strides in ((b, c), (c, b)):
+    for strides in ((c, c), (b, c), (c, b)):  # (c, c): minimum's gradient (clip in losses)
         calls.append(("less", _strided(strides), _spec(_SQUARE, "bool", _F32, _F32)))
     for strides in ((c, c), (c, b)):
         calls.append(("equal", _strided(strides), _spec(_SQUARE, "bool", _F32, _F32)))

@@ -11,6 +11,16 @@ layout(location = 0) out vec4 o_value;
 const float INF = uintBitsToFloat(0x7f800000u);
 const float NAN = uintBitsToFloat(0x7fc00000u);
 
+// NaN tests on the bits: GLSL leaves comparisons with NaN to the implementation, and compilers
+// may fold x != x or isnan away.
+bool is_nan(float x) { return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u; }
+bool is_finite(float x) { return (floatBitsToUint(x) & 0x7fffffffu) < 0x7f800000u; }
+bvec4 is_nan4(vec4 x) { return greaterThan(floatBitsToUint(x) & 0x7fffffffu, uvec4(0x7f800000u)); }
+
+// numpy's maximum: a NaN on either side wins (GLSL's max returns the other operand).
+float max_nan(float a, float b) { return is_nan(a) || a > b ? a : b; }
+vec4 max_nan4(vec4 a, vec4 b) { return mix(mix(b, a, greaterThan(a, b)), a, is_nan4(a)); }
+
 // Element i of a tensor whose layout is (texture width, channels per texel, elements, repeat).
 // A view broadcast by expand is not materialized, it reads its source periodically: an index
 // past the elements wraps (new or size-1 leading dims: a bias over a batch, one element), and

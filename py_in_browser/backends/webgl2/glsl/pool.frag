@@ -58,7 +58,7 @@ float value(int i) {
       if (iw < 0 || iw >= u_x.z) continue;
       float v = x0(((n * u_x.y + ih) * u_x.z + iw) * u_x.w + c);
 #if defined(POOL_MAX)
-      acc = max(acc, v);
+      acc = max_nan(acc, v);  // a NaN in the window wins, as in numpy
 #else
       acc += v;
 #endif

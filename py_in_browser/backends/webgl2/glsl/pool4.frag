@@ -43,7 +43,7 @@ vec4 value4(int texel) {
       if (iw < 0 || iw >= u_x.z) continue;
       vec4 v = input_texel(n, ih, iw, c4);
 #if defined(POOL_MAX)
-      acc = max(acc, v);
+      acc = max_nan4(acc, v);  // a NaN in the window wins, as in numpy
 #else
       acc += v;
 #endif

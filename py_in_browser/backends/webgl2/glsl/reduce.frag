@@ -9,6 +9,7 @@ uniform int u_kept_rank;  // dims in use (the last ones; Python merges contiguou
 uniform int u_red_rank;
 uniform int u_parts;  // > 1: output element i is part i % u_parts of kept element i / u_parts,
 uniform int u_chunk;  // the sum/max of reduced indices [part * u_chunk, (part + 1) * u_chunk)
+const int SUM_BLOCK = 64;
 
 float value(int i) {
   int start = 0;
@@ -25,7 +26,11 @@ float value(int i) {
     i /= u_kept_shape[d];
   }
 #if defined(REDUCE_SUM)
+  // Sums of SUM_BLOCK values are added to acc: the rounding error grows with the number of
+  // blocks plus the block length instead of with the length of the whole sum.
   float acc = 0.0;
+  float block = 0.0;
+  int in_block = 0;
 #else
   float acc = -INF;
   int best = 0;
@@ -39,16 +44,23 @@ float value(int i) {
     }
     float v = x0(base + offset);
 #if defined(REDUCE_SUM)
-    acc += v;
+    block += v;
+    if (++in_block == SUM_BLOCK) {
+      acc += block;
+      block = 0.0;
+      in_block = 0;
+    }
 #else
-    // The first maximum wins, as in numpy.
-    if (v > acc || (r == start)) {
+    // The first NaN, else the first maximum wins, as in numpy.
+    if (r == start || (!is_nan(acc) && (v > acc || is_nan(v)))) {
       acc = v;
       best = r;
     }
 #endif
   }
-#if defined(REDUCE_ARGMAX)
+#if defined(REDUCE_SUM)
+  return acc + block;
+#elif defined(REDUCE_ARGMAX)
   return float(best);
 #else
   return acc;

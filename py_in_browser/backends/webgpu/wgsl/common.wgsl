@@ -10,8 +10,10 @@ fn f32_inf() -> f32 { return bitcast<f32>(F32_INF_BITS); }
 fn f32_neg_inf() -> f32 { return bitcast<f32>(F32_NEG_INF_BITS); }
 fn f32_nan() -> f32 { return bitcast<f32>(F32_NAN_BITS); }
 
-// A bit test instead of x != x, which fast-math compilers may fold to false.
+// Bit tests instead of x != x, which fast-math compilers may fold to false (WGSL lets an
+// implementation assume NaN and the infinities never occur).
 fn f32_is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
+fn f32_is_finite(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) < 0x7f800000u; }
 
 // numpy's maximum: a NaN on either side wins (WGSL's max leaves that case undefined).
 fn f32_max_nan(a: f32, b: f32) -> f32 {

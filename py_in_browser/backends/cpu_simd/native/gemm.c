@@ -1,0 +1,145 @@
+// Batched float32 GEMM with WebAssembly SIMD: C = op(A) . op(B), all matrices row-major.
+//
+// Blocked like a BLAS (Goto): a KC x NC block of op(B) is packed into 8-column panels and an
+// MC x KC block of op(A) into 6-row panels, so the 6x8 register micro-kernel (XNNPACK's shape for
+// wasm SIMD: 12 accumulators + 2 B vectors + 1 broadcast fit x86's 16 vector registers) streams
+// both from contiguous memory whatever the transposes; packing is where transposes are absorbed.
+// The caller lends the packing buffers (`work`, gemm_work_floats() floats) so the module needs no
+// allocator of its own and touches no memory but what it is handed.
+
+#include "simd.h"
+
+#define MR 6
+#define NR 8
+#define KC 256
+#define MC 128
+#define NC 512
+
+// op(A)[i][p]: A is m x k (lda = k), or k x m when transposed.
+static inline float a_at(const float *a, int trans, int m, int k, int i, int p) {
+  return trans ? a[p * m + i] : a[i * k + p];
+}
+
+// Packs rows [i0, i0+mc) x columns [p0, p0+kc) of op(A) as MR-row panels, k-major, zero padded.
+static void pack_a(const float *a, int trans, int m, int k, int i0, int mc, int p0, int kc,
+                   float *out) {
+  for (int ip = 0; ip < mc; ip += MR) {
+    int rows = mc - ip < MR ? mc - ip : MR;
+    if (!trans && rows == MR) {
+      const float *r0 = a + (i0 + ip) * k + p0;
+      for (int p = 0; p < kc; p++) {
+        for (int r = 0; r < MR; r++) out[r] = r0[r * k + p];
+        out += MR;
+      }
+      continue;
+    }
+    for (int p = 0; p < kc; p++) {
+      for (int r = 0; r < MR; r++)
+        out[r] = r < rows ? a_at(a, trans, m, k, i0 + ip + r, p0 + p) : 0.0f;
+      out += MR;
+    }
+  }
+}
+
+// Packs rows [p0, p0+kc) x columns [j0, j0+nc) of op(B) as NR-column panels, k-major, zero padded.
+// op(B)[p][j]: B is k x n (ldb = n), or n x k when transposed.
+static void pack_b(const float *b, int trans, int k, int n, int p0, int kc, int j0, int nc,
+                   float *out) {
+  for (int jp = 0; jp < nc; jp += NR) {
+    int cols = nc - jp < NR ? nc - jp : NR;
+    if (!trans && cols == NR) {
+      const float *src = b + p0 * n + j0 + jp;
+      for (int p = 0; p < kc; p++) {
+        wasm_v128_store(out, wasm_v128_load(src));
+        wasm_v128_store(out + 4, wasm_v128_load(src + 4));
+        src += n;
+        out += NR;
+      }
+      continue;
+    }
+    for (int p = 0; p < kc; p++) {
+      for (int c = 0; c < NR; c++) {
+        int j = j0 + jp + c;
+        out[c] = c < cols ? (trans ? b[j * k + p0 + p] : b[(p0 + p) * n + j]) : 0.0f;
+      }
+      out += NR;
+    }
+  }
+}
+
+// acc (MR x NR) = packed A panel . packed B panel over kc; then C tile = acc (+ C when `add`).
+// The accumulators stay in registers (MR * 2 of them, plus 2 for B and 1 for A's broadcast).
+static void micro_kernel(int kc, const float *ap, const float *bp, float *c, int ldc, int rows,
+                         int cols, int add) {
+  v128_t acc[MR][2];
+  for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = wasm_f32x4_splat(0);
+  for (int p = 0; p < kc; p++) {
+    v128_t b0 = wasm_v128_load(bp), b1 = wasm_v128_load(bp + 4);
+    for (int r = 0; r < MR; r++) {
+      v128_t a = wasm_v128_load32_splat(ap + r);
+      acc[r][0] = wasm_f32x4_add(acc[r][0], wasm_f32x4_mul(a, b0));
+      acc[r][1] = wasm_f32x4_add(acc[r][1], wasm_f32x4_mul(a, b1));
+    }
+    ap += MR;
+    bp += NR;
+  }
+  if (rows == MR && cols == NR) {
+    for (int r = 0; r < MR; r++) {
+      float *row = c + r * ldc;
+      v128_t lo = acc[r][0], hi = acc[r][1];
+      if (add) {
+        lo = wasm_f32x4_add(lo, wasm_v128_load(row));
+        hi = wasm_f32x4_add(hi, wasm_v128_load(row + 4));
+      }
+      wasm_v128_store(row, lo);
+      wasm_v128_store(row + 4, hi);
+    }
+    return;
+  }
+  float tile[MR * NR];
+  for (int r = 0; r < MR; r++) {
+    wasm_v128_store(tile + r * NR, acc[r][0]);
+    wasm_v128_store(tile + r * NR + 4, acc[r][1]);
+  }
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < cols; j++) c[r * ldc + j] = tile[r * NR + j] + (add ? c[r * ldc + j] : 0.0f);
+}
+
+static void gemm_one(int m, int n, int k, const float *a, int trans_a, const float *b, int trans_b,
+                     float *c, float *work) {
+  float *packed_b = work, *packed_a = work + KC * NC;
+  if (k == 0) {
+    for (int i = 0; i < m * n; i++) c[i] = 0.0f;
+    return;
+  }
+  for (int j0 = 0; j0 < n; j0 += NC) {
+    int nc = n - j0 < NC ? n - j0 : NC;
+    for (int p0 = 0; p0 < k; p0 += KC) {
+      int kc = k - p0 < KC ? k - p0 : KC;
+      pack_b(b, trans_b, k, n, p0, kc, j0, nc, packed_b);
+      for (int i0 = 0; i0 < m; i0 += MC) {
+        int mc = m - i0 < MC ? m - i0 : MC;
+        pack_a(a, trans_a, m, k, i0, mc, p0, kc, packed_a);
+        for (int jr = 0; jr < nc; jr += NR) {
+          int cols = nc - jr < NR ? nc - jr : NR;
+          for (int ir = 0; ir < mc; ir += MR) {
+            int rows = mc - ir < MR ? mc - ir : MR;
+            micro_kernel(kc, packed_a + ir * kc, packed_b + jr * kc, c + (i0 + ir) * n + j0 + jr,
+                         n, rows, cols, p0 > 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Floats of scratch memory gemm needs in `work`.
+EXPORT int gemm_work_floats(void) { return KC * NC + MC * KC; }
+
+// For each of `batch` matrices: C = op(A) . op(B) with op(A) m x k, op(B) k x n, C m x n.
+// a_step / b_step are the floats between consecutive batch matrices (0 reuses one matrix).
+EXPORT void gemm(int batch, int m, int n, int k, const float *a, int a_step, int trans_a,
+                 const float *b, int b_step, int trans_b, float *c, float *work) {
+  for (int i = 0; i < batch; i++)
+    gemm_one(m, n, k, a + i * a_step, trans_a, b + i * b_step, trans_b, c + i * m * n, work);
+}

@@ -1,0 +1,130 @@
+"""Builds the cpu backend's WebAssembly SIMD kernels (a side module), again whenever they change.
+
+The C sources live beside their Python binding (py_in_browser/backends/cpu_simd/native/); the
+compiler is the clang and wasm-ld that PyPI's `ziglang` ships, so set-up needs no system
+toolchain. The result is a PIC side module (dylink.0 section) that Pyodide's dynamic linker loads
+through ctypes.CDLL into its own memory, so kernels work on numpy arrays in place. It is cached as
+<cache>/simd/<digest>/kernels.wasm, the digest covering sources, flags and compiler version; a
+failed build is cached too (failed.txt), so the server does not retry it on every request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from server.settings import Paths
+
+# Not ".so": Python would take that for an extension module shadowing kernels.py.
+MODULE_NAME = "kernels.wasm"
+# Where the binding expects the module inside the engine package (and so inside the wheel).
+PACKAGE_PATH = f"backends/cpu_simd/{MODULE_NAME}"
+COMPILE_FLAGS = (
+    "--target=wasm32-unknown-emscripten",
+    "-O3",
+    "-msimd128",
+    "-fPIC",
+    "-fvisibility=hidden",
+    "-ffreestanding",
+    "-nostdlib",
+    "-Wall",
+    "-Werror",
+)
+LINK_FLAGS = ("--experimental-pic", "-shared", "--no-entry")
+
+
+@dataclass(frozen=True)
+class SimdModule:
+    path: Path
+    digest: str
+
+
+class SimdBuildError(RuntimeError):
+    """The toolchain is missing or the sources do not compile; the message says which."""
+
+
+def native_sources(paths: Paths) -> list[Path]:
+    folder = paths.engine_src / "backends" / "cpu_simd" / "native"
+    return sorted(p for p in folder.iterdir() if p.suffix in (".c", ".h"))
+
+
+def _toolchain_version() -> str:
+    try:
+        return metadata.version("ziglang")
+    except metadata.PackageNotFoundError as exc:
+        raise SimdBuildError(
+            "the ziglang package (clang + wasm-ld for wasm32) is not installed: "
+            "pip install -e . installs it"
+        ) from exc
+
+
+def module_digest(paths: Paths, toolchain: str) -> str:
+    digest = hashlib.sha256(f"{toolchain}\0{COMPILE_FLAGS}\0{LINK_FLAGS}\0".encode())
+    for path in native_sources(paths):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _zig(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ziglang", *args]
+
+
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise SimdBuildError(f"'{' '.join(cmd)}' failed:\n{(done.stderr or done.stdout).strip()}")
+
+
+def _compile(paths: Paths, out: Path) -> None:
+    import ziglang  # the package carries clang's headers (wasm_simd128.h) in its lib folder
+
+    resource_dir = Path(ziglang.__file__).parent / "lib"
+    with tempfile.TemporaryDirectory(prefix="pib-simd-") as tmp:
+        objects = []
+        for source in native_sources(paths):
+            if source.suffix != ".c":
+                continue
+            obj = Path(tmp) / (source.stem + ".o")
+            _run(
+                _zig(
+                    "clang",
+                    *COMPILE_FLAGS,
+                    f"-resource-dir={resource_dir}",
+                    "-c",
+                    str(source),
+                    "-o",
+                    str(obj),
+                )
+            )
+            objects.append(str(obj))
+        _run(_zig("wasm-ld", *LINK_FLAGS, "-o", str(out), *objects))
+
+
+def ensure_simd_module(paths: Paths) -> SimdModule:
+    """The module for the current sources, compiled only when they changed; raises
+    SimdBuildError (also for a build that failed before with the same sources)."""
+    digest = module_digest(paths, _toolchain_version())
+    folder = paths.cache / "simd" / digest
+    module, failure = folder / MODULE_NAME, folder / "failed.txt"
+    if module.is_file():
+        return SimdModule(module, digest)
+    if failure.is_file():
+        raise SimdBuildError(failure.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / (MODULE_NAME + ".partial")
+    try:
+        _compile(paths, partial)
+    except (SimdBuildError, OSError, subprocess.TimeoutExpired) as exc:
+        failure.write_text(str(exc))
+        raise SimdBuildError(str(exc)) from exc
+    partial.replace(module)
+    for stale in folder.parent.iterdir():
+        if stale != folder:
+            shutil.rmtree(stale, ignore_errors=True)
+    return SimdModule(module, digest)

@@ -1,0 +1,130 @@
+"""The cpu backend's SIMD side module run natively under wasmtime, as Pyodide's linker would.
+
+It builds the same kernels.wasm the engine wheel ships (server/simd_build.py), gives it what
+Emscripten's dynamic linker gives a side module (a memory, a stack, __memory_base placed after
+the stack with the size its dylink.0 section asks for, a function table) and wraps its exports in
+the engine's own SimdKernels, so the Python wrappers and the C kernels are tested together.
+Arrays live in the module's memory: `empty` allocates there, and `address` stages an outside
+array into it (in Pyodide both are the identity, numpy's heap being that memory).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import wasmtime
+
+from py_in_browser.backends.cpu_simd import SimdKernels
+from server.settings import Paths
+from server.simd_build import ensure_simd_module
+
+PAGE = 65536
+MEMORY_PAGES = 8192  # 512 MiB, reserved lazily by wasmtime
+STACK_BYTES = 1 << 20
+ALIGN = 16
+
+
+def _leb128(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, at
+
+
+def dylink_memory(module: bytes) -> tuple[int, int]:
+    """(bytes, alignment) of static memory the side module's dylink.0 MEM_INFO asks for."""
+    at = 8  # magic and version
+    section_id, at = module[at], at + 1
+    _, at = _leb128(module, at)  # section size
+    name_length, at = _leb128(module, at)
+    name = module[at : at + name_length]
+    assert section_id == 0 and name == b"dylink.0", "not a side module: no leading dylink.0"
+    at += name_length
+    kind, at = module[at], at + 1
+    assert kind == 1, "dylink.0 does not start with MEM_INFO"
+    _, at = _leb128(module, at)
+    memory_size, at = _leb128(module, at)
+    memory_align, at = _leb128(module, at)
+    return memory_size, 1 << memory_align
+
+
+@dataclass
+class WasmSimd:
+    path: Path
+    store: wasmtime.Store = field(init=False)
+    kernels: SimdKernels = field(init=False)
+
+    def __post_init__(self) -> None:
+        engine = wasmtime.Engine()
+        self.store = wasmtime.Store(engine)
+        raw = self.path.read_bytes()
+        module = wasmtime.Module(engine, raw)
+        self.memory = wasmtime.Memory(
+            self.store, wasmtime.MemoryType(wasmtime.Limits(MEMORY_PAGES, None))
+        )
+        static_size, static_align = dylink_memory(raw)
+        memory_base = -(-(PAGE + STACK_BYTES) // static_align) * static_align
+        self._next = -(-(memory_base + static_size) // ALIGN) * ALIGN
+        i32 = wasmtime.ValType.i32()
+        provided: dict[str, wasmtime.Memory | wasmtime.Table | wasmtime.Global] = {
+            "memory": self.memory,
+            "__indirect_function_table": wasmtime.Table(
+                self.store,
+                wasmtime.TableType(wasmtime.ValType.funcref(), wasmtime.Limits(0, None)),
+                None,
+            ),
+            "__stack_pointer": wasmtime.Global(
+                self.store, wasmtime.GlobalType(i32, True), wasmtime.Val.i32(PAGE + STACK_BYTES)
+            ),
+            "__memory_base": wasmtime.Global(
+                self.store, wasmtime.GlobalType(i32, False), wasmtime.Val.i32(memory_base)
+            ),
+            "__table_base": wasmtime.Global(
+                self.store, wasmtime.GlobalType(i32, False), wasmtime.Val.i32(0)
+            ),
+        }
+        imports = [provided[str(item.name)] for item in module.imports]
+        instance = wasmtime.Instance(self.store, module, imports)
+        exports = instance.exports(self.store)
+        functions = {
+            item.name: export
+            for item in module.exports
+            if isinstance(export := exports[item.name], wasmtime.Func)
+        }
+        for init in ("__wasm_apply_data_relocs", "__wasm_call_ctors"):
+            if init in functions:
+                functions[init](self.store)
+        self._base = ctypes.addressof(self.memory.data_ptr(self.store).contents)
+        self._length = self.memory.data_len(self.store)
+        callables = {name: partial(function, self.store) for name, function in functions.items()}
+        self.kernels = SimdKernels(callables, self.address, self.empty)
+
+    def empty(self, shape: tuple[int, ...], dtype: type = np.float32) -> np.ndarray:
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        start, self._next = self._next, -(-(self._next + nbytes) // ALIGN) * ALIGN
+        if self._next > self._length:
+            raise MemoryError("the test's wasm memory is exhausted; use smaller cases")
+        raw = (ctypes.c_ubyte * nbytes).from_address(self._base + start)
+        return np.ctypeslib.as_array(raw).view(dtype).reshape(shape)
+
+    def address(self, array: np.ndarray) -> int:
+        pointer = int(array.__array_interface__["data"][0])
+        if self._base <= pointer < self._base + self._length:
+            return pointer - self._base
+        staged = self.empty(array.shape, array.dtype.type)
+        staged[...] = array
+        return self.address(staged)
+
+
+def native_simd() -> WasmSimd:
+    """The module built from the current sources (a build failure fails the test, never skips)."""
+    return WasmSimd(ensure_simd_module(Paths.default()).path)
