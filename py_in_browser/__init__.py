@@ -1,12 +1,13 @@
 """py_in_browser: a Keras-like tensor and training engine that runs the same in CPython and Pyodide."""
 
-from . import callbacks, debug, optimizers
+from . import callbacks, data, debug, optimizers
 from .autograd import GradientTape, grad
 from .batching import ExampleTooLargeError, max_batch_size
 from .callbacks import Callback, EarlyStopping, History, LambdaCallback, ProgressCallback
 from .functional import (
     abs,
     add,
+    affine_sample,
     argmax,
     avg_pool2d,
     broadcast_to,
@@ -96,6 +97,7 @@ __all__ = [
     "abs",
     "activations",
     "add",
+    "affine_sample",
     "argmax",
     "available_backends",
     "avg_pool2d",
@@ -106,6 +108,7 @@ __all__ = [
     "clip",
     "concat",
     "conv2d",
+    "data",
     "debug",
     "div",
     "equal",

@@ -43,6 +43,35 @@ def typed_array_to_numpy(typed_array: Any, dtype: str, shape: tuple[int, ...]) -
     return out
 
 
+def take_bitmap(name: str) -> Any:
+    """The ImageBitmap the page last sent under `name` (engine-worker.js's "bitmap" message),
+    removed from the worker's table: the caller owns it now (uploads close it)."""
+    import js
+
+    bitmaps = js.pibBitmaps
+    if not bitmaps.has(name):
+        raise KeyError(
+            f"no ImageBitmap named {name!r} was sent to the engine worker (post "
+            '{type: "bitmap", name, bitmap} with the bitmap transferred, then run the code)'
+        )
+    bitmap = bitmaps.get(name)
+    bitmaps.delete(name)
+    return bitmap
+
+
+def image_bitmap_rgba(bitmap: Any) -> np.ndarray:
+    """An ImageBitmap's pixels as (height, width, 4) uint8, drawn on an OffscreenCanvas and read
+    with getImageData (the cpu backend's way in; GPU backends take the bitmap itself). Closes it."""
+    import js
+
+    width, height = int(bitmap.width), int(bitmap.height)
+    context = js.OffscreenCanvas.new(width, height).getContext("2d")
+    context.drawImage(bitmap, 0, 0)
+    bitmap.close()
+    pixels = context.getImageData(0, 0, width, height).data
+    return typed_array_to_numpy(pixels, "uint8", (height, width, 4))
+
+
 # Proxies created inside each open tidy scope, innermost last (runtime.tidy opens and closes
 # them): a scope destroys those it created that it does not return.
 proxy_scopes: list[list[Any]] = []

@@ -514,6 +514,33 @@ def random_uniform(
     return call("random_uniform", counter, **attrs, bits=int(bits))
 
 
+def affine_sample(images: Any, params: Any, size: Sequence[int]) -> Tensor:
+    """Resamples NHWC float images through one affine map each, with a gain and offset.
+
+    Row n of `params` (shape (N, 8)) is [a, b, c, d, e, f, gain, offset]. Output pixel (i, j)
+    of image n, whose centre has normalized coordinates u = (2j + 1) / OW - 1 and
+    v = (2i + 1) / OH - 1 (from -1 to 1 across the image), takes the input's bilinear sample at
+    x = a u + b v + c, y = d u + e v + f in the same coordinates of the input, edge pixels
+    repeating outside it, times gain plus offset. The result has shape (N, OH, OW, C) for
+    `size` = (OH, OW). Identity is [1, 0, 0, 0, 1, 0, 1, 0]; a = -1 mirrors left-right; a, e
+    below 1 zoom in (a centre crop); c, f shift. Not differentiable (it feeds data to a model:
+    pib.data's preprocessing and augmentation run on it). One GPU kernel on webgpu and webgl2.
+
+    Example:
+        >>> image = pib.tensor(np.arange(4.0).reshape(1, 2, 2, 1))
+        >>> mirror = pib.tensor([[-1.0, 0, 0, 0, 1, 0, 1, 0]])
+        >>> (await pib.affine_sample(image, mirror, (2, 2)).numpy()).reshape(2, 2)
+        array([[1., 0.],
+               [3., 2.]], dtype=float32)
+        >>> doubled = pib.tensor([[1.0, 0, 0, 0, 1, 0, 2, 1]])  # gain 2, offset 1
+        >>> (await pib.affine_sample(image, doubled, (1, 1)).numpy()).ravel()  # the centre
+        array([4.], dtype=float32)
+    """
+    images = images if isinstance(images, Tensor) else tensor(images)
+    params = params if isinstance(params, Tensor) else tensor(params)
+    return call("affine_sample", images, params, size=_pair_of(size, "affine_sample: size"))
+
+
 # ---- layout ------------------------------------------------------------------------------------
 
 

@@ -12,6 +12,8 @@ Layer configs (the keys each layer's constructor takes, plus Keras' fixed keys):
     Activation             activation
     Dropout                rate, seed
     BatchNormalization     axis, momentum, epsilon, center, scale
+    RandomAugmentation     translation, zoom, rotation, brightness, contrast, value_range, seed
+                           (active in training only; the file keeps it so training can resume)
 Every config also has name, trainable (true) and dtype ("float32").
 
 A new layer type needs a LayerSpec here; tests_unit/test_model_file.py fails until it has one.
@@ -156,6 +158,21 @@ LAYER_SPECS = [
         },
         {"axis": -1},
         _batch_norm_weights,
+    ),
+    LayerSpec(
+        L.RandomAugmentation,
+        "RandomAugmentation",
+        lambda layer: {
+            "translation": layer.translation,
+            "zoom": layer.zoom,
+            "rotation": layer.rotation,
+            "brightness": layer.brightness,
+            "contrast": layer.contrast,
+            "value_range": list(layer.value_range),
+            "seed": layer.explicit_seed,
+        },
+        {},
+        _no_weights,
     ),
 ]
 SPEC_BY_CLASS = {spec.cls: spec for spec in LAYER_SPECS}

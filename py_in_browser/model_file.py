@@ -13,9 +13,12 @@ model.json  a JSON object:
     input_shape   one example's shape, without the batch axis, e.g. [64, 64, 3]
     output_shape  the last layer's output shape, without the batch axis
     labels        class names in output order, or null
-    preprocessing a JSON object saying how raw inputs become the model's inputs (for example
-                  {"scale": 1/255, "mean": [...], "std": [...]}), or null; the file stores it,
-                  the app applies it
+    preprocessing a JSON object saying how raw inputs become the model's inputs, or null. An
+                  object with "schema": "py_in_browser.image_preprocessing" is the image
+                  preprocessing pib.data applies (preprocessing.py states the schema, version 1:
+                  size [height, width], mirror, crop "centre" | "none", per-channel mean and
+                  std over pixel bytes / 255); it is validated, and its size must be the
+                  input's height and width. Any other object is stored as given.
     architecture  {"class_name": "Sequential", "config": {"name", "seed", "layers": [...]}}
                   with one {"class_name", "config"} per layer in Keras' config form (the form of
                   TF.js's modelTopology); the first layer's config carries "batch_input_shape"
@@ -46,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from . import preprocessing
 from .layer_configs import (
     MAX_NAME_CHARS,
     LayerConfigError,
@@ -304,14 +308,25 @@ def check_labels(labels: Any, output_shape: Shape) -> list[str] | None:
     return list(labels)
 
 
-def _check_preprocessing(value: Any) -> dict[str, Any] | None:
+def _check_preprocessing(value: Any, input_shape: Shape) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
         raise ModelFileError("preprocessing must be a JSON object or null")
     if len(json.dumps(value)) > MAX_PREPROCESSING_BYTES:
         raise ModelFileError(f"preprocessing is over {MAX_PREPROCESSING_BYTES} bytes of JSON")
-    return value
+    if value.get("schema") != preprocessing.SCHEMA:
+        return value
+    try:
+        checked = preprocessing.check(value)
+    except ValueError as exc:
+        raise ModelFileError(f"preprocessing: {exc}") from exc
+    if len(input_shape) != 3 or list(input_shape[:2]) != checked["size"]:
+        raise ModelFileError(
+            f"preprocessing: size {checked['size']} does not match the input shape "
+            f"{list(input_shape)} (height, width, channels)"
+        )
+    return checked
 
 
 def _architecture(header: dict[str, Any], limits: Limits) -> tuple[str, int, list[Any]]:
@@ -466,7 +481,7 @@ def read(data: bytes, limits: Limits = DEFAULT_LIMITS) -> ModelFileContents:
         input_shape=input_shape,
         output_shape=output_shape,
         labels=check_labels(header.get("labels"), output_shape),
-        preprocessing=_check_preprocessing(header.get("preprocessing")),
+        preprocessing=_check_preprocessing(header.get("preprocessing"), input_shape),
         seed=seed,
         layers=entries,
         param_count=param_count,

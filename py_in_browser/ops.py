@@ -3,7 +3,7 @@
 Every backend implements exactly these primitives; everything else (broadcasting binary ops,
 softmax, log_softmax, mean, variance, gelu, losses, ...) is composed from them in functional.py.
 
-Primitives (39):
+Primitives (40):
   unary float     neg exp log sqrt tanh sigmoid relu erf
   binary (same shape and dtype)   add sub mul div pow maximum
   compare -> bool less less_equal equal not_equal
@@ -22,6 +22,9 @@ Primitives (39):
                   from (seed, stream, counter, element index), the same bits on every backend
                   (backends/counter_hash.py); the counter is a device scalar, so a recorded step
                   that advances it draws new numbers on each replay
+  images          affine_sample(images, params; size): per image, a 2x3 affine map of the output
+                  grid into the input plus a gain and offset on the values, bilinear sampling
+                  with edges clamped (NHWC; params (N, 8); the GPU preprocessing and augmentation)
 
 A VJP receives (g, inputs, output, attrs) and returns, per input, a thunk computing that input's
 gradient or None where the op is not differentiable in it; the tape calls only the thunks it
@@ -704,6 +707,40 @@ def _random_uniform_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs:
 
 # Random draws have no gradient: the counter only picks which numbers come out.
 _define("random_uniform", 1, _random_uniform_infer, None, ("shape", "seed", "stream", "bits"))
+
+
+# ---- images ------------------------------------------------------------------------------------
+# affine_sample(images (N, H, W, C), params (N, 8); size (OH, OW)) -> (N, OH, OW, C), one float
+# dtype throughout.
+# Row n of params is [a, b, c, d, e, f, gain, offset]. Output pixel (i, j) has its centre at
+# normalized coordinates u = (2j + 1) / OW - 1, v = (2i + 1) / OH - 1 (-1..1 across the image);
+# it samples the input at x = a u + b v + c, y = d u + e v + f (the same normalized coordinates of
+# the input), i.e. at pixel px = ((x + 1) W - 1) / 2, py = ((y + 1) H - 1) / 2, bilinearly with
+# px, py clamped to the image (edge pixels repeat outside it), and returns sample * gain + offset.
+# Identity params [1, 0, 0, 0, 1, 0, 1, 0] with size (H, W) copy the images; a = -1 mirrors them.
+AFFINE_PARAMS = 8
+
+
+def _affine_sample_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    _need_dtype("affine_sample", dtypes, FLOAT)
+    images, params = tuple(shapes[0]), tuple(shapes[1])
+    if len(images) != 4:
+        raise ValueError(f"affine_sample: images must be NHWC (rank 4), got shape {images}")
+    if params != (images[0], AFFINE_PARAMS):
+        raise ValueError(
+            f"affine_sample: params must have shape ({images[0]}, {AFFINE_PARAMS}) (one row "
+            f"[a, b, c, d, e, f, gain, offset] per image), got {params}"
+        )
+    size = tuple(attrs["size"])
+    if len(size) != 2 or any(not isinstance(d, int) or d < 1 for d in size):
+        raise ValueError(f"affine_sample: size must be two positive ints, got {size}")
+    if images[1] < 1 or images[2] < 1:
+        raise ValueError(f"affine_sample: images must have a pixel to sample, got {images}")
+    return (images[0], size[0], size[1], images[3]), dtypes[0]
+
+
+# Not differentiable: it only feeds data (preprocessing, augmentation) into a model.
+_define("affine_sample", 2, _affine_sample_infer, None, ("size",))
 
 
 def _numel(shape: Sequence[int]) -> int:

@@ -54,8 +54,11 @@ def page_query() -> str:
     return ""
 
 
-def open_engine_page(browser: Browser, url: str) -> EnginePage:
+def open_engine_page(browser: Browser, url: str, init_script: str | None = None) -> EnginePage:
+    """`init_script` runs in the page before its own scripts (Playwright's add_init_script)."""
     page: Page = browser.new_page()
+    if init_script is not None:
+        page.add_init_script(init_script)
     engine = EnginePage(page)
     page.on("console", lambda message: engine.console.append(message.text))
     page.on("pageerror", lambda error: engine.console.append(f"pageerror: {error}"))

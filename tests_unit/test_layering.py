@@ -30,7 +30,13 @@ FIRST_PARTY = (*PLACED_PACKAGES, "tests_e2e", "tests_unit")
 # test_imports_have_no_cycles keeps those internal imports acyclic.
 LAYERS: list[tuple[str, ...]] = [
     # Leaves: runtime events (which the backends record) and the only module that touches `js`.
-    ("py_in_browser.events", "py_in_browser._js", "py_in_browser.limits"),
+    # The image preprocessing schema is data too (model files validate it).
+    (
+        "py_in_browser.events",
+        "py_in_browser._js",
+        "py_in_browser.limits",
+        "py_in_browser.preprocessing",
+    ),
     # Training permits: signed bounds checked against the caps; the page's visibility and the
     # worker's IndexedDB checkpoints, which recovery.py uses.
     ("py_in_browser.permits", "py_in_browser.visibility", "py_in_browser.persist"),
@@ -80,6 +86,8 @@ LAYERS: list[tuple[str, ...]] = [
     # pib.debug's fault injection sits beside it.
     ("py_in_browser.recovery", "py_in_browser.debug"),
     ("py_in_browser.model",),
+    # Data for models: preprocessing on the device, frames from the page, top-k predictions.
+    ("py_in_browser.data.*",),
     # The public facade, then what consumes it: the browser worker and the shared test workloads.
     ("py_in_browser",),
     ("py_in_browser._worker", "py_in_browser.testing.*"),

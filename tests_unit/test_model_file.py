@@ -25,7 +25,15 @@ def every_layer_model() -> pib.Sequential:
     """One model holding every layer type the file format knows (checked against layers.py)."""
     return pib.Sequential(
         [
-            layers.Conv2D(4, 3, padding="same", activation="relu", input_shape=(8, 8, 2)),
+            layers.RandomAugmentation(
+                translation=0.2,
+                rotation=0.05,
+                contrast=0.1,
+                value_range=(-1, 1),
+                seed=3,
+                input_shape=(8, 8, 2),
+            ),
+            layers.Conv2D(4, 3, padding="same", activation="relu"),
             layers.BatchNormalization(momentum=0.9, epsilon=1e-4),
             layers.MaxPool2D(2),
             layers.Conv2D(

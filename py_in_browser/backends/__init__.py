@@ -11,7 +11,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from .. import fusion
+from .. import _js, fusion
 
 # What a backend does for one primitive. cpu registers kernels that compute it: (inputs,
 # attrs) -> array. The GPU backends register planners that say how to compute it: webgl2
@@ -87,6 +87,14 @@ class Backend:
 
     def free(self, handle: Any) -> None:
         raise NotImplementedError
+
+    async def upload_image(self, bitmap: Any) -> Any:
+        """An ImageBitmap (in the browser) as the handle of a (1, H, W, 3) float32 tensor of its
+        RGB bytes / 255; the bitmap is closed. This default reads the pixels in JS (an
+        OffscreenCanvas's getImageData) and uploads them; the GPU backends put the bitmap on
+        the device without passing its pixels through Python."""
+        rgba = _js.image_bitmap_rgba(bitmap)
+        return self.upload(rgba[None, :, :, :3] / np.float32(255.0))
 
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Any:
         """Runs the kernel of primitive `op`; the op table has already checked shapes and dtypes

@@ -386,3 +386,26 @@ def _random_uniform(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     count = int(np.prod(shape, dtype=np.int64))
     values = counter_hash.uniform(attrs["seed"], attrs["stream"], int(xs[0]), count, attrs["bits"])
     return values.reshape(shape)
+
+
+@_kernel("affine_sample")
+def _affine_sample(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """ops.py states the rule; computed in float64 so it is the oracle of the f32 GPU kernels."""
+    images, params = xs[0].astype(np.float64), xs[1].astype(np.float64)
+    n, h, w, _ = images.shape
+    out_h, out_w = attrs["size"]
+    u = (2.0 * np.arange(out_w) + 1.0) / out_w - 1.0
+    v = (2.0 * np.arange(out_h) + 1.0) / out_h - 1.0
+    a, b, c, d, e, f, gain, offset = (params[:, k, None, None] for k in range(8))
+    x = a * u[None, None, :] + b * v[None, :, None] + c  # (n, out_h, out_w)
+    y = d * u[None, None, :] + e * v[None, :, None] + f
+    px = np.clip(((x + 1.0) * w - 1.0) / 2.0, 0.0, w - 1.0)
+    py = np.clip(((y + 1.0) * h - 1.0) / 2.0, 0.0, h - 1.0)
+    x0, y0 = np.floor(px).astype(np.int64), np.floor(py).astype(np.int64)
+    x1, y1 = np.minimum(x0 + 1, w - 1), np.minimum(y0 + 1, h - 1)
+    wx, wy = (px - x0)[..., None], (py - y0)[..., None]
+    batch = np.arange(n)[:, None, None]
+    top = images[batch, y0, x0] * (1 - wx) + images[batch, y0, x1] * wx
+    bottom = images[batch, y1, x0] * (1 - wx) + images[batch, y1, x1] * wx
+    sample = top * (1 - wy) + bottom * wy
+    return (sample * gain[..., None] + offset[..., None]).astype(xs[0].dtype)

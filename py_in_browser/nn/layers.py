@@ -1,10 +1,11 @@
-"""Keras-style layers: Dense, Conv2D, pooling, Flatten, Dropout, BatchNormalization, Activation."""
+"""Keras-style layers: Dense, Conv2D, pooling, Flatten, Dropout, BatchNormalization, Activation,
+RandomAugmentation."""
 
 from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -456,6 +457,177 @@ class Dropout(Layer):
             bits=DROPOUT_BITS,
         )
         y = call("fused", x, F.cast(draw, x.dtype), program=self._program)
+        advanced = F.add(self.draws, 1.0)
+        if state_update_sink is not None:
+            state_update_sink.append((self.draws, advanced))
+        else:
+            self.draws.assign(advanced)
+        return y
+
+
+# Taylor series of cos and sin to the terms after which, for |angle| <= pi / 4 (the largest
+# rotation RandomAugmentation takes), the error is below 1e-9: the fused programs have no
+# trigonometric op, and Horner's form costs a few multiply-adds.
+_COS_TERMS = 6
+_SIN_TERMS = 6
+# RandomAugmentation's six draws per image are six random_uniform streams of the layer:
+# stream = layer stream + (k + 1) * this, apart from Dropout's (the layer stream itself).
+AUGMENT_STREAM_STRIDE = 1 << 24
+MAX_ROTATION = 0.125
+
+
+def _cos(t: Any) -> Any:
+    t2, acc = t * t, 1.0
+    for k in range(_COS_TERMS - 1, 0, -1):
+        acc = 1.0 - t2 * acc / ((2 * k - 1) * (2 * k))
+    return acc
+
+
+def _sin(t: Any) -> Any:
+    t2, acc = t * t, 1.0
+    for k in range(_SIN_TERMS - 1, 0, -1):
+        acc = 1.0 - t2 * acc / ((2 * k) * (2 * k + 1))
+    return t * acc
+
+
+class RandomAugmentation(Layer):
+    """Random crop/zoom, shift, small rotation, brightness and contrast per image, in training only.
+
+    For NHWC images. Each training batch draws, per image, a zoom z in [1 - zoom, 1 + zoom]
+    (below 1 zooms in, as Keras' RandomZoom), an angle in [-rotation, rotation] turns (fractions
+    of 2 pi, as Keras' RandomRotation; at most 0.125), shifts in [-translation, translation] of
+    the width and height (Keras' RandomTranslation), a brightness delta in [-brightness,
+    brightness] of the value range and a contrast factor k in [1 - contrast, 1 + contrast].
+    Output pixel p then samples the input at z R(angle) p + shift (normalized coordinates, edges
+    repeated; pib.affine_sample, one GPU kernel for the whole batch, after six draw kernels and
+    eight tiny fused ones that turn the draws into its (N, 8) params) and becomes
+    (sample - mid) * k + mid + delta, mid the centre of `value_range` (Keras' RandomContrast
+    scales around each image's mean instead). At inference (validation, evaluate, predict) the
+    layer passes its input through.
+
+    The draws come from pib.random_uniform keyed by (seed, layer) with a draw counter on the
+    device that each train step advances, exactly as Dropout's masks: a run is reproducible, the
+    same on every backend, replays from JS with new draws each step, and checkpoints keep the
+    counter.
+
+    Example:
+        >>> aug = pib.layers.RandomAugmentation(translation=0.1, zoom=0.1, rotation=0.02)
+        >>> x = np.random.default_rng(0).uniform(size=(2, 8, 8, 3))
+        >>> bool((await aug(x).numpy() == x.astype("float32")).all())  # inference: unchanged
+        True
+        >>> (await aug(x, training=True).numpy()).shape
+        (2, 8, 8, 3)
+    """
+
+    def __init__(
+        self,
+        translation: float = 0.1,
+        zoom: float = 0.1,
+        rotation: float = 0.02,
+        brightness: float = 0.0,
+        contrast: float = 0.0,
+        value_range: Sequence[float] = (0.0, 1.0),
+        seed: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        factors = {"translation": translation, "zoom": zoom, "brightness": brightness}
+        factors["contrast"] = contrast
+        for name, value in factors.items():
+            if not 0.0 <= float(value) < 1.0:
+                raise ValueError(f"RandomAugmentation: {name} must be in [0, 1), got {value!r}")
+        if not 0.0 <= float(rotation) <= MAX_ROTATION:
+            raise ValueError(
+                f"RandomAugmentation: rotation must be in [0, {MAX_ROTATION}] turns, got "
+                f"{rotation!r}"
+            )
+        low, high = (float(v) for v in value_range)
+        if not low < high:
+            raise ValueError(
+                f"RandomAugmentation: value_range must be (low, high), got {value_range}"
+            )
+        self.translation, self.zoom, self.rotation = (
+            float(translation),
+            float(zoom),
+            float(rotation),
+        )
+        self.brightness, self.contrast = float(brightness), float(contrast)
+        self.value_range = (low, high)
+        self.explicit_seed = seed
+        self.draws: Variable | None = None  # batches augmented so far; a float32 device scalar
+        self._programs = self._params_programs()
+
+    def _params_programs(self) -> list[tuple[fusion.Program, tuple[int, ...]]]:
+        """Each column of affine_sample's params as a fused program of the draws it uses (draw
+        k: 0 zoom, 1 angle, 2 and 3 shifts, 4 brightness, 5 contrast)."""
+        z, turn, shift = self.zoom, self.rotation * 2.0 * np.pi, 2.0 * self.translation
+        low, high = self.value_range
+        mid, delta = (low + high) / 2.0, self.brightness * (high - low)
+
+        def span(u: Any, half: float, centre: float = 0.0) -> Any:
+            return centre + half * (2.0 * u - 1.0)
+
+        def gain(uc: Any) -> Any:
+            return span(uc, self.contrast, 1.0)
+
+        columns: list[tuple[Callable[..., Any], tuple[int, ...]]] = [
+            (lambda uz, ua: span(uz, z, 1.0) * _cos(span(ua, turn)), (0, 1)),
+            (lambda uz, ua: -(span(uz, z, 1.0) * _sin(span(ua, turn))), (0, 1)),
+            (lambda ux: span(ux, shift), (2,)),
+            (lambda uz, ua: span(uz, z, 1.0) * _sin(span(ua, turn)), (0, 1)),
+            (lambda uz, ua: span(uz, z, 1.0) * _cos(span(ua, turn)), (0, 1)),
+            (lambda uy: span(uy, shift), (3,)),
+            (gain, (5,)),
+            (lambda uc, ub: mid * (1.0 - gain(uc)) + span(ub, delta), (5, 4)),
+        ]
+        return [(fusion.trace(fn, len(uses)), uses) for fn, uses in columns]
+
+    def build(self, input_shape: Shape) -> None:
+        if len(input_shape) != 3:
+            raise ValueError(
+                f"RandomAugmentation takes NHWC images, got examples of shape {input_shape}"
+            )
+        self.draws = Variable(0.0, trainable=False, name=f"{self.name}/draws")
+        super().build(input_shape)
+
+    def state_variables(self) -> list[Variable]:
+        return [self.draws] if self.draws is not None else []
+
+    async def draw_count(self) -> int:
+        """How many batches this layer has augmented (read from the device)."""
+        return int(await self.draws.item()) if self.draws is not None else 0
+
+    def set_draw_count(self, count: int) -> None:
+        """Sets the draw counter, so the next batch uses draw `count` (what load_checkpoint
+        restores); the layer must be built."""
+        if self.draws is None:
+            raise RuntimeError(f"layer {self.name!r} is not built")
+        self.draws.assign(tensor(float(count)))
+
+    def params(self, batch: int) -> Tensor:
+        """The (batch, 8) affine_sample params of the current draw."""
+        assert self.draws is not None
+        seed = self.seed[0] if self.explicit_seed is None else self.explicit_seed
+        draws = [
+            F.random_uniform(
+                (batch, 1),
+                seed=seed % 2**32,
+                stream=(self.seed[1] + (k + 1) * AUGMENT_STREAM_STRIDE) % 2**32,
+                counter=self.draws,
+            )
+            for k in range(6)
+        ]
+        columns = [
+            call("fused", *(draws[k] for k in uses), program=p) for p, uses in self._programs
+        ]
+        return F.concat(columns, axis=1)
+
+    def call(self, x: Tensor, training: bool) -> Tensor:
+        if not training:
+            return x
+        assert self.draws is not None
+        params = self.params(x.shape[0])
+        y = F.affine_sample(x, F.cast(params, x.dtype), x.shape[1:3])
         advanced = F.add(self.draws, 1.0)
         if state_update_sink is not None:
             state_update_sink.append((self.draws, advanced))

@@ -686,6 +686,37 @@ CASES: list[FeatureCase] = [
         "layer:Dropout layer-option:Dropout.seed",
         fit_evaluate_predict,
     ),
+    # Augmentation draws, like Dropout's masks, come from the counter-based hash: the same
+    # crops, rotations and light on every backend, and a replayed step draws new ones.
+    case(
+        "random_augmentation",
+        model_of(
+            lambda: [
+                layers.RandomAugmentation(
+                    translation=0.1,
+                    zoom=0.2,
+                    rotation=0.05,
+                    brightness=0.1,
+                    contrast=0.2,
+                    value_range=(-2, 2),
+                    seed=9,
+                    input_shape=(6, 6, 2),
+                ),
+                layers.Conv2D(2, 3, activation="relu"),
+                layers.GlobalAveragePooling2D(),
+                layers.Dense(CLASSES, activation="softmax"),
+            ],
+            lambda: optimizers.Adam(0.01),
+            "sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        ),
+        images,
+        "layer:RandomAugmentation layer-option:RandomAugmentation.translation "
+        "layer-option:RandomAugmentation.zoom layer-option:RandomAugmentation.rotation "
+        "layer-option:RandomAugmentation.brightness layer-option:RandomAugmentation.contrast "
+        "layer-option:RandomAugmentation.value_range layer-option:RandomAugmentation.seed",
+        fit_evaluate_predict,
+    ),
     case(
         "train_on_batch",
         model_of(

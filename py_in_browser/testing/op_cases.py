@@ -59,11 +59,52 @@ def make_inputs(case: OpCase, dtype: str = "float32") -> list[np.ndarray]:
             arrays.append(rng.uniform(size=shape) < 0.5)
         elif kind == "true":
             arrays.append(np.ones(shape, dtype=bool))
+        elif kind == "affine":
+            arrays.append(_affine_rows(rng, shape[0]).astype(dtype))
         elif kind.startswith("int"):
             arrays.append(rng.integers(0, int(kind[3:]), shape).astype(np.int32))
         else:
             raise ValueError(f"unknown input kind {kind!r}")
     return arrays
+
+
+def _affine_rows(rng: np.random.Generator, n: int) -> np.ndarray:
+    angle = rng.uniform(-0.5, 0.5, n)
+    zoom = rng.uniform(0.6, 1.4, n)
+    flip = np.where(rng.uniform(size=n) < 0.5, -1.0, 1.0)
+    shift = rng.uniform(-0.6, 0.6, (n, 2))
+    gain, offset = rng.uniform(0.5, 1.5, n), rng.uniform(-0.2, 0.2, n)
+    cos, sin = zoom * np.cos(angle), zoom * np.sin(angle)
+    columns = [flip * cos, -sin, shift[:, 0], flip * sin, cos, shift[:, 1], gain, offset]
+    return np.stack(columns, axis=1)
+
+
+def affine_sample_reference(images: Any, params: Any, size: Any) -> np.ndarray:
+    """pib.affine_sample pixel by pixel in plain Python floats (ops.py states the rule), written
+    apart from the cpu kernel's vectorized numpy."""
+    n, h, w, channels = images.shape
+    out_h, out_w = size
+    out = np.zeros((n, out_h, out_w, channels))
+
+    def clamp(value: float, top: float) -> float:
+        return min(max(value, 0.0), top)
+
+    for b in range(n):
+        a_, b_, c_, d_, e_, f_, gain, offset = (float(v) for v in params[b])
+        for i in range(out_h):
+            v = (2 * i + 1) / out_h - 1
+            for j in range(out_w):
+                u = (2 * j + 1) / out_w - 1
+                px = clamp(((a_ * u + b_ * v + c_ + 1) * w - 1) / 2, w - 1)
+                py = clamp(((d_ * u + e_ * v + f_ + 1) * h - 1) / 2, h - 1)
+                x0, y0 = math.floor(px), math.floor(py)
+                x1, y1 = min(x0 + 1, w - 1), min(y0 + 1, h - 1)
+                wx, wy = px - x0, py - y0
+                for ch in range(channels):
+                    top = images[b, y0, x0, ch] * (1 - wx) + images[b, y0, x1, ch] * wx
+                    low = images[b, y1, x0, ch] * (1 - wx) + images[b, y1, x1, ch] * wx
+                    out[b, i, j, ch] = (top * (1 - wy) + low * wy) * gain + offset
+    return out
 
 
 def _same_pads(size: int, k: int, s: int) -> tuple[int, int]:
@@ -198,6 +239,7 @@ REFERENCES: dict[str, Callable[..., Any]] = {
     "max_pool2d": _ref_pool("max"),
     "avg_pool2d": _ref_pool("avg"),
     "random_uniform": random_uniform_reference,
+    "affine_sample": affine_sample_reference,
 }
 
 
@@ -333,6 +375,16 @@ CASES: list[OpCase] = [
         ((),),
         {"shape": (5, 7), "seed": 11, "stream": 3, "bits": 22},
         kinds=("int1000",),
+        grad=False,
+    ),
+    # Three images resampled to another size: mirrors, rotations, zooms, shifts past the edges.
+    _C(
+        "affine_sample",
+        "affine_sample",
+        ((3, 7, 9, 2), (3, 8)),
+        {"size": (5, 6)},
+        kinds=("normal", "affine"),
+        seed=5,
         grad=False,
     ),
 ]

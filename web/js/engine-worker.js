@@ -9,6 +9,12 @@ let hidden = false; // the page's visibility, told by pib-client.js; handed to t
 // sent after a put sees the data.
 self.pibInbox = new Map();
 
+// Frames the page sends for the engine, by name: post {type: "bitmap", name, bitmap} with the
+// ImageBitmap in the transfer list, then runPython code that takes it with
+// pib.data.take_bitmap(name) (py_in_browser/_js.py). Messages arrive in order, so the frame is
+// here before code sent after it runs.
+self.pibBitmaps = new Map();
+
 // The engine's JS bridges ship inside its wheel; py_in_browser/_js.py imports them through this.
 self.pibImportModule = async (source) => {
   const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
@@ -88,5 +94,8 @@ self.onmessage = ({ data }) => {
   } else if (data.type === "visibility") {
     hidden = data.hidden;
     runner?.set_hidden(hidden);
+  } else if (data.type === "bitmap") {
+    self.pibBitmaps.get(data.name)?.close(); // a frame nobody took is replaced by the newer one
+    self.pibBitmaps.set(data.name, data.bitmap);
   }
 };

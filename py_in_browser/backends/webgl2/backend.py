@@ -15,8 +15,8 @@ from .draw_queue import DrawQueue
 from .memory import TextureMemory
 from .recorder import StepRecorder
 from .recording import Recording
-from .texture_layout import TextureTooLargeError, choose_layout
-from .textures import Handle, TexturePool
+from .texture_layout import Layout, TextureTooLargeError, choose_layout
+from .textures import Handle, Texture, TexturePool
 
 # float16 storage: the smallest normal is 2^-14; an Adam second moment below it is lost, so the
 # optimizers' epsilon is kept at least sqrt(2^-14) = 2^-7 (see optimizers.Adam).
@@ -198,6 +198,25 @@ class WebGL2Backend(Backend):
             key += "+pair"
         handle = self.memory.allocate(out.shape, out.dtype, pair)
         self.queue.draw(key, handle, inputs, uniforms, op, pair)
+        return handle
+
+    async def upload_image(self, bitmap: Any) -> Handle:
+        """An ImageBitmap as a (1, H, W, 3) float32 tensor of bytes / 255: texImage2D puts it in
+        an RGBA8 texture (bridge.js imageTexture, no copy through Python), one draw of
+        glsl/image_rgb.frag drops alpha into the tensor's texture, and the frame's texture goes
+        with the next flush."""
+        if self.queue.recording is not None:
+            raise RuntimeError("webgl2: frames cannot be uploaded while a step is recorded")
+        height, width = int(bitmap.height), int(bitmap.width)
+        frame_layout = Layout(width, height, 4, width * height * 4)
+        frame_id = int(self.queue.call("imageTexture", bitmap))
+        frame = Handle(Texture(frame_id, frame_layout, False), None, (height, width, 4), "float32")
+        pair = self.memory.compensated
+        handle = self.memory.allocate((1, height, width, 3), "float32", pair)
+        self.queue.draw(
+            "image_rgb+pair" if pair else "image_rgb", handle, [frame], [], "frame", pair
+        )
+        self.queue.commands.append([wire.DELETE, frame_id])
         return handle
 
     def flush(self) -> None:

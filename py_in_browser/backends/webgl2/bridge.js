@@ -143,6 +143,7 @@ class Engine {
     this.fences = [];
     this.recordings = new Map(); // id -> {commands, constants}: recorded train steps
     this.flushes = 0;
+    this.frames = 0; // ImageBitmaps taken by imageTexture: their texture ids are -2, -3, ...
     this.framebuffer = gl.createFramebuffer();
     // Render targets one draw can write (block kernels use up to max_render_targets; WebGL2
     // guarantees 4).
@@ -343,6 +344,26 @@ class Engine {
       if (recorded[0] === this.op.draw) this.timedDraw(recorded);
       else this.upload(recorded, constants);
     }
+  }
+
+  // An ImageBitmap (a camera frame the page transferred) as an RGBA8 texture, bytes as sent (no
+  // flip, premultiplication or colour conversion), under a new negative id (Python's textures
+  // are positive); Python draws from it and deletes it with its next commands.
+  imageTexture(bitmap) {
+    const gl = this.gl;
+    const texture = gl.createTexture();
+    gl.bindTexture(gl.TEXTURE_2D, texture);
+    gl.pixelStorei(gl.UNPACK_FLIP_Y_WEBGL, false);
+    gl.pixelStorei(gl.UNPACK_PREMULTIPLY_ALPHA_WEBGL, false);
+    gl.pixelStorei(gl.UNPACK_COLORSPACE_CONVERSION_WEBGL, gl.NONE);
+    gl.texImage2D(gl.TEXTURE_2D, 0, gl.RGBA8, gl.RGBA, gl.UNSIGNED_BYTE, bitmap);
+    gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_MIN_FILTER, gl.NEAREST);
+    gl.texParameteri(gl.TEXTURE_2D, gl.TEXTURE_MAG_FILTER, gl.NEAREST);
+    this.current.units = []; // bound on whichever unit was active
+    const id = -2 - this.frames++;
+    this.textures.set(id, { texture, width: bitmap.width, height: bitmap.height, channels: 4, half: false });
+    bitmap.close();
+    return id;
   }
 
   createTexture(command) {

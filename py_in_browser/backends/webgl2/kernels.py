@@ -232,6 +232,10 @@ def _random_uniform(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
     ]
 
 
+def _affine_sample(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    return "affine_sample", [ints("u_x", out.in_shapes[0]), ints("u_o", attrs["size"])]
+
+
 # Bits of a random_uniform value float16 storage holds exactly: 11 in one half; 22 as the half
 # rounding plus the compensation texture's remainder (below 2^11 units of 2^-22, whichever way
 # the driver rounds to half).
@@ -278,6 +282,7 @@ PLANNERS: dict[str, Planner] = {
     "avg_pool2d": _pool,
     "avg_pool2d_grad": _pool,
     "random_uniform": _random_uniform,
+    "affine_sample": _affine_sample,
 }
 
 

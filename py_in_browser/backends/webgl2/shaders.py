@@ -44,8 +44,9 @@ WHERE = "c != 0.0 ? a : b"
 CAST = {"float32": "a", "int32": "trunc(a)", "bool": "float(a != 0.0 || is_nan(a))"}
 # Ops whose float16 results carry a compensation texture (see backend.py: weights stay exact);
 # "fused" because optimizers compute weight updates with it, random_uniform so that its draws
-# (up to kernels.COMPENSATED_DRAW_BITS) stay exact.
-PAIR_OPS = ("add", "sub", "where", "fused", "random_uniform")
+# (up to kernels.COMPENSATED_DRAW_BITS) stay exact, affine_sample because it reads its params
+# with their low parts: a coordinate rounded to half moves every sample (2.1e-3 relative).
+PAIR_OPS = ("add", "sub", "where", "fused", "random_uniform", "affine_sample")
 # Kernels applying a function f to the input elements at one index: key "<kind>:<arg>" is the
 # element form, "<kind>4:<arg>" the whole-texel form (see rewrites.vector_variant).
 ELEMENTWISE_KINDS = ("unary", "binary", "where", "cast", "fused")
@@ -235,7 +236,7 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _POOL_DEFINES[arg] + _frag("pool"), 2 if arg == "max_grad" else 1
     if kind == "concat":
         return _concat(int(arg)), int(arg)
-    if kind in ("strided", "random_uniform"):
+    if kind in ("strided", "random_uniform", "image_rgb"):
         return _frag(kind), 1
     if kind in ("matmul_block", "conv2d_block", "block_interleave"):  # "nn_4x2", "4x2"
         variant, _, shape = arg.rpartition("_")

@@ -12,7 +12,7 @@ import numpy as np
 
 from ... import _js, events
 from .. import Backend, OutSpec
-from . import commands, kernels, views, warmup
+from . import codegen, commands, kernels, views, warmup
 from .buffers import BufferPool, GpuHandle
 from .commands import CommandList, dispatch_record
 from .kernels import NAME
@@ -264,6 +264,19 @@ class WebGPUBackend(Backend):
             )
         result: np.ndarray = _js.run_sync(self.download(handle))
         return result
+
+    async def upload_image(self, bitmap: Any) -> GpuHandle:
+        """An ImageBitmap as a (1, H, W, 3) float32 tensor of bytes / 255: copyExternalImageToTexture
+        and one compute pass of wgsl/image_rgb.wgsl (bridge.js imageToBuffer), no copy through
+        Python. What was queued before is flushed first, so the frame lands after it."""
+        if self._recording is not None:
+            raise RuntimeError("webgpu: frames cannot be uploaded while a step is recorded")
+        shape = (1, int(bitmap.height), int(bitmap.width), 3)
+        handle = self._allocate(shape, "float32")
+        await self.flush_async()  # the buffer exists in JS once its CREATE is flushed
+        self.js_calls += 1
+        self.engine.imageToBuffer(bitmap, handle.id, codegen.template("image_rgb.wgsl"))
+        return handle
 
     # ---- ops ----
 

@@ -289,6 +289,40 @@ class Engine {
     this.queue.onSubmittedWorkDone().then(() => (this.completed = Math.max(this.completed, serial)));
   }
 
+  // An ImageBitmap (a camera frame the page transferred) into buffer `id` as float32 RGB, (H, W, 3)
+  // row-major: the browser copies it into a texture (no flip, no premultiplication), then one
+  // compute pass of `wgsl` (wgsl/image_rgb.wgsl, from Python) converts it. Its own submit, after
+  // everything Python flushed before and before anything it flushes next.
+  imageToBuffer(bitmap, id, wgsl) {
+    this.checkUsable();
+    const { width, height } = bitmap;
+    const usage = GPUTextureUsage.TEXTURE_BINDING | GPUTextureUsage.COPY_DST | GPUTextureUsage.RENDER_ATTACHMENT;
+    const texture = this.device.createTexture({ size: [width, height], format: "rgba8unorm", usage });
+    this.queue.copyExternalImageToTexture({ source: bitmap }, { texture }, [width, height]);
+    bitmap.close();
+    if (this.framePipeline?.wgsl !== wgsl) {
+      const module = this.device.createShaderModule({ code: wgsl, label: "image_rgb" });
+      const pipeline = this.device.createComputePipeline({ label: "image_rgb", layout: "auto", compute: { module, entryPoint: "main" } });
+      this.framePipeline = { wgsl, pipeline };
+    }
+    const { pipeline } = this.framePipeline;
+    const entries = [
+      { binding: 0, resource: texture.createView() },
+      { binding: 1, resource: { buffer: this.buffers.get(id), size: width * height * 12 } },
+    ];
+    const bindGroup = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
+    const groups = Math.ceil((width * height) / 64);
+    const x = Math.min(groups, this.device.limits.maxComputeWorkgroupsPerDimension);
+    const encoder = this.device.createCommandEncoder();
+    const pass = encoder.beginComputePass();
+    pass.setPipeline(pipeline);
+    pass.setBindGroup(0, bindGroup);
+    pass.dispatchWorkgroups(x, Math.ceil(groups / x));
+    pass.end();
+    this.submit(encoder);
+    texture.destroy(); // after the submitted work that reads it
+  }
+
   // Keeps the dispatches of a step (DISPATCH records only); their buffers may not exist until the
   // step's own flush, so pipelines and bind groups are resolved at the first replay.
   record(id, wordsProxy) {

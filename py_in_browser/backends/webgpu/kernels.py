@@ -12,7 +12,17 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import OutSpec, kernel_for, register_kernel
-from . import codegen, elementwise, fused, linalg, movement, pooling, random_draws, reductions
+from . import (
+    codegen,
+    elementwise,
+    fused,
+    images,
+    linalg,
+    movement,
+    pooling,
+    random_draws,
+    reductions,
+)
 from .plan import DeviceLimits, KernelPlan
 
 NAME = "webgpu"
@@ -41,6 +51,7 @@ PLANNERS: dict[str, Planner] = {
     "avg_pool2d": pooling.plan_avg_pool2d,
     "avg_pool2d_grad": pooling.plan_avg_pool2d_grad,
     "random_uniform": random_draws.plan_random_uniform,
+    "affine_sample": images.plan_affine_sample,
 }
 for _op, _planner in PLANNERS.items():
     register_kernel(NAME, _op)(_planner)
