@@ -219,24 +219,35 @@ def train_step(model: TrainableModel, xb: Any, yb: Any, state: FitState) -> Tens
     """
     assert model.loss is not None and model.optimizer is not None
     xb, yb = _batch_tensors(model, xb, yb)
+    variables = model.trainable_weights
+    loss, grads, ok = _gated_pass(model, xb, yb, variables, state)
+    model.optimizer.apply_gradients(zip(grads, variables, strict=True), gate=ok)
+    return loss
+
+
+def _gated_pass(
+    model: TrainableModel, x: Tensor, y: Tensor, variables: list[Variable], state: FitState
+) -> tuple[Tensor, list[Tensor], Tensor]:
+    """Forward and backward on one (micro-)batch: returns (loss, gradients, ok), ok being false
+    from the first non-finite loss of the epoch on. The layers' state updates (moving statistics,
+    draw counters) take effect only while ok, and the running loss and metric sums grow."""
+    assert model.loss is not None
     sink: list[tuple[Variable, Tensor]] = []
     layer_lib.state_update_sink = sink
     try:
         with GradientTape() as tape:
-            pred = model(xb, training=True)
-            loss = model.loss(yb, pred)
+            pred = model(x, training=True)
+            loss = model.loss(y, pred)
     finally:
         layer_lib.state_update_sink = None
-    variables = model.trainable_weights
     grads = tape.gradient(loss, variables)
     finite = F.equal(F.sub(loss, loss), 0.0)  # NaN - NaN and Inf - Inf are NaN
     ok = F.where(finite, state.ok, False)
     state.ok.assign(ok)
-    model.optimizer.apply_gradients(zip(grads, variables, strict=True), gate=ok)
     for var, new in sink:
         var.assign(F.where(ok, new, var))
-    _accumulate(model, state, yb, pred, loss)
-    return loss
+    _accumulate(model, state, y, pred, loss)
+    return loss, grads, ok
 
 
 def accumulated_train_step(
@@ -261,20 +272,7 @@ def accumulated_train_step(
         with tidy():
             x, y = _batch_tensors(model, xb[start : start + micro], yb[start : start + micro])
             share = x.shape[0] / total
-            sink: list[tuple[Variable, Tensor]] = []
-            layer_lib.state_update_sink = sink
-            try:
-                with GradientTape() as tape:
-                    pred = model(x, training=True)
-                    loss = model.loss(y, pred)
-            finally:
-                layer_lib.state_update_sink = None
-            grads = tape.gradient(loss, variables)
-            finite = F.equal(F.sub(loss, loss), 0.0)
-            state.ok.assign(F.where(finite, state.ok, False))
-            for var, new in sink:
-                var.assign(F.where(state.ok, new, var))
-            _accumulate(model, state, y, pred, loss)
+            loss, grads, _ = _gated_pass(model, x, y, variables, state)
             parts = [F.mul(g, share) for g in grads]
             if sums:
                 parts = [

@@ -396,7 +396,49 @@ def _mask_program(rate: float) -> fusion.Program:
 fusion.register_common(_mask_program(0.5), ("full", "full"), gradient_kind="full", wrt=(0,))
 
 
-class Dropout(Layer):
+class _RandomLayer(Layer):
+    """A layer that draws from pib.random_uniform keyed by (seed, layer) with a draw counter on
+    the device: the train step advances the counter (through the state-update sink when one is
+    recording, so a replayed step draws anew), and checkpoints store it (rng/dropout_calls)."""
+
+    def __init__(self, seed: int | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.explicit_seed = seed
+        self.draws: Variable | None = None  # draws so far; a float32 scalar on the device
+
+    def build(self, input_shape: Shape) -> None:
+        self.draws = Variable(0.0, trainable=False, name=f"{self.name}/draws")
+        super().build(input_shape)
+
+    def state_variables(self) -> list[Variable]:
+        return [self.draws] if self.draws is not None else []
+
+    async def draw_count(self) -> int:
+        """How many draws this layer has made (read from the device)."""
+        return int(await self.draws.item()) if self.draws is not None else 0
+
+    def set_draw_count(self, count: int) -> None:
+        """Sets the draw counter, so the next draw is number `count` (what load_checkpoint
+        restores); the layer must be built."""
+        if self.draws is None:
+            raise RuntimeError(f"layer {self.name!r} is not built")
+        self.draws.assign(tensor(float(count)))
+
+    def draw_seed(self) -> int:
+        """The seed of this layer's draws: its own if given, else the model's."""
+        return (self.seed[0] if self.explicit_seed is None else self.explicit_seed) % 2**32
+
+    def advance_draws(self) -> None:
+        """Counts one draw: deferred to the step's state updates while a step is recorded."""
+        assert self.draws is not None
+        advanced = F.add(self.draws, 1.0)
+        if state_update_sink is not None:
+            state_update_sink.append((self.draws, advanced))
+        else:
+            self.draws.assign(advanced)
+
+
+class Dropout(_RandomLayer):
     """Inverted dropout: in training, zeroes each element with probability `rate` (0 <= rate < 1)
     and scales the rest by 1 / (1 - rate), so the expected value is unchanged; at inference
     (fit's validation, evaluate, predict) the layer passes its input through.
@@ -418,50 +460,25 @@ class Dropout(Layer):
     """
 
     def __init__(self, rate: float, seed: int | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(seed, **kwargs)
         if not 0.0 <= rate < 1.0:
             raise ValueError(f"Dropout rate must be in [0, 1), got {rate!r}")
         self.rate = float(rate)
-        self.explicit_seed = seed
-        self.draws: Variable | None = None  # masks drawn so far; a float32 scalar on the device
         self._program = _mask_program(self.rate)
-
-    def build(self, input_shape: Shape) -> None:
-        self.draws = Variable(0.0, trainable=False, name=f"{self.name}/draws")
-        super().build(input_shape)
-
-    def state_variables(self) -> list[Variable]:
-        return [self.draws] if self.draws is not None else []
-
-    async def draw_count(self) -> int:
-        """How many masks this layer has drawn (read from the device)."""
-        return int(await self.draws.item()) if self.draws is not None else 0
-
-    def set_draw_count(self, count: int) -> None:
-        """Sets how many masks this layer has drawn, so the next mask is draw `count` (what
-        load_checkpoint restores); the layer must be built."""
-        if self.draws is None:
-            raise RuntimeError(f"layer {self.name!r} is not built")
-        self.draws.assign(tensor(float(count)))
 
     def call(self, x: Tensor, training: bool) -> Tensor:
         if not training or self.rate == 0.0:
             return x
         assert self.draws is not None
-        seed = self.seed[0] if self.explicit_seed is None else self.explicit_seed
         draw = F.random_uniform(
             x.shape,
-            seed=seed % 2**32,
+            seed=self.draw_seed(),
             stream=self.seed[1] % 2**32,
             counter=self.draws,
             bits=DROPOUT_BITS,
         )
         y = call("fused", x, F.cast(draw, x.dtype), program=self._program)
-        advanced = F.add(self.draws, 1.0)
-        if state_update_sink is not None:
-            state_update_sink.append((self.draws, advanced))
-        else:
-            self.draws.assign(advanced)
+        self.advance_draws()
         return y
 
 
@@ -490,7 +507,7 @@ def _sin(t: Any) -> Any:
     return t * acc
 
 
-class RandomAugmentation(Layer):
+class RandomAugmentation(_RandomLayer):
     """Random crop/zoom, shift, small rotation, brightness and contrast per image, in training only.
 
     For NHWC images. Each training batch draws, per image, a zoom z in [1 - zoom, 1 + zoom]
@@ -530,7 +547,7 @@ class RandomAugmentation(Layer):
         seed: int | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(seed, **kwargs)
         factors = {"translation": translation, "zoom": zoom, "brightness": brightness}
         factors["contrast"] = contrast
         for name, value in factors.items():
@@ -553,8 +570,6 @@ class RandomAugmentation(Layer):
         )
         self.brightness, self.contrast = float(brightness), float(contrast)
         self.value_range = (low, high)
-        self.explicit_seed = seed
-        self.draws: Variable | None = None  # batches augmented so far; a float32 device scalar
         self._programs = self._params_programs()
 
     def _params_programs(self) -> list[tuple[fusion.Program, tuple[int, ...]]]:
@@ -587,31 +602,15 @@ class RandomAugmentation(Layer):
             raise ValueError(
                 f"RandomAugmentation takes NHWC images, got examples of shape {input_shape}"
             )
-        self.draws = Variable(0.0, trainable=False, name=f"{self.name}/draws")
         super().build(input_shape)
-
-    def state_variables(self) -> list[Variable]:
-        return [self.draws] if self.draws is not None else []
-
-    async def draw_count(self) -> int:
-        """How many batches this layer has augmented (read from the device)."""
-        return int(await self.draws.item()) if self.draws is not None else 0
-
-    def set_draw_count(self, count: int) -> None:
-        """Sets the draw counter, so the next batch uses draw `count` (what load_checkpoint
-        restores); the layer must be built."""
-        if self.draws is None:
-            raise RuntimeError(f"layer {self.name!r} is not built")
-        self.draws.assign(tensor(float(count)))
 
     def params(self, batch: int) -> Tensor:
         """The (batch, 8) affine_sample params of the current draw."""
         assert self.draws is not None
-        seed = self.seed[0] if self.explicit_seed is None else self.explicit_seed
         draws = [
             F.random_uniform(
                 (batch, 1),
-                seed=seed % 2**32,
+                seed=self.draw_seed(),
                 stream=(self.seed[1] + (k + 1) * AUGMENT_STREAM_STRIDE) % 2**32,
                 counter=self.draws,
             )
@@ -628,11 +627,7 @@ class RandomAugmentation(Layer):
         assert self.draws is not None
         params = self.params(x.shape[0])
         y = F.affine_sample(x, F.cast(params, x.dtype), x.shape[1:3])
-        advanced = F.add(self.draws, 1.0)
-        if state_update_sink is not None:
-            state_update_sink.append((self.draws, advanced))
-        else:
-            self.draws.assign(advanced)
+        self.advance_draws()
         return y
 
 
