@@ -143,6 +143,31 @@ def test_unknown_model_is_404(client: TestClient) -> None:
         assert "no model nope" in response.json()["detail"]
 
 
+def test_nul_characters_are_refused_not_a_server_error(
+    client: TestClient, file_bytes: bytes
+) -> None:
+    """PostgreSQL refuses NUL in text: every text a client sends is checked before it gets there
+    (schemathesis' negative run found these as 500s)."""
+    assert publish(client, file_bytes, name="a\x00b").status_code == 422
+    assert publish(client, file_bytes, description="a\x00b").status_code == 422
+    assert client.get("/api/models", params={"name": "a\x00"}).status_code == 422
+    for path in ("/api/models/a%00b", "/api/models/a%00b/file"):
+        assert client.get(path).status_code == 404
+    gone = client.delete("/api/models/a%00b", headers={"Authorization": "Bearer x"})
+    assert gone.status_code == 404
+    source = zipfile.ZipFile(io.BytesIO(file_bytes))
+    header = json.loads(source.read("model.json"))
+    header["description"] = "NUL \x00 inside"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("model.json", json.dumps(header))
+        archive.writestr("weights.bin", source.read("weights.bin"))
+    response = publish(client, buffer.getvalue())
+    assert response.status_code == 422
+    assert "description must not contain NUL characters" in response.json()["detail"]
+    assert client.get("/api/models").json()["total"] == 0
+
+
 # ---- validation of uploads ----
 
 
