@@ -24,14 +24,17 @@ def free_port() -> int:
 
 
 @contextmanager
-def background_dev_server(start_timeout_s: float = 300) -> Iterator[str]:
+def background_dev_server(
+    start_timeout_s: float = 300, env: dict[str, str] | None = None
+) -> Iterator[str]:
     """Yields the base URL once /api/health answers (a cold cache makes serve run setup first);
-    raises RuntimeError if the server exits or stays silent; stops it afterwards."""
+    raises RuntimeError if the server exits or stays silent; stops it afterwards. `env` adds
+    settings (e.g. the registry's PIB_* variables of server/registry/config.py)."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "server.cli", "serve", "--port", str(port)],
         cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
     try:

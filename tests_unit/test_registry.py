@@ -401,6 +401,22 @@ def test_policy_tells_the_page_the_caps(client: TestClient) -> None:
     assert policy["limits"] == Limits().as_dict()
 
 
+def test_a_deployment_sets_permits_and_budgets_in_its_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PIB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PIB_REQUIRE_PERMITS", "1")
+    monkeypatch.setenv("PIB_PERMITS_PER_HOUR", "5")
+    monkeypatch.setenv("PIB_WORK_PER_DAY", "1000")
+    monkeypatch.setenv("PIB_PERMIT_LIFETIME_S", "90")
+    config = RegistryConfig.from_env()
+    assert config.budgets == Budgets(permits_per_hour=5, work_per_day=1000, permit_lifetime_s=90)
+    with make_client(config, tmp_path) as client:
+        policy = client.get("/api/training/policy").json()
+        assert (policy["permits_required"], policy["permits_per_hour"]) == (True, 5)
+        assert policy["work_per_day"] == 1000
+
+
 # ---- headers, schema, storage ----
 
 

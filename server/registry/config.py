@@ -6,6 +6,9 @@ PIB_DATA_DIR           folder of the SQLite database (default: data/ in the repo
 PIB_DATABASE_URL       postgresql://... to use PostgreSQL instead (several server processes
                        then share models, rate limits and budgets)
 PIB_REQUIRE_PERMITS    1 to make pages ask for a training permit before fit (default 0)
+PIB_PERMITS_PER_HOUR   permits one client may get per hour (default 60)
+PIB_WORK_PER_DAY       epochs x samples one client may be granted per day (default 50,000,000)
+PIB_PERMIT_LIFETIME_S  seconds a permit stays valid (default 3600)
 PIB_PERMIT_KEY         HMAC key of permits; by default one is generated and kept in the database,
                        so every process sharing the database signs alike
 PIB_RATE_LIMITS        per-client buckets as kind=burst/per_minute, comma-separated, e.g.
@@ -80,10 +83,20 @@ class RegistryConfig:
         env = os.environ
         key = env.get("PIB_PERMIT_KEY")
         defaults = cls()
+        budgets = Budgets(
+            permits_per_hour=int(
+                env.get("PIB_PERMITS_PER_HOUR", defaults.budgets.permits_per_hour)
+            ),
+            work_per_day=int(env.get("PIB_WORK_PER_DAY", defaults.budgets.work_per_day)),
+            permit_lifetime_s=float(
+                env.get("PIB_PERMIT_LIFETIME_S", defaults.budgets.permit_lifetime_s)
+            ),
+        )
         return cls(
             data_dir=Path(env.get("PIB_DATA_DIR", REPO_ROOT / "data")),
             database_url=env.get("PIB_DATABASE_URL") or None,
             require_permits=env.get("PIB_REQUIRE_PERMITS", "0") == "1",
+            budgets=budgets,
             permit_key=key.encode() if key else None,
             rate_limits={
                 **defaults.rate_limits,
