@@ -18,6 +18,7 @@ import pytest
 import py_in_browser as pib
 from py_in_browser import layers, model_file
 from server.background import RegistryProcess
+from server.postgres_sandbox import PostgresServer
 
 GENEROUS = "upload=1000/6000,delete=1000/6000,permit=1000/6000"
 # How long a step may take before the test calls it stuck. Deadlines only end a failing run, so
@@ -110,6 +111,34 @@ def test_uploads_beyond_the_concurrent_cap_get_503(
             assert response.status_code == 201
     finally:
         server.stop()
+
+
+def test_the_upload_cap_holds_across_server_processes_on_postgresql(
+    tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    """Two processes behind one PostgreSQL registry share its one upload slot; a killed holder
+    gives its slot back (its connection drops, and its advisory lock with it)."""
+    url = postgres_server.database()
+    settings = {"PIB_RATE_LIMITS": GENEROUS, "PIB_MAX_CONCURRENT_UPLOADS": "1"}
+    first = RegistryProcess(tmp_path / "a", url, **settings).start(PATIENCE_S)
+    second = RegistryProcess(tmp_path / "b", url, **settings).start(PATIENCE_S)
+    try:
+        held = open_upload(first.url, 100_000)
+        with httpx.Client(base_url=second.url, timeout=PATIENCE_S) as client:
+            deadline = time.monotonic() + PATIENCE_S
+            while (refused := upload(client, distinct_model(1), "second")).status_code != 503:
+                assert refused.status_code == 201 and time.monotonic() < deadline
+                time.sleep(0.1)
+            first.kill()
+            held.close()
+            deadline = time.monotonic() + PATIENCE_S
+            while (response := upload(client, distinct_model(1), "later")).status_code == 503:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert response.status_code == 201
+    finally:
+        first.stop()
+        second.stop()
 
 
 def test_killing_the_server_mid_upload_leaves_no_half_written_model(

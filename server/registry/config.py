@@ -13,7 +13,8 @@ PIB_PERMIT_KEY         HMAC key of permits; by default one is generated and kept
                        so every process sharing the database signs alike
 PIB_RATE_LIMITS        per-client buckets as kind=burst/per_minute, comma-separated, e.g.
                        "upload=10/10,delete=20/30,permit=20/30" (kinds not named keep defaults)
-PIB_MAX_CONCURRENT_UPLOADS  uploads one process receives at once (default 8)
+PIB_MAX_CONCURRENT_UPLOADS  uploads received at once (default 8), by all the server processes
+                       sharing a PostgreSQL registry, or by the one process on SQLite
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class RegistryConfig:
             "permit": RateLimit(burst=20, per_minute=30),
         }
     )
-    # Uploads being received at once by one process; more are answered 503 + Retry-After.
+    # Uploads being received at once (upload_slots.py); more are answered 503 + Retry-After.
     max_concurrent_uploads: int = 8
     # Multipart overhead allowed on top of the model file cap (field names, boundaries, text).
     form_overhead_bytes: int = 64 * 1024
