@@ -67,6 +67,7 @@ from .functional import (
 from .limits import LimitExceededError
 from .model import Sequential, load_model, load_tfjs
 from .nn import activations, initializers, layers, losses, metrics
+from .permits import PermitError
 from .runtime import (
     available_backends,
     capabilities,
@@ -90,6 +91,7 @@ __all__ = [
     "LambdaCallback",
     "LimitExceededError",
     "NonFiniteLossError",
+    "PermitError",
     "ProgressCallback",
     "Sequential",
     "Tensor",

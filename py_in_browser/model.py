@@ -349,6 +349,9 @@ class Sequential:
                 checkpoint to IndexedDB and wait until it is visible; "continue": train on.
             resume: also "auto": continue from the checkpoint a hidden page wrote before a
                 reload, if there is one (recovery.py).
+            permit: a training permit token from a server that requires them (POST
+                /api/training/permits): fit refuses, with `PermitError`, to run more epochs,
+                samples or a bigger batch than it grants, or past its expiry (permits.py).
 
         A step with a NaN or Inf loss changes nothing and fit raises NonFiniteLossError. A lost
         GPU context or device is recovered (recovery.py): the final weights are those of an

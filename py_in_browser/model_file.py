@@ -291,6 +291,9 @@ def _shape(value: Any, what: str) -> Shape:
 def _text(value: Any, what: str, max_chars: int, allow_empty: bool = True) -> str:
     if not isinstance(value, str) or len(value) > max_chars or (not value and not allow_empty):
         raise ModelFileError(f"{what} must be a string of at most {max_chars} characters")
+    if "\x00" in value:
+        # No text format stores it (PostgreSQL refuses it in text columns).
+        raise ModelFileError(f"{what} must not contain NUL characters")
     return value
 
 

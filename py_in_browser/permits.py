@@ -21,12 +21,38 @@ import hmac
 import json
 import time
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from .limits import TrainingConfig
 
 
 class PermitError(ValueError):
-    """A permit that is missing, malformed, forged, expired or too small for the training."""
+    """A permit that is missing, malformed, forged, expired or too small for the training.
+
+    ``fit(..., permit=token)`` raises it before any step when the fit goes past one of the
+    permit's bounds (epochs it runs, samples, batch size, the model's parameter count and input
+    shape) or the permit has expired, and at an epoch boundary when the permit expires while
+    training runs (the weights trained so far stay).
+
+    Example:
+        >>> import time
+        >>> from py_in_browser import permits
+        >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(2,))])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> granted = permits.Permit(
+        ...     id="p1", client="127.0.0.1", issued_at=time.time(),
+        ...     expires_at=time.time() + 60, max_epochs=2, max_samples=8, max_batch_size=4,
+        ...     param_count=3, input_shape=(2,))
+        >>> token = permits.sign(granted, b"the server's key")  # the server answers this
+        >>> x, y = np.ones((8, 2)), np.zeros((8, 1))
+        >>> try:
+        ...     await model.fit(x, y, epochs=3, batch_size=4, permit=token)
+        ... except pib.PermitError as err:
+        ...     print(err)
+        epochs=3 goes past the permit's bound 2
+        >>> len((await model.fit(x, y, epochs=2, batch_size=4, permit=token)).history["loss"])
+        2
+    """
 
 
 @dataclass(frozen=True)
@@ -87,18 +113,19 @@ def verify(token: str, key: bytes, now: float | None = None) -> Permit:
         raise PermitError("malformed permit signature") from exc
     if not hmac.compare_digest(expected, given):
         raise PermitError("permit signature does not match: it was not issued by this server")
-    _check_unexpired(permit, now)
+    check_unexpired(permit, now)
     return permit
 
 
-def _check_unexpired(permit: Permit, now: float | None) -> None:
+def check_unexpired(permit: Permit, now: float | None = None) -> None:
+    """Raises PermitError once `permit` has expired (at `now`, Unix seconds; default: the clock)."""
     if (time.time() if now is None else now) >= permit.expires_at:
         raise PermitError(f"permit {permit.id} expired; ask the server for a new one")
 
 
 def check_within(permit: Permit, config: TrainingConfig, now: float | None = None) -> None:
     """Raises PermitError naming the first bound `config` goes past, or if the permit expired."""
-    _check_unexpired(permit, now)
+    check_unexpired(permit, now)
     bounds = (
         ("epochs", config.epochs, permit.max_epochs),
         ("samples", config.samples, permit.max_samples),
@@ -119,11 +146,18 @@ def check_within(permit: Permit, config: TrainingConfig, now: float | None = Non
 
 
 def check_training(
-    config: TrainingConfig, token: str | None, *, required: bool, now: float | None = None
-) -> None:
-    """The engine's gate before fit: no permit is fine unless the server requires one."""
+    config: TrainingConfig, token: Any, *, required: bool, now: float | None = None
+) -> Permit | None:
+    """The engine's gate before fit (`fit(..., permit=token)`): no permit is fine unless the
+    server requires one; a given one must cover `config`. Returns the permit read."""
     if token is None:
         if required:
             raise PermitError("this server requires a training permit: POST /api/training/permits")
-        return
-    check_within(read(token), config, now)
+        return None
+    if not isinstance(token, str):
+        raise PermitError(
+            f"permit must be the token string a server granted, got {type(token).__name__}"
+        )
+    permit = read(token)
+    check_within(permit, config, now)
+    return permit

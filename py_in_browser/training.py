@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import functional as F
-from . import fusion, replay
+from . import fusion, permits, replay
 from .autograd import GradientTape
 from .backends import Backend
 from .batching import max_batch_size
@@ -345,13 +345,16 @@ async def _raise_if_bad(model: TrainableModel, state: FitState, epoch: int) -> N
         )
 
 
-def _check_caps(model: TrainableModel, samples: int, batch_size: int, epochs: int = 1) -> None:
+def _check_caps(
+    model: TrainableModel, samples: int, batch_size: int, epochs: int = 1
+) -> ModelSummary:
     """The shared caps of limits.py (model size, samples, dataset bytes, epochs, batch size),
     checked before any step runs; epochs=0 (nothing to run) is checked as 1."""
     assert model.input_shape is not None
     params = sum(math.prod(w.shape) for w in model.weights)
     summary = ModelSummary(tuple(model.input_shape), params, len(model.layers))
     validate_training(TrainingConfig(summary, samples, max(epochs, 1), batch_size))
+    return summary
 
 
 def epoch_order(seed: int, epoch: int, samples: int, shuffle: bool) -> np.ndarray:
@@ -359,6 +362,18 @@ def epoch_order(seed: int, epoch: int, samples: int, shuffle: bool) -> np.ndarra
     if not shuffle:
         return np.arange(samples)
     return np.random.Generator(np.random.PCG64([seed, epoch])).permutation(samples)
+
+
+class _PermitExpiry(Callback):
+    """Ends a fit whose permit expires while it runs, at the next epoch boundary (the epoch that
+    started within the permit finishes; the weights trained so far stay)."""
+
+    def __init__(self, granted: permits.Permit) -> None:
+        super().__init__()
+        self.granted = granted
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any]) -> None:
+        permits.check_unexpired(self.granted)
 
 
 # ---- fit / evaluate / predict ------------------------------------------------------------------
@@ -521,10 +536,13 @@ class Trainer:
         verbose: int = 0,
         initial_epoch: int = 0,
         resume: bool = False,
+        permit: str | None = None,
         guard: FitGuard | None = None,
     ) -> History:
         """Keras-style fit, reporting into `history` (Sequential.fit makes it model.history).
         resume=True continues from the cursor restored by restore_progress (load_checkpoint);
+        `permit` (permits.py) bounds the epochs this call runs, the samples it trains on and the
+        batch size, and its expiry ends training at the next epoch boundary;
         `guard` (recovery.Recovery) checkpoints along the way and recovers from device loss."""
         model = self.model
         _require_compiled(model)
@@ -554,7 +572,7 @@ class Trainer:
         samples = len(xa)
         if samples == 0:
             raise ValueError("x: no samples to train on")
-        _check_caps(model, samples, batch_size, epochs)
+        summary = _check_caps(model, samples, batch_size, epochs)
         steps = math.ceil(samples / batch_size)
 
         start_batch = 0
@@ -567,6 +585,12 @@ class Trainer:
             initial_epoch, start_batch, seed = self._resume_cursor(
                 state, batch_size, samples, shuffle
             )
+        if permit is not None:
+            # Checked once the cursor is known: a resumed fit runs only its remaining epochs.
+            runs = TrainingConfig(summary, samples, max(epochs - initial_epoch, 1), batch_size)
+            granted = permits.check_training(runs, permit, required=True)
+            assert granted is not None
+            callbacks.append(_PermitExpiry(granted))
 
         history.params = {"epochs": epochs, "steps": steps, "batch_size": batch_size}
         if micro is not None:

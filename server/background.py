@@ -24,14 +24,17 @@ def free_port() -> int:
 
 
 @contextmanager
-def background_dev_server(start_timeout_s: float = 300) -> Iterator[str]:
+def background_dev_server(
+    start_timeout_s: float = 300, env: dict[str, str] | None = None
+) -> Iterator[str]:
     """Yields the base URL once /api/health answers (a cold cache makes serve run setup first);
-    raises RuntimeError if the server exits or stays silent; stops it afterwards."""
+    raises RuntimeError if the server exits or stays silent; stops it afterwards. `env` adds
+    settings (e.g. the registry's PIB_* variables of server/registry/config.py)."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "server.cli", "serve", "--port", str(port)],
         cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -95,7 +98,12 @@ class RegistryProcess:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=10)
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 60) -> None:
+        """A clean stop (SIGTERM: uvicorn finishes the requests in flight), SIGKILL past
+        `timeout_s` (a loaded machine slows the shutdown; a stuck one must not hang the tests)."""
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(timeout=10)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()

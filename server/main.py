@@ -191,10 +191,10 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
         upload_path="/api/models",
         max_upload_bytes=registry_config.max_upload_bytes,
         max_body_bytes=registry_config.max_json_body_bytes,
-        max_concurrent_uploads=registry_config.max_concurrent_uploads,
         take_upload_token=lambda client: app.state.registry.get().rate_limiter.take(
             "upload", client, registry_config.rate_limits["upload"]
         ),
+        acquire_upload_slot=lambda: app.state.registry.get().upload_slots.acquire(),
     )
     app.add_middleware(SecurityHeaders)
     return app

@@ -3,8 +3,9 @@
 An ASGI middleware, so it acts before any form parsing: a Content-Length over the cap is answered
 413 at once; a body that streams past the cap without one (chunked) is cut off with 413 as soon
 as the count passes it. An upload first takes a token from its client's rate-limit bucket (429 +
-Retry-After when empty: a flood of large uploads is refused before its bytes are read), and
-uploads beyond `max_concurrent_uploads` in flight are answered 503 + Retry-After.
+Retry-After when empty: a flood of large uploads is refused before its bytes are read), then an
+upload slot (server/registry/upload_slots.py: the cap on uploads in flight, across the server
+processes sharing a PostgreSQL registry); with none free it is answered 503 + Retry-After.
 """
 
 from __future__ import annotations
@@ -27,16 +28,16 @@ class RequestBodyLimits:
         upload_path: str,
         max_upload_bytes: int,
         max_body_bytes: int,
-        max_concurrent_uploads: int,
         take_upload_token: Callable[[str], float | None],
+        acquire_upload_slot: Callable[[], Callable[[], None] | None],
     ) -> None:
         self.app = app
         self.upload_path = upload_path
         self.max_upload_bytes, self.max_body_bytes = max_upload_bytes, max_body_bytes
-        self.max_concurrent_uploads = max_concurrent_uploads
-        self.uploads_in_flight = 0  # one event loop per process: no lock needed
         # Takes a token for the client (an address); the seconds to wait when there is none.
         self.take_upload_token = take_upload_token
+        # Takes an upload slot: the function giving it back, or None when none is free.
+        self.acquire_upload_slot = acquire_upload_slot
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -55,9 +56,12 @@ class RequestBodyLimits:
                 detail = f"too many upload requests from this client; retry in {wait:.0f} s"
                 await _answer(send, 429, detail, {"retry-after": f"{wait:.0f}"})
                 return
-        if is_upload and self.uploads_in_flight >= self.max_concurrent_uploads:
-            await _answer(send, 503, "too many uploads in progress", {"retry-after": "1"})
-            return
+        release = None
+        if is_upload:
+            release = await run_in_threadpool(self.acquire_upload_slot)
+            if release is None:
+                await _answer(send, 503, "too many uploads in progress", {"retry-after": "1"})
+                return
         received = 0
 
         async def counting_receive() -> Message:
@@ -69,11 +73,11 @@ class RequestBodyLimits:
                 raise HTTPException(413, TOO_LARGE.format(cap=cap))
             return message
 
-        self.uploads_in_flight += is_upload
         try:
             await self.app(scope, counting_receive, send)
         finally:
-            self.uploads_in_flight -= is_upload
+            if release is not None:
+                await run_in_threadpool(release)
 
 
 async def _answer(

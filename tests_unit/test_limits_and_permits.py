@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
+import numpy as np
 import pytest
 
 import py_in_browser as pib
@@ -118,3 +122,78 @@ def test_no_permit_is_fine_only_when_none_is_required() -> None:
     permits.check_training(config(), None, required=False)
     with pytest.raises(permits.PermitError, match="requires a training permit"):
         permits.check_training(config(), None, required=True)
+
+
+# ---- fit(..., permit=token): the engine side ----
+
+
+def small_fit_model() -> pib.Sequential:
+    model = pib.Sequential([layers.Dense(2, input_shape=(3,))], seed=0)
+    model.compile(optimizer="sgd", loss="mse")
+    return model
+
+
+def grant_for(model: pib.Sequential, lifetime_s: float = 600.0, **changes) -> str:
+    now = time.time()
+    fields = {
+        "issued_at": now,
+        "expires_at": now + lifetime_s,
+        "max_epochs": 3,
+        "max_samples": 8,
+        "max_batch_size": 4,
+        "param_count": model.count_params(),
+        "input_shape": (3,),
+        **changes,
+    }
+    return permits.sign(permit(**fields), KEY)
+
+
+@pytest.mark.parametrize(
+    ("fit_args", "changes", "message"),
+    [
+        ({"epochs": 4}, {}, "epochs=4 goes past the permit's bound 3"),
+        ({"batch_size": 8}, {}, "batch_size=8 goes past the permit's bound 4"),
+        ({"samples": 9}, {}, "samples=9 goes past the permit's bound 8"),
+        ({}, {"param_count": 99}, "the permit is for a model of 99 parameters, not 8"),
+        ({}, {"expires_at": 1.0}, "expired; ask the server for a new one"),
+    ],
+)
+def test_fit_refuses_to_go_past_its_permit(fit_args, changes, message: str) -> None:
+    async def run() -> None:
+        model = small_fit_model()
+        model.build((3,))
+        before = await model.get_weights()
+        samples = fit_args.get("samples", 8)
+        x, y = np.ones((samples, 3), np.float32), np.zeros((samples, 2), np.float32)
+        with pytest.raises(pib.PermitError, match=message):
+            await model.fit(
+                x,
+                y,
+                epochs=fit_args.get("epochs", 3),
+                batch_size=fit_args.get("batch_size", 4),
+                permit=grant_for(model, **changes),
+            )
+        after = await model.get_weights()
+        assert all((a == b).all() for a, b in zip(before, after, strict=True)), "it trained"
+
+    asyncio.run(run())
+
+
+def test_fit_trains_within_its_permit_and_stops_when_it_expires() -> None:
+
+    async def run() -> None:
+        model = small_fit_model()
+        model.build((3,))
+        x, y = np.ones((8, 3), np.float32), np.zeros((8, 2), np.float32)
+        history = await model.fit(x, y, epochs=3, batch_size=4, permit=grant_for(model))
+        assert len(history.history["loss"]) == 3
+        with pytest.raises(pib.PermitError, match="permit must be the token string"):
+            await model.fit(x, y, epochs=1, permit={"max_epochs": 3})
+        # A permit that expires during epoch 0: that epoch finishes, the next does not start.
+        token = grant_for(model, lifetime_s=0.3)
+        slow = pib.LambdaCallback(on_epoch_end=lambda epoch, logs: time.sleep(0.4))
+        with pytest.raises(pib.PermitError, match="expired"):
+            await model.fit(x, y, epochs=3, batch_size=4, permit=token, callbacks=[slow])
+        assert model.history is not None and len(model.history.history["loss"]) == 1
+
+    asyncio.run(run())

@@ -143,6 +143,31 @@ def test_unknown_model_is_404(client: TestClient) -> None:
         assert "no model nope" in response.json()["detail"]
 
 
+def test_nul_characters_are_refused_not_a_server_error(
+    client: TestClient, file_bytes: bytes
+) -> None:
+    """PostgreSQL refuses NUL in text: every text a client sends is checked before it gets there
+    (schemathesis' negative run found these as 500s)."""
+    assert publish(client, file_bytes, name="a\x00b").status_code == 422
+    assert publish(client, file_bytes, description="a\x00b").status_code == 422
+    assert client.get("/api/models", params={"name": "a\x00"}).status_code == 422
+    for path in ("/api/models/a%00b", "/api/models/a%00b/file"):
+        assert client.get(path).status_code == 404
+    gone = client.delete("/api/models/a%00b", headers={"Authorization": "Bearer x"})
+    assert gone.status_code == 404
+    source = zipfile.ZipFile(io.BytesIO(file_bytes))
+    header = json.loads(source.read("model.json"))
+    header["description"] = "NUL \x00 inside"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("model.json", json.dumps(header))
+        archive.writestr("weights.bin", source.read("weights.bin"))
+    response = publish(client, buffer.getvalue())
+    assert response.status_code == 422
+    assert "description must not contain NUL characters" in response.json()["detail"]
+    assert client.get("/api/models").json()["total"] == 0
+
+
 # ---- validation of uploads ----
 
 
@@ -374,6 +399,22 @@ def test_policy_tells_the_page_the_caps(client: TestClient) -> None:
     policy = client.get("/api/training/policy").json()
     assert policy["permits_required"] is False
     assert policy["limits"] == Limits().as_dict()
+
+
+def test_a_deployment_sets_permits_and_budgets_in_its_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PIB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("PIB_REQUIRE_PERMITS", "1")
+    monkeypatch.setenv("PIB_PERMITS_PER_HOUR", "5")
+    monkeypatch.setenv("PIB_WORK_PER_DAY", "1000")
+    monkeypatch.setenv("PIB_PERMIT_LIFETIME_S", "90")
+    config = RegistryConfig.from_env()
+    assert config.budgets == Budgets(permits_per_hour=5, work_per_day=1000, permit_lifetime_s=90)
+    with make_client(config, tmp_path) as client:
+        policy = client.get("/api/training/policy").json()
+        assert (policy["permits_required"], policy["permits_per_hour"]) == (True, 5)
+        assert policy["work_per_day"] == 1000
 
 
 # ---- headers, schema, storage ----

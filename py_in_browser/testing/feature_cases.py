@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 import py_in_browser as pib
-from py_in_browser import layers, losses, optimizers
+from py_in_browser import layers, losses, optimizers, permits
 
 EPOCHS = 2
 BATCH = 4
@@ -141,6 +141,46 @@ async def fit_recovery_options(make: ModelFactory, data: Arrays) -> dict[str, An
         on_hidden="continue",
     )
     return await trained(model, history)
+
+
+def permit_for(model: pib.Sequential, epochs: int, samples: int, batch_size: int) -> str:
+    """A token as a server's POST /api/training/permits answers it (the engine reads its bounds;
+    only the server checks the signature, so any key does here)."""
+    now = time.time()
+    granted = permits.Permit(
+        id="feature-case",
+        client="127.0.0.1",
+        issued_at=now,
+        expires_at=now + 600,
+        max_epochs=epochs,
+        max_samples=samples,
+        max_batch_size=batch_size,
+        param_count=model.count_params(),
+        input_shape=tuple(model.input_shape or ()),
+    )
+    return permits.sign(granted, b"feature-case key")
+
+
+async def fit_within_a_permit(make: ModelFactory, data: Arrays) -> dict[str, Any]:
+    """A permit one epoch short is refused before any step (the weights stay as built); the
+    permit that fits trains exactly as a plain fit."""
+    model = make()
+    model.build(model.input_shape)
+    built = await weights_of(model)
+    refused = ""
+    try:
+        await model.fit(
+            *data,
+            epochs=EPOCHS,
+            batch_size=BATCH,
+            permit=permit_for(model, EPOCHS - 1, SAMPLES, BATCH),
+        )
+    except pib.PermitError as err:
+        refused = str(err)
+    unchanged = await weights_of(model) == built
+    token = permit_for(model, EPOCHS, SAMPLES, BATCH)
+    history = await model.fit(*data, epochs=EPOCHS, batch_size=BATCH, permit=token)
+    return {**await trained(model, history), "refused": refused, "unchanged": unchanged}
 
 
 async def fit_validation_data_early_stopping(make: ModelFactory, data: Arrays) -> dict[str, Any]:
@@ -794,6 +834,21 @@ CASES: list[FeatureCase] = [
         classes,
         "fit-option:recovery_every fit-option:recovery_timeout_s fit-option:on_hidden",
         fit_recovery_options,
+    ),
+    case(
+        "permit",
+        model_of(
+            lambda: [
+                layers.Dense(4, activation="relu", input_shape=(3,)),
+                layers.Dense(CLASSES, activation="softmax"),
+            ],
+            lambda: optimizers.Adam(0.01),
+            "sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        ),
+        classes,
+        "fit-option:permit",
+        fit_within_a_permit,
     ),
     case(
         "validation_data_early_stopping",

@@ -12,16 +12,20 @@ from server.registry.database import Database
 from server.registry.rate_limits import RateLimiter
 from server.registry.store import ModelStore
 from server.registry.training_permits import PermitIssuer
+from server.registry.upload_slots import UploadSlots
 
 
 class Registry:
     def __init__(self, config: RegistryConfig) -> None:
         self.config = config
         if config.database_url:
-            self.database = Database(url=config.database_url)
+            self.database = Database(
+                url=config.database_url, held_connections=config.max_concurrent_uploads
+            )
         else:
             self.database = Database(sqlite_path=config.sqlite_path)
         self.models = ModelStore(self.database)
+        self.upload_slots = UploadSlots(self.database, config.max_concurrent_uploads)
         self.rate_limiter = RateLimiter(self.database)
         key = config.permit_key or self.database.secret("permit_key").encode()
         self.permits = PermitIssuer(self.database, config.limits, config.budgets, key)

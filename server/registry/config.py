@@ -6,11 +6,15 @@ PIB_DATA_DIR           folder of the SQLite database (default: data/ in the repo
 PIB_DATABASE_URL       postgresql://... to use PostgreSQL instead (several server processes
                        then share models, rate limits and budgets)
 PIB_REQUIRE_PERMITS    1 to make pages ask for a training permit before fit (default 0)
+PIB_PERMITS_PER_HOUR   permits one client may get per hour (default 60)
+PIB_WORK_PER_DAY       epochs x samples one client may be granted per day (default 50,000,000)
+PIB_PERMIT_LIFETIME_S  seconds a permit stays valid (default 3600)
 PIB_PERMIT_KEY         HMAC key of permits; by default one is generated and kept in the database,
                        so every process sharing the database signs alike
 PIB_RATE_LIMITS        per-client buckets as kind=burst/per_minute, comma-separated, e.g.
                        "upload=10/10,delete=20/30,permit=20/30" (kinds not named keep defaults)
-PIB_MAX_CONCURRENT_UPLOADS  uploads one process receives at once (default 8)
+PIB_MAX_CONCURRENT_UPLOADS  uploads received at once (default 8), by all the server processes
+                       sharing a PostgreSQL registry, or by the one process on SQLite
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ class RegistryConfig:
             "permit": RateLimit(burst=20, per_minute=30),
         }
     )
-    # Uploads being received at once by one process; more are answered 503 + Retry-After.
+    # Uploads being received at once (upload_slots.py); more are answered 503 + Retry-After.
     max_concurrent_uploads: int = 8
     # Multipart overhead allowed on top of the model file cap (field names, boundaries, text).
     form_overhead_bytes: int = 64 * 1024
@@ -80,10 +84,20 @@ class RegistryConfig:
         env = os.environ
         key = env.get("PIB_PERMIT_KEY")
         defaults = cls()
+        budgets = Budgets(
+            permits_per_hour=int(
+                env.get("PIB_PERMITS_PER_HOUR", defaults.budgets.permits_per_hour)
+            ),
+            work_per_day=int(env.get("PIB_WORK_PER_DAY", defaults.budgets.work_per_day)),
+            permit_lifetime_s=float(
+                env.get("PIB_PERMIT_LIFETIME_S", defaults.budgets.permit_lifetime_s)
+            ),
+        )
         return cls(
             data_dir=Path(env.get("PIB_DATA_DIR", REPO_ROOT / "data")),
             database_url=env.get("PIB_DATABASE_URL") or None,
             require_permits=env.get("PIB_REQUIRE_PERMITS", "0") == "1",
+            budgets=budgets,
             permit_key=key.encode() if key else None,
             rate_limits={
                 **defaults.rate_limits,

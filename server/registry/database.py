@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -88,7 +88,11 @@ class _PostgresTransaction:
 class Database:
     """SQLite at `sqlite_path`, or PostgreSQL at `url`; migrated to SCHEMA_VERSION on open."""
 
-    def __init__(self, *, sqlite_path: Path | None = None, url: str | None = None) -> None:
+    def __init__(
+        self, *, sqlite_path: Path | None = None, url: str | None = None, held_connections: int = 0
+    ) -> None:
+        """`held_connections`: PostgreSQL connections that hold_advisory_lock may keep at once,
+        on top of those transactions use."""
         if (sqlite_path is None) == (url is None):
             raise ValueError("Database needs exactly one of sqlite_path and url")
         self.dialect = "sqlite" if url is None else "postgresql"
@@ -97,7 +101,9 @@ class Database:
         if url is not None:
             from psycopg_pool import ConnectionPool
 
-            self._pool = ConnectionPool(url, min_size=1, max_size=16, open=True, timeout=30)
+            self._pool = ConnectionPool(
+                url, min_size=1, max_size=16 + held_connections, open=True, timeout=30
+            )
         else:
             assert sqlite_path is not None
             sqlite_path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,6 +171,39 @@ class Database:
                 (name, secrets.token_hex(32)),
             )
             return str(tx.execute("SELECT value FROM secrets WHERE name = ?", (name,))[0][0])
+
+    def hold_advisory_lock(self, space: int, count: int) -> Callable[[], None] | None:
+        """PostgreSQL: takes the first free one of the session-level advisory locks
+        (space, 0 .. count - 1) on a connection kept until the returned function releases it;
+        None when all are held, by any process. A dropped connection frees its lock."""
+        import psycopg
+
+        assert self._pool is not None, "advisory locks are PostgreSQL's"
+        connection = self._pool.getconn()
+        held = None
+        try:
+            connection.autocommit = True
+            for slot in range(count):
+                taken = connection.execute("SELECT pg_try_advisory_lock(%s, %s)", (space, slot))
+                if taken.fetchone()[0]:
+                    held = slot
+                    break
+        finally:
+            if held is None:
+                connection.autocommit = False
+                self._pool.putconn(connection)
+        if held is None:
+            return None
+
+        def release() -> None:
+            try:
+                connection.execute("SELECT pg_advisory_unlock(%s, %s)", (space, held))
+                connection.autocommit = False
+            except psycopg.Error:
+                connection.close()  # its lock goes with it; the pool replaces it
+            self._pool.putconn(connection)
+
+        return release
 
     def close(self) -> None:
         if self._pool is not None:

@@ -29,6 +29,12 @@ class StoredModel:
     created_at: float
 
 
+def _is_model_id(text: str) -> bool:
+    """Whether `text` could name a stored model (ids are uuid4 hex): anything else is answered
+    "no such model" without a query (PostgreSQL would refuse a NUL character in it)."""
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+
+
 class NotOwnerError(Exception):
     """The owner token does not match the model's."""
 
@@ -102,11 +108,15 @@ class ModelStore:
         return [_row(row) for row in rows], total
 
     def get(self, model_id: str) -> StoredModel | None:
+        if not _is_model_id(model_id):
+            return None
         with self.database.transaction(write=False) as tx:
             rows = tx.execute(f"SELECT {_COLUMNS} FROM models WHERE id = ?", (model_id,))
         return _row(rows[0]) if rows else None
 
     def file(self, model_id: str) -> tuple[StoredModel, bytes] | None:
+        if not _is_model_id(model_id):
+            return None
         with self.database.transaction(write=False) as tx:
             rows = tx.execute(
                 f"SELECT {_COLUMNS}, data FROM models JOIN model_files ON model_id = id "
@@ -117,6 +127,8 @@ class ModelStore:
 
     def delete(self, model_id: str, token: str) -> bool:
         """False when there is no such model; NotOwnerError when the token is not its owner's."""
+        if not _is_model_id(model_id):
+            return False
         with self.database.transaction() as tx:
             rows = tx.execute("SELECT owner_token_sha256 FROM models WHERE id = ?", (model_id,))
             if not rows:

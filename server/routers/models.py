@@ -17,6 +17,8 @@ from server.registry.store import NotOwnerError, StoredModel
 from server.routers.common import problems, rate_limited, registry
 
 router = APIRouter(prefix="/api/models", tags=["models"])
+# Text without NUL characters: no text column stores them (PostgreSQL refuses them outright).
+NO_NUL = r"^[^\x00]*$"
 
 
 class ModelInfo(BaseModel):
@@ -90,8 +92,10 @@ def publish_model(
     request: Request,
     response: Response,
     file: Annotated[UploadFile, File(description="a model file from `await model.save()`")],
-    name: Annotated[str, Form(min_length=1, max_length=model_file.MAX_NAME_CHARS)],
-    description: Annotated[str, Form(max_length=model_file.MAX_DESCRIPTION_CHARS)] = "",
+    name: Annotated[str, Form(min_length=1, max_length=model_file.MAX_NAME_CHARS, pattern=NO_NUL)],
+    description: Annotated[
+        str, Form(max_length=model_file.MAX_DESCRIPTION_CHARS, pattern=NO_NUL)
+    ] = "",
     labels: Annotated[
         str | None, Form(description='class names as a JSON array, e.g. ["up", "down"]')
     ] = None,
@@ -129,7 +133,8 @@ def publish_model(
 def list_models(
     request: Request,
     name: Annotated[
-        str | None, Query(max_length=100, description="case-insensitive part of the name")
+        str | None,
+        Query(max_length=100, pattern=NO_NUL, description="case-insensitive part of the name"),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,

@@ -20,7 +20,7 @@ from pyodide.ffi import to_js  # type: ignore[import-not-found]
 
 import py_in_browser as pib
 from py_in_browser.interop import tfjs
-from py_in_browser.limits import DEFAULT_LIMITS
+from py_in_browser.limits import DEFAULT_LIMITS, ModelSummary
 from py_in_browser.model import loads
 
 # What the page does to a frame before it gets here, and what `pixels` does after: stored in the
@@ -142,8 +142,10 @@ async def train(
     epochs: int,
     learning_rate: float,
     batch_size: int | None,
+    permit: str | None = None,
 ) -> dict[str, Any]:
-    """Trains a new model on the samples put under `key`; returns the held-out evaluation."""
+    """Trains a new model on the samples put under `key`; returns the held-out evaluation.
+    `permit`: the server's training permit, when it requires one (fit trains within it)."""
     x = pixels(key, size)
     y = np.asarray(labels, dtype=np.int32)
     train_idx, held_idx = held_out_split(y, SEED)
@@ -179,6 +181,7 @@ async def train(
         seed=SEED,
         validation_data=validation,
         callbacks=[pib.ProgressCallback(report, every_batches=1)],
+        permit=permit,
     )
     result = await evaluate_held_out(x[held_idx], y[held_idx])
     result.update(
@@ -203,6 +206,28 @@ async def evaluate_held_out(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
         "accuracy": float(np.trace(confusion) / max(1, len(y))),
         "per_class": per_class,
         "confusion": confusion.tolist(),
+    }
+
+
+def training_config(
+    labels: list[int], class_names: list[str], size: int, epochs: int, batch_size: int | None
+) -> dict[str, Any]:
+    """What `train` with these arguments will ask of fit, as POST /api/training/permits reads
+    it: the model's summary, the samples it trains on (after the held-out split), epochs and
+    the batch size (the automatic one when none is given)."""
+    train_idx, _ = held_out_split(np.asarray(labels, dtype=np.int32), SEED)
+    model = build_model(len(class_names), size, learning_rate=1e-3)
+    model.build((size, size, 3))
+    summary = ModelSummary.of(model)
+    return {
+        "model": {
+            "input_shape": list(summary.input_shape),
+            "param_count": summary.param_count,
+            "layer_count": summary.layer_count,
+        },
+        "samples": len(train_idx),
+        "epochs": epochs,
+        "batch_size": batch_size or auto_batch_size(size, len(train_idx)),
     }
 
 

@@ -49,14 +49,26 @@ export class TrainerEngine {
     return name;
   }
 
-  train({ pixels, labels, classNames, size, epochs, learningRate, batchSize }) {
+  train({ pixels, labels, classNames, size, epochs, learningRate, batchSize, permit = null }) {
     return this.call("train", {
+      permit,
       key: this.putPixels("train", pixels),
       labels,
       class_names: classNames,
       size,
       epochs,
       learning_rate: learningRate,
+      batch_size: batchSize,
+    });
+  }
+
+  // What train() with these settings asks of fit: {model, samples, epochs, batch_size}.
+  trainingConfig({ labels, classNames, size, epochs, batchSize }) {
+    return this.call("training_config", {
+      labels,
+      class_names: classNames,
+      size,
+      epochs,
       batch_size: batchSize,
     });
   }

@@ -4,7 +4,9 @@ import { startEngine } from "../pib-client.js";
 import { TrainingCharts } from "./charts.js";
 import { TrainerEngine } from "./engine.js";
 import { Camera, imageFileSample, resizeSamples, thumbnail, videoFrame } from "./frames.js";
+import { Gallery } from "./gallery.js";
 import { LongestTask } from "./longest-task.js";
+import { permitFor } from "./permit.js";
 import { StatusPanel } from "./status.js";
 import { Storage } from "./storage.js";
 
@@ -36,6 +38,14 @@ const app = {
   recording: null, // {classId, timer}
 };
 window.gestureTrainer = app; // for tests and the curious: read-only use
+
+// Publishing to and loading from the server's registry (web/js/trainer/gallery.js).
+const gallery = new Gallery({
+  save: () => engine.save(),
+  current: () => app.model,
+  load: async (bytes, item) => modelLoaded(await engine.loadFile(bytes), `shared “${item.name}”`),
+  confirm: (question) => confirmDelete(question),
+});
 
 function newId() {
   return crypto.randomUUID();
@@ -218,6 +228,7 @@ function updateButtons() {
   $("save-browser").disabled = $("download").disabled = $("export-tfjs").disabled =
     app.training || app.model === null;
   $("add-class").disabled = app.training;
+  gallery.setPublishable(!app.training && app.model !== null);
 }
 
 // ---- camera ----
@@ -275,6 +286,26 @@ function showProgress(event) {
   }
 }
 
+// The permit for the training the form describes: a token, null when the server requires
+// none, or false when it refused one (the reason is shown; nothing trains).
+async function askPermit(labels, classes, size) {
+  try {
+    const config = await engine.trainingConfig({
+      labels,
+      classNames: classes.map((c) => c.name),
+      size,
+      epochs: Number($("epochs").value),
+      batchSize: $("batch-size").value ? Number($("batch-size").value) : null,
+    });
+    return await permitFor(config);
+  } catch (error) {
+    $("train-progress-text").textContent = `Not trained: ${firstLine(error)}`;
+    status.banner(`Not trained: ${firstLine(error)}`, "error");
+    startPredicting(); // the model from before, if any, goes on predicting
+    return false;
+  }
+}
+
 async function train(event) {
   event.preventDefault();
   if (!$("train-settings").reportValidity()) return;
@@ -289,6 +320,8 @@ async function train(event) {
       labels.push(index);
     }
   });
+  const permit = await askPermit(labels, classes, size);
+  if (permit === false) return;
   app.training = true;
   app.model = null;
   updateButtons();
@@ -306,6 +339,7 @@ async function train(event) {
       epochs: Number($("epochs").value),
       learningRate: Number($("learning-rate").value),
       batchSize: $("batch-size").value ? Number($("batch-size").value) : null,
+      permit,
     });
     app.model = { labels: classes.map((c) => c.name), size };
     const tasks = longest.stop();
