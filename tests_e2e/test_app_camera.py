@@ -17,13 +17,12 @@ from tests_e2e.app_gestures import CLASSES, gesture_set, png, write_y4m
 from tests_e2e.browsers import launch_chromium
 from tests_e2e.test_app import (
     EPOCHS,
-    INPUT_SIZE,
     SCREENSHOTS,
     TRAIN_PER_CLASS,
     TRAIN_TIMEOUT_MS,
+    choose_settings,
     new_app_session,
     predicted_label,
-    set_field,
     upload_gestures,
 )
 
@@ -156,8 +155,7 @@ def test_firefox_collects_trains_and_predicts(firefox: Browser, server_url: str)
     session.open()
     page = session.page
     upload_gestures(page, gesture_set(TRAIN_PER_CLASS, seed=1))
-    set_field(page, "#epochs", str(EPOCHS))
-    page.select_option("#input-size", str(INPUT_SIZE))
+    choose_settings(page)
     page.click("#train")
     page.wait_for_selector("#evaluation:not([hidden])", timeout=TRAIN_TIMEOUT_MS)
     training: dict[str, Any] = page.evaluate("() => window.gestureTrainer.lastTraining")
