@@ -144,11 +144,21 @@ def test_no_camera_says_so_and_uploads_still_work(chromium: Browser, server_url:
 
 def test_firefox_collects_trains_and_predicts(firefox: Browser, server_url: str) -> None:
     plain = firefox.new_page()
-    plain.goto(f"{server_url}/")
+    plain.goto(f"{server_url}/?backend=webgpu")
     # Firefox's own fake camera (media.navigator.streams.fake) drives the real getUserMedia path.
     plain.wait_for_function(
         "() => document.getElementById('preview').videoWidth > 0", timeout=60_000
     )
+    # Firefox's software WebGPU names nothing (a blank adapter info); the status panel still says
+    # what it is, from the engine's verdict.
+    plain.wait_for_function("() => document.querySelectorAll('#status-list dd').length > 1")
+    gpu = plain.locator("#status-list dd").nth(1).inner_text()
+    software = plain.evaluate(
+        "() => window.pib.runPython(\"pib.capabilities().get('software_renderer')\")"
+    )
+    assert "unknown" not in gpu and bool(gpu.strip()), gpu
+    assert (f"a software GPU ({software})" in gpu) == bool(software), (gpu, software)
+    print(f"\nfirefox webgpu status panel, GPU: {gpu}")
     plain.close()
 
     session = new_app_session(firefox, server_url)
