@@ -6,13 +6,17 @@ camera (media.navigator.streams.fake) starts the preview.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pytest
 from playwright.sync_api import Browser, Page, Playwright
 
+import py_in_browser as pib
+from py_in_browser.data import ImagePreprocessing
 from tests_e2e.app_gestures import CLASSES, gesture_set, png, write_y4m
 from tests_e2e.browsers import launch_chromium
 from tests_e2e.test_app import (
@@ -20,6 +24,7 @@ from tests_e2e.test_app import (
     SCREENSHOTS,
     TRAIN_PER_CLASS,
     TRAIN_TIMEOUT_MS,
+    bitmaps_taken,
     choose_settings,
     new_app_session,
     predicted_label,
@@ -142,6 +147,26 @@ def test_no_camera_says_so_and_uploads_still_work(chromium: Browser, server_url:
     context.close()
 
 
+def tiny_model_file() -> bytes:
+    """A small untrained image classifier's model file, with the app's live preprocessing."""
+
+    async def save() -> bytes:
+        model = pib.Sequential(
+            [
+                pib.layers.Conv2D(4, 3, activation="relu", input_shape=(12, 12, 3)),
+                pib.layers.Flatten(),
+                pib.layers.Dense(3, activation="softmax"),
+            ],
+            seed=0,
+        )
+        model.build()
+        prep = ImagePreprocessing(size=(12, 12), mirror=True).to_dict()
+        return await model.save(labels=["a", "b", "c"], preprocessing=prep)
+
+    with ThreadPoolExecutor(1) as pool:  # Playwright runs an event loop on this thread
+        return pool.submit(asyncio.run, save()).result()
+
+
 def test_firefox_collects_trains_and_predicts(firefox: Browser, server_url: str) -> None:
     plain = firefox.new_page()
     plain.goto(f"{server_url}/?backend=webgpu")
@@ -159,6 +184,20 @@ def test_firefox_collects_trains_and_predicts(firefox: Browser, server_url: str)
     assert "unknown" not in gpu and bool(gpu.strip()), gpu
     assert (f"a software GPU ({software})" in gpu) == bool(software), (gpu, software)
     print(f"\nfirefox webgpu status panel, GPU: {gpu}")
+    # A loaded model classifies the fake camera live on WebGPU: each frame a transferred bitmap
+    # copied into a GPU texture, preprocessed there, only the top classes read back.
+    model = {"name": "tiny.pibmodel", "mimeType": "application/zip", "buffer": tiny_model_file()}
+    plain.set_input_files("#model-file", model)  # type: ignore[arg-type]
+    plain.wait_for_function("() => window.gestureTrainer.prediction.result !== null")
+    live = plain.evaluate("() => window.gestureTrainer.prediction.result")
+    assert sorted(entry["label"] for entry in live["top"]) == ["a", "b", "c"], live
+    assert bitmaps_taken(plain)["frames"] >= 1
+    timings = plain.evaluate("() => window.gestureTrainer.timings")
+    print(
+        f"firefox webgpu: engine ready {timings['ready'] / 1000:.1f} s after the page opened, "
+        f"first live prediction {timings['firstPrediction'] - timings['model']:.0f} ms after "
+        f"the model loaded"
+    )
     plain.close()
 
     session = new_app_session(firefox, server_url)
