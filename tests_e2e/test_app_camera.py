@@ -6,24 +6,28 @@ camera (media.navigator.streams.fake) starts the preview.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pytest
 from playwright.sync_api import Browser, Page, Playwright
 
+import py_in_browser as pib
+from py_in_browser.data import ImagePreprocessing
 from tests_e2e.app_gestures import CLASSES, gesture_set, png, write_y4m
 from tests_e2e.browsers import launch_chromium
 from tests_e2e.test_app import (
     EPOCHS,
-    INPUT_SIZE,
     SCREENSHOTS,
     TRAIN_PER_CLASS,
     TRAIN_TIMEOUT_MS,
+    bitmaps_taken,
+    choose_settings,
     new_app_session,
     predicted_label,
-    set_field,
     upload_gestures,
 )
 
@@ -143,12 +147,56 @@ def test_no_camera_says_so_and_uploads_still_work(chromium: Browser, server_url:
     context.close()
 
 
+def tiny_model_file() -> bytes:
+    """A small untrained image classifier's model file, with the app's live preprocessing."""
+
+    async def save() -> bytes:
+        model = pib.Sequential(
+            [
+                pib.layers.Conv2D(4, 3, activation="relu", input_shape=(12, 12, 3)),
+                pib.layers.Flatten(),
+                pib.layers.Dense(3, activation="softmax"),
+            ],
+            seed=0,
+        )
+        model.build()
+        prep = ImagePreprocessing(size=(12, 12), mirror=True).to_dict()
+        return await model.save(labels=["a", "b", "c"], preprocessing=prep)
+
+    with ThreadPoolExecutor(1) as pool:  # Playwright runs an event loop on this thread
+        return pool.submit(asyncio.run, save()).result()
+
+
 def test_firefox_collects_trains_and_predicts(firefox: Browser, server_url: str) -> None:
     plain = firefox.new_page()
-    plain.goto(f"{server_url}/")
+    plain.goto(f"{server_url}/?backend=webgpu")
     # Firefox's own fake camera (media.navigator.streams.fake) drives the real getUserMedia path.
     plain.wait_for_function(
         "() => document.getElementById('preview').videoWidth > 0", timeout=60_000
+    )
+    # Firefox's software WebGPU names nothing (a blank adapter info); the status panel still says
+    # what it is, from the engine's verdict.
+    plain.wait_for_function("() => document.querySelectorAll('#status-list dd').length > 1")
+    gpu = plain.locator("#status-list dd").nth(1).inner_text()
+    software = plain.evaluate(
+        "() => window.pib.runPython(\"pib.capabilities().get('software_renderer')\")"
+    )
+    assert "unknown" not in gpu and bool(gpu.strip()), gpu
+    assert (f"a software GPU ({software})" in gpu) == bool(software), (gpu, software)
+    print(f"\nfirefox webgpu status panel, GPU: {gpu}")
+    # A loaded model classifies the fake camera live on WebGPU: each frame a transferred bitmap
+    # copied into a GPU texture, preprocessed there, only the top classes read back.
+    model = {"name": "tiny.pibmodel", "mimeType": "application/zip", "buffer": tiny_model_file()}
+    plain.set_input_files("#model-file", model)  # type: ignore[arg-type]
+    plain.wait_for_function("() => window.gestureTrainer.prediction.result !== null")
+    live = plain.evaluate("() => window.gestureTrainer.prediction.result")
+    assert sorted(entry["label"] for entry in live["top"]) == ["a", "b", "c"], live
+    assert bitmaps_taken(plain)["frames"] >= 1
+    timings = plain.evaluate("() => window.gestureTrainer.timings")
+    print(
+        f"firefox webgpu: engine ready {timings['ready'] / 1000:.1f} s after the page opened, "
+        f"first live prediction {timings['firstPrediction'] - timings['model']:.0f} ms after "
+        f"the model loaded"
     )
     plain.close()
 
@@ -156,8 +204,7 @@ def test_firefox_collects_trains_and_predicts(firefox: Browser, server_url: str)
     session.open()
     page = session.page
     upload_gestures(page, gesture_set(TRAIN_PER_CLASS, seed=1))
-    set_field(page, "#epochs", str(EPOCHS))
-    page.select_option("#input-size", str(INPUT_SIZE))
+    choose_settings(page)
     page.click("#train")
     page.wait_for_selector("#evaluation:not([hidden])", timeout=TRAIN_TIMEOUT_MS)
     training: dict[str, Any] = page.evaluate("() => window.gestureTrainer.lastTraining")

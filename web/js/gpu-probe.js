@@ -12,6 +12,8 @@ async function probeWebGPU() {
       architecture: info.architecture || "",
       device: info.device || "",
       description: info.description || "",
+      // A fallback adapter is a software one (Firefox's, whose names above are all blank).
+      fallback: Boolean(info.isFallbackAdapter ?? adapter.isFallbackAdapter),
       features: [...adapter.features].sort(),
       max_storage_buffer_binding_size: adapter.limits.maxStorageBufferBindingSize,
       max_compute_workgroups_per_dimension: adapter.limits.maxComputeWorkgroupsPerDimension,

@@ -30,6 +30,13 @@ export function startEngine({ onStage = () => {} } = {}) {
       if (failure !== null) throw failure;
       worker.postMessage({ type: "put", key: String(key), value }, transfer);
     },
+    // Moves an ImageBitmap to the worker (transferred: the page's one is detached), where Python
+    // takes it with pib.data.take_bitmap(name); a newer bitmap under the same name replaces one
+    // not taken yet.
+    putBitmap(name, bitmap) {
+      if (failure !== null) throw failure;
+      worker.postMessage({ type: "bitmap", name: String(name), bitmap }, [bitmap]);
+    },
     runPython(code) {
       if (failure !== null) return Promise.reject(failure);
       const id = nextId++;

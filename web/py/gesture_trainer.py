@@ -1,10 +1,16 @@
 """The gesture trainer's side of the engine, run in the engine's Worker (web/js/trainer/engine.js
 loads it as the module `gesture_trainer`).
 
-Pixels arrive as RGBA bytes already mirrored, centre-cropped and resized to the input size by the
-page (web/js/trainer/frames.js), handed over with pib.put into js.pibInbox; here they become
-float32 tensors scaled to [0, 1] (PREPROCESSING, stored in the model file). Progress goes back to
-the page as "train" events posted from this worker.
+Pixels arrive as ImageBitmaps transferred to this worker (engine.js posts them; pib.data.take_bitmap
+takes them) and go straight into device memory (pib.data.from_image_bitmap). A live camera frame
+is mirrored, centre-cropped, resized and normalised there and only the top TOP_K classes are read
+back (pib.data.classify_bitmap). Stored training samples (SAMPLE_SIZE squares, already mirrored
+and cropped as the person saw them) arrive stacked top to bottom, up to engine.js's
+SAMPLES_PER_BITMAP to a bitmap, and become one (N, size, size, 3) tensor resized on the device;
+pib.Model.fit takes host arrays, so that tensor is read back once before training. During
+training the model's first layer, pib.layers.RandomAugmentation, crops, scales, turns and
+relights each batch on the device from seeded device random numbers. Progress goes back to the
+page as "train" events posted from this worker.
 """
 
 from __future__ import annotations
@@ -19,36 +25,51 @@ import numpy as np
 from pyodide.ffi import to_js  # type: ignore[import-not-found]
 
 import py_in_browser as pib
+from py_in_browser.data import ImagePreprocessing
 from py_in_browser.interop import tfjs
-from py_in_browser.limits import DEFAULT_LIMITS, ModelSummary
+from py_in_browser.limits import ModelSummary
 from py_in_browser.model import loads
+from py_in_browser.preprocessing import SCHEMA
 
-# What the page does to a frame before it gets here, and what `pixels` does after: stored in the
-# model file so a program elsewhere feeds a loaded model the same numbers.
-PREPROCESSING = {
-    "color": "rgb",
-    "layout": "NHWC",
-    "steps": [
-        "mirror horizontally (selfie view)",
-        "centre square crop",
-        "bilinear resize to input_shape[0] x input_shape[1]",
-    ],
-    "scale": 1 / 255,
-    "mean": [0.0, 0.0, 0.0],
-    "std": [1.0, 1.0, 1.0],
-}
+SAMPLE_SIZE = 64  # web/js/trainer/frames.js SAMPLE_SIZE: the side of a stored sample
 HELD_OUT = 0.15
+# Small batches generalise better on a few hundred samples; the device limits may lower it.
 MAX_AUTO_BATCH = 32
+TOP_K = 3  # live prediction reads back this many classes, best first
 SEED = 0
+# Per training batch: shifts up to 10% of the side, zoom 0.85-1.15, up to 7 degrees of rotation,
+# brightness +-0.1 and contrast 0.8-1.2 (the gestures of a webcam wander, and light changes).
+AUGMENTATION = {
+    "translation": 0.1,
+    "zoom": 0.15,
+    "rotation": 0.02,
+    "brightness": 0.1,
+    "contrast": 0.2,
+}
+
+
+def live_preprocessing(size: int) -> ImagePreprocessing:
+    """A camera frame to the model's input: mirrored like the preview, the centre square resized
+    to size x size, values bytes / 255. Model files carry it (a program elsewhere feeds a loaded
+    model the same numbers)."""
+    return ImagePreprocessing(size=(size, size), mirror=True, crop="centre")
+
+
+def sample_preprocessing(size: int) -> ImagePreprocessing:
+    """A stored sample to the model's input: already mirrored and square, so only resized."""
+    return ImagePreprocessing(size=(size, size), mirror=False, crop="centre")
 
 
 class Session:
-    """The model being trained or used, its labels and input size."""
+    """The model being trained or used, its labels, input size and live preprocessing, and how
+    many bitmaps the engine took (the e2e tests read these to see which path ran)."""
 
     def __init__(self) -> None:
         self.model: Any = None
         self.labels: list[str] = []
         self.size = 0
+        self.preprocessing: ImagePreprocessing | None = None
+        self.bitmaps = {"samples": 0, "frames": 0}
 
 
 session = Session()
@@ -68,10 +89,29 @@ def take_bytes(key: str) -> bytes:
     return bytes(value.to_py())
 
 
-def pixels(key: str, size: int) -> np.ndarray:
-    """(N, size, size, 3) float32 in [0, 1] from the RGBA bytes put under `key`."""
-    rgba = np.frombuffer(take_bytes(key), dtype=np.uint8).reshape(-1, size, size, 4)
-    return rgba[..., :3].astype(np.float32) * np.float32(PREPROCESSING["scale"])
+async def samples_on_device(names: list[str], count: int, size: int) -> Any:
+    """The `count` stored samples sent as the bitmaps `names` (each SAMPLE_SIZE wide, samples
+    stacked top to bottom) as one (count, size, size, 3) tensor: uploaded, split by a reshape
+    and resized in one kernel, all on the device."""
+    stacks = []
+    try:
+        for name in names:
+            stacks.append(await pib.data.from_image_bitmap(pib.data.take_bitmap(name)))
+
+        def batch() -> Any:
+            parts = [pib.reshape(s, (-1, SAMPLE_SIZE, SAMPLE_SIZE, 3)) for s in stacks]
+            joined = pib.concat(parts, axis=0) if len(parts) > 1 else parts[0]
+            return pib.data.preprocess(joined, sample_preprocessing(size))
+
+        samples = pib.tidy(batch)()
+    finally:
+        for stack in stacks:
+            stack.dispose()
+    if samples.shape[0] != count:
+        samples.dispose()
+        raise ValueError(f"{count} labels for {samples.shape[0]} samples")
+    session.bitmaps["samples"] += count
+    return samples
 
 
 def held_out_split(labels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -87,21 +127,25 @@ def held_out_split(labels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarra
     return np.array(sorted(train), dtype=np.int64), np.array(sorted(held), dtype=np.int64)
 
 
-def build_model(classes: int, size: int, learning_rate: float) -> Any:
+def classifier_layers(classes: int, size: int) -> list[Any]:
     """A small CNN trained from scratch: two conv + pool stages, then two dense layers."""
     layers = pib.layers
+    return [
+        layers.Conv2D(8, 3, activation="relu", padding="same", input_shape=(size, size, 3)),
+        layers.MaxPooling2D(2),
+        layers.Conv2D(16, 3, activation="relu", padding="same"),
+        layers.MaxPooling2D(2),
+        layers.Flatten(),
+        layers.Dense(32, activation="relu"),
+        layers.Dense(classes, activation="softmax"),
+    ]
+
+
+def build_model(classes: int, size: int, learning_rate: float) -> Any:
+    """The classifier behind a seeded RandomAugmentation layer (the identity outside training)."""
+    augment = pib.layers.RandomAugmentation(**AUGMENTATION, input_shape=(size, size, 3))
     model = pib.Sequential(
-        [
-            layers.Conv2D(8, 3, activation="relu", padding="same", input_shape=(size, size, 3)),
-            layers.MaxPooling2D(2),
-            layers.Conv2D(16, 3, activation="relu", padding="same"),
-            layers.MaxPooling2D(2),
-            layers.Flatten(),
-            layers.Dense(32, activation="relu"),
-            layers.Dense(classes, activation="softmax"),
-        ],
-        name="gesture_classifier",
-        seed=SEED,
+        [augment, *classifier_layers(classes, size)], name="gesture_classifier", seed=SEED
     )
     model.compile(
         optimizer=pib.optimizers.Adam(learning_rate),
@@ -111,31 +155,29 @@ def build_model(classes: int, size: int, learning_rate: float) -> Any:
     return model
 
 
-def auto_batch_size(size: int, train_count: int) -> int:
-    """The largest batch up to MAX_AUTO_BATCH whose biggest activation fits the device's limits."""
-    caps = pib.capabilities()
-    # The first conv's output, 8 float32 channels per pixel, is the largest buffer of a step.
-    per_sample = size * size * 8 * 4
-    device_bytes = caps.get("max_storage_buffer_binding_size") or (
-        caps.get("max_texture_size", 4096) ** 2 * 16
-    )
-    fits = max(1, device_bytes // per_sample)
-    return int(max(1, min(MAX_AUTO_BATCH, DEFAULT_LIMITS.max_batch_size, fits, train_count)))
+async def without_augmentation(trained: Any, classes: int, size: int) -> Any:
+    """The trained classifier without its augmentation layer: the same predictions, and a model
+    file any reader (TF.js, ONNX, the registry) runs without knowing that layer."""
+    model = pib.Sequential(classifier_layers(classes, size), name="gesture_classifier", seed=SEED)
+    model.build()
+    model.set_weights(await trained.get_weights())
+    return model
 
 
-async def classes_of(x: Any) -> np.ndarray:
+def auto_batch_size(model: Any, train_count: int) -> int:
+    """Up to MAX_AUTO_BATCH, and no more than one training pass of `model` fits within the
+    device's limits (pib.max_batch_size: texture side, storage binding size)."""
+    return int(max(1, min(MAX_AUTO_BATCH, pib.max_batch_size(model), train_count)))
+
+
+async def classes_of(x: np.ndarray) -> np.ndarray:
     """argmax over the model's outputs on the device; only the class indices are read back."""
-    probabilities = await session.model.predict(x)
-    top = pib.argmax(probabilities, axis=-1)
-    try:
-        return np.asarray(await top.numpy())
-    finally:
-        top.dispose()
-        probabilities.dispose()
+    ranked = await pib.data.top_k(session.model, x, k=1)
+    return np.array([row[0]["index"] for row in ranked], dtype=np.int64)
 
 
 async def train(
-    key: str,
+    names: list[str],
     labels: list[int],
     class_names: list[str],
     size: int,
@@ -144,14 +186,21 @@ async def train(
     batch_size: int | None,
     permit: str | None = None,
 ) -> dict[str, Any]:
-    """Trains a new model on the samples put under `key`; returns the held-out evaluation.
-    `permit`: the server's training permit, when it requires one (fit trains within it)."""
-    x = pixels(key, size)
+    """Trains a new model on the samples sent as the bitmaps `names`; returns the held-out
+    evaluation. `permit`: the server's training permit, when it requires one (fit trains within
+    it)."""
+    samples = await samples_on_device(names, len(labels), size)
+    try:
+        x = await samples.numpy()  # fit reads host arrays
+    finally:
+        samples.dispose()
     y = np.asarray(labels, dtype=np.int32)
     train_idx, held_idx = held_out_split(y, SEED)
-    batch = batch_size or auto_batch_size(size, len(train_idx))
-    session.model = build_model(len(class_names), size, learning_rate)
+    training = build_model(len(class_names), size, learning_rate)
+    batch = batch_size or auto_batch_size(training, len(train_idx))
+    session.model = training
     session.labels, session.size = list(class_names), size
+    session.preprocessing = live_preprocessing(size)
     steps = -(-len(train_idx) // batch)
     started = time.perf_counter()
 
@@ -172,7 +221,7 @@ async def train(
 
     emit("train", {"event": "begin", "epochs": epochs, "steps": steps, "batch_size": batch})
     validation = (x[held_idx], y[held_idx]) if len(held_idx) else None
-    await session.model.fit(
+    await training.fit(
         x[train_idx],
         y[train_idx],
         epochs=epochs,
@@ -183,13 +232,15 @@ async def train(
         callbacks=[pib.ProgressCallback(report, every_batches=1)],
         permit=permit,
     )
+    stopped = bool(training.stop_training)
+    session.model = await without_augmentation(training, len(class_names), size)
     result = await evaluate_held_out(x[held_idx], y[held_idx])
     result.update(
         batch_size=batch,
         train_count=len(train_idx),
         held_out_count=len(held_idx),
         seconds=time.perf_counter() - started,
-        stopped=bool(session.model.stop_training),
+        stopped=stopped,
     )
     return result
 
@@ -227,7 +278,7 @@ def training_config(
         },
         "samples": len(train_idx),
         "epochs": epochs,
-        "batch_size": batch_size or auto_batch_size(size, len(train_idx)),
+        "batch_size": batch_size or auto_batch_size(model, len(train_idx)),
     }
 
 
@@ -237,54 +288,62 @@ def stop() -> None:
         session.model.stop_training = True
 
 
-async def predict(key: str) -> dict[str, Any]:
-    """Class probabilities of the one frame put under `key`, and the top class found on the
-    device (argmax), with the engine's time for it."""
-    started = time.perf_counter()
-    x = pixels(key, session.size)
-    probabilities = await session.model.predict(x)
-    top = pib.argmax(probabilities, axis=-1)
-    try:
-        best = int((await top.numpy())[0])
-        scores = (await probabilities.numpy())[0]
-    finally:
-        top.dispose()
-        probabilities.dispose()
-    return {
-        "top": best,
-        "scores": [float(s) for s in scores],
-        "engine_ms": (time.perf_counter() - started) * 1000,
-    }
+async def predict(name: str) -> dict[str, Any]:
+    """The top classes of the camera frame sent as the bitmap `name`: preprocessed, classified
+    and ranked on the device, only TOP_K {"index", "score", "label"} read back; "ms" is the
+    engine's time from taking the frame to the result."""
+    k = min(TOP_K, len(session.labels))
+    result = await pib.data.classify_bitmap(
+        session.model, name, session.preprocessing, k=k, labels=session.labels
+    )
+    session.bitmaps["frames"] += 1
+    return result
 
 
 async def save() -> str:
-    """The model file (model_file.py format) as base64, with labels and PREPROCESSING."""
-    data = await session.model.save(labels=session.labels, preprocessing=PREPROCESSING)
+    """The model file (model_file.py format) as base64, with labels and the live preprocessing."""
+    data = await session.model.save(
+        labels=session.labels, preprocessing=session.preprocessing.to_dict()
+    )
     return base64.b64encode(data).decode()
 
 
 async def export_tfjs() -> str:
     """The model as a zip of TF.js Layers files (model.json + shard), as base64."""
-    data = await tfjs.export_zip(session.model, labels=session.labels, preprocessing=PREPROCESSING)
+    data = await tfjs.export_zip(
+        session.model, labels=session.labels, preprocessing=session.preprocessing.to_dict()
+    )
     return base64.b64encode(data).decode()
 
 
 async def load(key: str) -> dict[str, Any]:
-    """Loads a model file put under `key`; its labels and input size become the session's."""
+    """Loads a model file put under `key`; its labels, input size and preprocessing become the
+    session's (files without the image preprocessing schema get the live one of their size)."""
     model, header = loads(take_bytes(key))
     shape = list(header.input_shape)
     if len(shape) != 3 or shape[0] != shape[1] or shape[2] != 3:
         raise ValueError(f"not an image classifier for this app: input shape {shape}")
     session.model, session.size = model, int(shape[0])
     session.labels = list(header.labels or [f"class {i}" for i in range(header.output_shape[-1])])
-    return {"labels": session.labels, "size": session.size, "preprocessing": header.preprocessing}
+    stored = header.preprocessing
+    if isinstance(stored, dict) and stored.get("schema") == SCHEMA:
+        session.preprocessing = ImagePreprocessing.from_dict(stored)
+    else:
+        session.preprocessing = live_preprocessing(session.size)
+    return {
+        "labels": session.labels,
+        "size": session.size,
+        "preprocessing": session.preprocessing.to_dict(),
+    }
 
 
 def status() -> dict[str, Any]:
-    """The status panel's figures: backend, capabilities, memory and runtime events."""
+    """The status panel's figures: backend, capabilities, memory, runtime events, and how many
+    training samples and camera frames reached the engine as bitmaps."""
     return {
         "backend": pib.get_backend(),
         "capabilities": pib.capabilities(),
         "memory": pib.memory(),
         "events": pib.runtime_events(),
+        "bitmaps": dict(session.bitmaps),
     }

@@ -1,6 +1,11 @@
 // Every call the gesture trainer makes into the engine, in one place: the page hands pixels over
-// as RGBA bytes (pib.put) and runs web/py/gesture_trainer.py's functions in the Worker. A faster
-// path (ImageBitmaps straight into GPU memory) replaces the bodies here, not the callers.
+// as ImageBitmaps transferred (not copied) to the engine's Worker, which puts them straight into
+// GPU memory, and runs web/py/gesture_trainer.py's functions there.
+import { SAMPLE_SIZE, stackSamples } from "./frames.js";
+
+// Stored samples travel this many to a bitmap, stacked top to bottom: 32 x 64 px = 2048 px tall,
+// within the smallest texture side WebGL2 allows, and a few hundred samples make a few bitmaps.
+const SAMPLES_PER_BITMAP = 32;
 
 let sequence = 0;
 
@@ -42,17 +47,19 @@ export class TrainerEngine {
     );
   }
 
-  // pixels: Uint8ClampedArray of count x size x size RGBA; moved to the worker, not copied.
-  putPixels(kind, pixels) {
-    const name = key(kind);
-    this.pib.put(name, pixels, [pixels.buffer]);
-    return name;
-  }
-
-  train({ pixels, labels, classNames, size, epochs, learningRate, batchSize, permit = null }) {
+  // samples: SAMPLE_SIZE x SAMPLE_SIZE RGBA arrays, sent as bitmaps of up to SAMPLES_PER_BITMAP.
+  async train({ samples, labels, classNames, size, epochs, learningRate, batchSize, permit = null }) {
+    await this.load();
+    const names = [];
+    for (let start = 0; start < samples.length; start += SAMPLES_PER_BITMAP) {
+      const name = key("samples");
+      const stack = stackSamples(samples.slice(start, start + SAMPLES_PER_BITMAP), SAMPLE_SIZE);
+      this.pib.putBitmap(name, await createImageBitmap(stack));
+      names.push(name);
+    }
     return this.call("train", {
       permit,
-      key: this.putPixels("train", pixels),
+      names,
       labels,
       class_names: classNames,
       size,
@@ -77,8 +84,12 @@ export class TrainerEngine {
     return this.call("stop");
   }
 
-  predict(pixels) {
-    return this.call("predict", { key: this.putPixels("frame", pixels) });
+  // The top classes of the video's current frame: {top: [{index, score, label}], ms}.
+  async predict(video) {
+    await this.load();
+    const name = key("frame"); // its own name: calls in flight never take each other's frame
+    this.pib.putBitmap(name, await createImageBitmap(video));
+    return this.call("predict", { name });
   }
 
   // The model file (model_file.py format) as bytes.

@@ -1,5 +1,6 @@
 // Camera and pixels on the page: the webcam stream, and frames or images turned into the square
-// RGBA samples the trainer keeps (mirrored like the preview, centre-cropped, bilinear-resized).
+// RGBA samples the trainer keeps (mirrored like the preview, centre-cropped, resized). The engine
+// resizes them to the model's input on the device (engine.js sends them as bitmaps).
 
 export const SAMPLE_SIZE = 64; // what is stored per sample; training resizes to the input size
 
@@ -82,15 +83,13 @@ export async function imageFileSample(file) {
   }
 }
 
-// Stored samples resized to the model's input size, back to back in one RGBA buffer.
-export function resizeSamples(samples, size) {
-  const out = new Uint8ClampedArray(samples.length * size * size * 4);
-  const source = new OffscreenCanvas(SAMPLE_SIZE, SAMPLE_SIZE).getContext("2d");
-  samples.forEach((sample, i) => {
-    source.putImageData(new ImageData(sample, SAMPLE_SIZE, SAMPLE_SIZE), 0, 0);
-    out.set(drawSquare(source.canvas, SAMPLE_SIZE, SAMPLE_SIZE, size, false), i * size * size * 4);
-  });
-  return out;
+// Stored samples stacked top to bottom on one canvas (side wide, side x count tall), to be sent
+// to the engine as one bitmap.
+export function stackSamples(samples, side) {
+  const canvas = new OffscreenCanvas(side, side * samples.length);
+  const context = canvas.getContext("2d");
+  samples.forEach((sample, i) => context.putImageData(new ImageData(sample, side, side), 0, i * side));
+  return canvas;
 }
 
 // A thumbnail element for one stored sample.

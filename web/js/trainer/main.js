@@ -3,7 +3,7 @@
 import { startEngine } from "../pib-client.js";
 import { TrainingCharts } from "./charts.js";
 import { TrainerEngine } from "./engine.js";
-import { Camera, imageFileSample, resizeSamples, thumbnail, videoFrame } from "./frames.js";
+import { Camera, imageFileSample, thumbnail, videoFrame } from "./frames.js";
 import { Gallery } from "./gallery.js";
 import { LongestTask } from "./longest-task.js";
 import { permitFor } from "./permit.js";
@@ -36,6 +36,9 @@ const app = {
   model: null, // {labels, size} of the model in the engine
   training: false,
   recording: null, // {classId, timer}
+  // ms since the page opened (performance.now()) when the engine was ready, a model was first
+  // there (trained or loaded) and the first live prediction was shown: time to first prediction.
+  timings: { ready: null, model: null, firstPrediction: null },
 };
 window.gestureTrainer = app; // for tests and the curious: read-only use
 
@@ -328,11 +331,10 @@ async function train(event) {
   charts.reset();
   $("evaluation").hidden = true;
   $("train-progress").value = 0;
-  const pixels = resizeSamples(samples, size);
   longest.start(); // from the hand-over to the worker until training ends
   try {
     const result = await engine.train({
-      pixels,
+      samples,
       labels,
       classNames: classes.map((c) => c.name),
       size,
@@ -342,6 +344,7 @@ async function train(event) {
       permit,
     });
     app.model = { labels: classes.map((c) => c.name), size };
+    app.timings.model ??= performance.now();
     const tasks = longest.stop();
     app.lastTraining = { ...result, longestTaskMs: tasks.overallMs, longestTaskDuringStepsMs: tasks.sinceMarkMs };
     showEvaluation(result);
@@ -409,7 +412,9 @@ function cell(tag, text, scope) {
 
 // ---- predict ----
 
-const prediction = { running: false, frames: [], lastLatencyMs: null, result: null };
+// loop: the number of the live loop; a loop whose number is not the latest stops (a model loaded
+// while a frame was in flight must not leave two loops running).
+const prediction = { running: false, loop: 0, frames: [], lastLatencyMs: null, result: null };
 
 function renderBars(labels) {
   $("confidence").replaceChildren(
@@ -437,21 +442,24 @@ function startPredicting() {
   prediction.running = true;
   $("prediction").hidden = false;
   renderBars(app.model.labels);
-  predictLoop();
+  prediction.loop += 1;
+  predictLoop(prediction.loop);
 }
 
 function stopPredicting() {
   prediction.running = false;
 }
 
-async function predictLoop() {
-  while (prediction.running && app.model) {
+async function predictLoop(loop) {
+  const current = () => prediction.running && prediction.loop === loop && app.model !== null;
+  while (current()) {
     const started = performance.now();
     try {
-      const result = await engine.predict(videoFrame(camera.video, app.model.size));
-      if (!prediction.running) break;
+      const result = await engine.predict(camera.video);
+      if (!current()) break;
       showPrediction(result, performance.now() - started);
     } catch (error) {
+      if (!current()) break;
       status.banner(`Prediction failed: ${firstLine(error)}`, "error");
       prediction.running = false;
       break;
@@ -460,15 +468,21 @@ async function predictLoop() {
   }
 }
 
+// result.top: the best classes, best first ({index, score, label}); only those were read back, so
+// a class outside them shows an empty bar.
 function showPrediction(result, latencyMs) {
   const now = performance.now();
   prediction.frames = prediction.frames.filter((t) => now - t < 1000).concat(now);
-  prediction.result = { ...result, label: app.model.labels[result.top], latencyMs };
-  $("top-label").textContent = app.model.labels[result.top];
+  const best = result.top[0];
+  app.timings.firstPrediction ??= now;
+  prediction.result = { ...result, label: best.label, latencyMs };
+  $("top-label").textContent = best.label;
+  const scores = new Map(result.top.map((entry) => [entry.index, entry.score]));
   $("confidence").querySelectorAll("li").forEach((item, i) => {
-    item.querySelector("meter").value = result.scores[i];
-    item.querySelector(".bar-value").textContent = `${Math.round(result.scores[i] * 100)}%`;
-    item.classList.toggle("best", i === result.top);
+    const score = scores.get(i);
+    item.querySelector("meter").value = score ?? 0;
+    item.querySelector(".bar-value").textContent = score === undefined ? "–" : `${Math.round(score * 100)}%`;
+    item.classList.toggle("best", i === best.index);
   });
   $("latency").textContent = `${latencyMs.toFixed(0)} ms per frame`;
   $("fps").textContent = `${prediction.frames.length} frames/s`;
@@ -479,6 +493,7 @@ app.prediction = prediction;
 
 async function modelLoaded(info, source) {
   app.model = { labels: info.labels, size: info.size };
+  app.timings.model ??= performance.now();
   $("input-size").value = String(info.size);
   $("keep-message").textContent = `Loaded the model (${source}): classes ${info.labels.join(", ")}, input ${info.size} × ${info.size}.`;
   updateButtons();
@@ -602,6 +617,7 @@ startCamera();
 window.pib.ready.then(
   async () => {
     await engine.load();
+    app.timings.ready = performance.now();
     updateButtons();
     await refreshStatus();
     setInterval(refreshStatus, 5000);

@@ -13,24 +13,20 @@ const EVENT_TEXT = {
 
 const SOFTWARE_GPU = /swiftshader|llvmpipe|lavapipe|software|basic render/i;
 
-// Whether the backend in use runs on a software rasteriser, from the worker's GPU probe.
-export function softwareGpu(backend, environment) {
-  if (backend === "webgpu") {
-    const info = environment?.webgpu ?? {};
-    return SOFTWARE_GPU.test(`${info.vendor} ${info.architecture} ${info.description} ${info.device}`);
-  }
-  if (backend === "webgl2") return SOFTWARE_GPU.test(environment?.webgl2?.renderer ?? "");
-  return null;
-}
-
-function gpuText(backend, environment) {
+// The GPU row: the GPU's name as the worker's probe saw it, and whether it is a software one. The
+// engine's verdict comes first (capabilities.software_renderer: SwiftShader, llvmpipe, or "a
+// fallback adapter", which is what Firefox's software WebGPU reports, its names all blank); the
+// probe's names and adapter flag are the fallback.
+function gpuText(status, environment) {
+  const backend = status.backend;
   if (backend === "cpu") return "none (numpy on the CPU)";
-  const software = softwareGpu(backend, environment);
-  const name =
-    backend === "webgpu"
-      ? [environment?.webgpu?.vendor, environment?.webgpu?.architecture].filter(Boolean).join(" ")
-      : environment?.webgl2?.renderer;
-  return `${name || "unknown"}${software ? " — a software GPU (slow)" : ""}`;
+  const probe = (backend === "webgpu" ? environment?.webgpu : environment?.webgl2) ?? {};
+  const name = backend === "webgpu" ? [probe.vendor, probe.architecture].filter(Boolean).join(" ") : probe.renderer;
+  const renderer = status.capabilities?.software_renderer;
+  const software = Boolean(renderer) || probe.fallback || SOFTWARE_GPU.test(`${name} ${probe.description ?? ""}`);
+  if (!software) return name || "a hardware GPU the browser does not name";
+  const which = renderer ? ` (${renderer})` : "";
+  return `${name ? `${name}: ` : ""}a software GPU${which} that runs on the CPU, so training is slow`;
 }
 
 export class StatusPanel {
@@ -71,7 +67,7 @@ export class StatusPanel {
     const memory = status.memory;
     this.rows([
       ["Backend", status.backend],
-      ["GPU", gpuText(status.backend, pib.environment)],
+      ["GPU", gpuText(status, pib.environment)],
       ["Tensors", `${memory.num_tensors} (${(memory.num_bytes / 1024).toFixed(1)} KiB)`],
     ]);
     this.capabilities.textContent = JSON.stringify(status.capabilities, null, 1);
