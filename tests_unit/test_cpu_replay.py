@@ -1,0 +1,128 @@
+"""Recorded cpu train steps replayed by the SIMD module (wasmtime here, as Pyodide would run it):
+the replayed steps give the bits of the same steps run eagerly, op by op."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import py_in_browser as pib
+from py_in_browser import layers, optimizers, replay, runtime
+from py_in_browser.backends import cpu
+from tests_unit.wasm_simd import WasmSimd, native_simd
+
+STEPS = 5
+XOR_X = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32)
+XOR_Y = np.array([[0], [1], [1], [0]], dtype=np.float32)
+
+
+@pytest.fixture(scope="module")
+def simd() -> WasmSimd:
+    return native_simd()
+
+
+@pytest.fixture
+def with_simd(simd: WasmSimd, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The cpu backend as in Pyodide: its kernels and its recordings use the module."""
+    monkeypatch.setattr(cpu, "SIMD", simd.kernels)
+    yield
+
+
+def xor_mlp() -> tuple[pib.Sequential, np.ndarray, np.ndarray]:
+    """W1 of the benchmark: 2-4-1, mse, SGD, batch 4."""
+    model = pib.Sequential(
+        [layers.Dense(4, activation="relu", input_shape=(2,)), layers.Dense(1, "sigmoid")], seed=1
+    )
+    model.compile(optimizer=optimizers.SGD(0.1), loss="mse")
+    return model, XOR_X, XOR_Y
+
+
+def softmax_mlp() -> tuple[pib.Sequential, np.ndarray, np.ndarray]:
+    """W2 shrunk: softmax cross-entropy on int labels, Adam."""
+    rng = np.random.default_rng(2)
+    model = pib.Sequential(
+        [layers.Dense(8, activation="relu", input_shape=(12,)), layers.Dense(3)], seed=2
+    )
+    model.compile(
+        optimizer=optimizers.Adam(0.01),
+        loss=pib.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    x = rng.uniform(-1, 1, (6, 12)).astype(np.float32)
+    return model, x, rng.integers(0, 3, 6).astype(np.int32)
+
+
+def small_cnn() -> tuple[pib.Sequential, np.ndarray, np.ndarray]:
+    """W3 shrunk: convolution, max pooling, dense; Adam."""
+    rng = np.random.default_rng(3)
+    model = pib.Sequential(
+        [
+            layers.Conv2D(3, 3, activation="relu", padding="same", input_shape=(6, 6, 2)),
+            layers.MaxPool2D(2),
+            layers.Flatten(),
+            layers.Dense(2),
+        ],
+        seed=3,
+    )
+    model.compile(
+        optimizer=optimizers.Adam(0.01),
+        loss=pib.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    x = rng.uniform(-1, 1, (2, 6, 6, 2)).astype(np.float32)
+    return model, x, rng.integers(0, 2, 2).astype(np.int32)
+
+
+def train(
+    make: Callable[[], tuple[pib.Sequential, np.ndarray, np.ndarray]], replayed: bool
+) -> tuple[list[np.ndarray], list[np.ndarray], int]:
+    """Losses and final weights of STEPS train_on_batch steps, and how many were replayed."""
+    replay.ENABLED = replayed
+    try:
+        model, x, y = make()
+        before = runtime.current_backend().memory_stats()["steps_replayed"]
+
+        async def steps() -> tuple[list[np.ndarray], list[np.ndarray]]:
+            losses = []
+            for _ in range(STEPS):
+                loss = await model.train_on_batch(x, y)
+                losses.append(await loss.numpy())
+                loss.dispose()
+            return losses, list(await model.get_weights())
+
+        losses, weights = asyncio.run(steps())
+        done = runtime.current_backend().memory_stats()["steps_replayed"] - before
+        return losses, weights, done
+    finally:
+        replay.ENABLED = True
+
+
+@pytest.mark.usefixtures("with_simd")
+@pytest.mark.parametrize("make", [xor_mlp, softmax_mlp, small_cnn], ids=["W1", "W2", "W3"])
+def test_replayed_steps_give_the_eager_steps_bits(make: Any) -> None:
+    eager_losses, eager_weights, none = train(make, replayed=False)
+    losses, weights, replayed = train(make, replayed=True)
+    assert none == 0
+    assert replayed == STEPS - 2  # two recordings that agree, then replays
+    for got, want in zip([*losses, *weights], [*eager_losses, *eager_weights], strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def dropout_mlp() -> tuple[pib.Sequential, np.ndarray, np.ndarray]:
+    """Dropout's mask is drawn by numpy (the counter hash), outside the module."""
+    model = pib.Sequential(
+        [layers.Dense(4, "relu", input_shape=(2,)), layers.Dropout(0.5), layers.Dense(1)], seed=1
+    )
+    model.compile(optimizer=optimizers.SGD(0.1), loss="mse")
+    return model, XOR_X, XOR_Y
+
+
+@pytest.mark.usefixtures("with_simd")
+def test_a_step_computed_partly_outside_the_module_stays_eager() -> None:
+    eager_losses, eager_weights, _ = train(dropout_mlp, replayed=False)
+    losses, weights, replayed = train(dropout_mlp, replayed=True)
+    assert replayed == 0
+    for got, want in zip([*losses, *weights], [*eager_losses, *eager_weights], strict=True):
+        np.testing.assert_array_equal(got, want)
