@@ -76,7 +76,7 @@ class CallSink(Protocol):
 # Opcodes of native/fused.c, in its enum's order; argument sources and input layouts likewise.
 FUSED_OPS = (*fusion.UNARY, *fusion.BINARY, *fusion.COMPARE, fusion.SELECT)
 ARG_SOURCES = ("input", "step", "const")
-INPUT_FULL, INPUT_SCALAR, INPUT_ROWS, INPUT_MASK, INPUT_GATE = range(5)
+INPUT_FULL, INPUT_SCALAR, INPUT_ROWS, INPUT_MASK, INPUT_GATE, INPUT_COLS = range(6)
 # Below this many elements a single elementwise op stays with numpy: the module call's fixed
 # cost (ctypes and the layout arrays, tens of microseconds) would exceed numpy's whole op. Only
 # ops whose every result is exactly rounded qualify (the same bits either way); the others
@@ -106,8 +106,8 @@ def _encoded(program: fusion.Program) -> tuple[np.ndarray, np.ndarray]:
 
 def _layout(x: np.ndarray, shape: tuple[int, ...]) -> tuple[int, int, np.ndarray] | None:
     """(INPUT_* kind, row length, the array fused.c reads) of one input, None if unsupported.
-    Broadcast views are read in place: one value, or one value per row; other views are made
-    dense by the caller."""
+    Broadcast views are read in place: one value, one value per row, or one row for all (a
+    bias); other views are made dense by the caller."""
     if x.dtype == np.bool_:
         if x.ndim == 0:
             return INPUT_GATE, 0, x
@@ -118,6 +118,8 @@ def _layout(x: np.ndarray, shape: tuple[int, ...]) -> tuple[int, int, np.ndarray
         return INPUT_SCALAR, 0, x
     if x.strides[-1] == 0:
         return INPUT_ROWS, shape[-1], x[..., 0]
+    if x.strides[-1] == x.itemsize and not any(x.strides[:-1]):
+        return INPUT_COLS, shape[-1], x[(0,) * (x.ndim - 1)]
     return INPUT_FULL, 0, x
 
 
@@ -313,7 +315,7 @@ class SimdKernels:
             *(layout for layout in layouts if layout is not None), strict=True
         )
         dense = [
-            x if kind in (INPUT_SCALAR, INPUT_GATE) else self.contiguous(x)
+            x if kind in (INPUT_SCALAR, INPUT_GATE, INPUT_COLS) else self.contiguous(x)
             for kind, x in zip(kinds, arrays, strict=True)
         ]
         code, consts = _encoded(program)
