@@ -126,3 +126,37 @@ def test_a_step_computed_partly_outside_the_module_stays_eager() -> None:
     assert replayed == 0
     for got, want in zip([*losses, *weights], [*eager_losses, *eager_weights], strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.usefixtures("with_simd")
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_replayed_predictions_give_the_eager_bits_and_follow_the_weights(as_tensor: bool) -> None:
+    """predict's forward passes replay from the third call; each result stays the caller's,
+    and training between calls (weights moved to new buffers, or updated in place by replayed
+    steps) shows in the next replayed prediction."""
+
+    def predictions(replayed: bool) -> tuple[list[np.ndarray], int]:
+        replay.ENABLED = replayed
+        try:
+            model, x, y = small_cnn()
+            before = runtime.current_backend().memory_stats()["steps_replayed"]
+
+            async def calls() -> list[np.ndarray]:
+                inputs = pib.tensor(x) if as_tensor else x
+                held = [await model.predict(inputs) for _ in range(4)]
+                for _ in range(3):
+                    (await model.train_on_batch(x, y)).dispose()
+                held += [await model.predict(inputs) for _ in range(2)]
+                return [await t.numpy() for t in held]
+
+            outputs = asyncio.run(calls())
+            return outputs, runtime.current_backend().memory_stats()["steps_replayed"] - before
+        finally:
+            replay.ENABLED = True
+
+    eager, none = predictions(replayed=False)
+    replayed, count = predictions(replayed=True)
+    assert none == 0 and count == 4 + 1  # predictions 3, 4, 5, 6 and the third train step
+    assert not np.array_equal(eager[0], eager[-1])  # training moved the predictions
+    for got, want in zip(replayed, eager, strict=True):
+        np.testing.assert_array_equal(got, want)

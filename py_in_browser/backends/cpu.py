@@ -31,6 +31,10 @@ class CpuBackend(Backend):
         """Steps replay where the SIMD module loaded: they are recorded as its calls."""
         return SIMD is not None
 
+    @property
+    def replays_inference(self) -> bool:  # type: ignore[override]  # Backend's is a class attribute
+        return SIMD is not None
+
     def _check_fits(self, shape: tuple[int, ...]) -> None:
         """Enforces max_allocation_bytes where init set it (it emulates a device's size limit)."""
         if "max_allocation_bytes" in self.limits:
