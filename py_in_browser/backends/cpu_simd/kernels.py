@@ -81,9 +81,12 @@ INPUT_FULL, INPUT_SCALAR, INPUT_ROWS, INPUT_MASK, INPUT_GATE, INPUT_COLS = range
 # cost (ctypes and the layout arrays, tens of microseconds) would exceed numpy's whole op. Only
 # ops whose every result is exactly rounded qualify (the same bits either way); the others
 # (exp, log, ...) always run here, so their result never depends on the tensor's size and an
-# eager step gives the bits its recording (which runs everything here) replays.
+# eager step gives the bits its recording (which runs everything here) replays. Except pow: its
+# exp(y log|x|) drifts past 1e-6 of numpy's for exponents near 100, so a small one stays with
+# numpy even while recording (such a step is then not replayed).
 ELEMENTWISE_MIN_SIZE = 4096
 EXACT = ("neg", "sqrt", "relu", "add", "sub", "mul", "div", "maximum")
+NUMPY_WHEN_SMALL = "pow"
 COMPARE_DTYPES = ("float32", "int32")  # native/data.c's DTYPE_* order
 
 
@@ -344,6 +347,8 @@ class SimdKernels:
         if op in fusion.COMPARE:
             return self.compare(op, xs[0], xs[1])
         if op not in (*fusion.UNARY, *fusion.BINARY) or (op in EXACT and self._small(*xs)):
+            return None
+        if op == NUMPY_WHEN_SMALL and max(x.size for x in xs) < ELEMENTWISE_MIN_SIZE:
             return None
         if any(x.dtype != np.float32 for x in xs):
             return None
