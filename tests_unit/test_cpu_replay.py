@@ -160,3 +160,35 @@ def test_replayed_predictions_give_the_eager_bits_and_follow_the_weights(as_tens
     assert not np.array_equal(eager[0], eager[-1])  # training moved the predictions
     for got, want in zip(replayed, eager, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.usefixtures("with_simd")
+def test_replayed_steps_skip_a_non_finite_batch_as_eager_steps_do() -> None:
+    """A NaN batch (tensors: host arrays are checked for NaN first) among replayed steps
+    changes nothing (the gated update), as eagerly."""
+    bad = XOR_X.copy()
+    bad[1, 0] = np.nan
+    batches = [XOR_X, XOR_X, XOR_X, bad, XOR_X, XOR_X]
+
+    def run(replayed: bool) -> tuple[list[np.ndarray], int]:
+        replay.ENABLED = replayed
+        try:
+            model, _, y = xor_mlp()
+            before = runtime.current_backend().memory_stats()["steps_replayed"]
+
+            async def steps() -> list[np.ndarray]:
+                yt = pib.tensor(y)
+                losses = [
+                    await (await model.train_on_batch(pib.tensor(x), yt)).numpy() for x in batches
+                ]
+                return losses + list(await model.get_weights())
+
+            values = asyncio.run(steps())
+            return values, runtime.current_backend().memory_stats()["steps_replayed"] - before
+        finally:
+            replay.ENABLED = True
+
+    (eager, _), (replayed, count) = run(False), run(True)
+    assert count == len(batches) - 2 and np.isnan(replayed[3])
+    for got, want in zip(replayed, eager, strict=True):
+        np.testing.assert_array_equal(got, want)
