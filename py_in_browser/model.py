@@ -300,9 +300,10 @@ class Sequential:
 
         x, y: numpy arrays / nested lists (checked like fit's, uploaded each call) or tensors
         already on the device (checked by shape and dtype only, never read back). The step is
-        fit's: the same NaN-safe gated update, and on webgpu/webgl2 the same recordings, so from
-        the third call with the same batch shapes the step is replayed from JS with O(1)
-        Python->JS calls; fit and train_on_batch share those recordings.
+        fit's: the same NaN-safe gated update, and on webgpu/webgl2 (and cpu with its SIMD module)
+        the same recordings, so from the third call with the same batch shapes the step is
+        replayed with O(1) Python work (from JS on the GPU backends, by the module on cpu); fit
+        and train_on_batch share those recordings.
 
         Returns the batch loss as a Tensor that has NOT been read back: nothing waits for the GPU
         unless you ask, e.g. `await loss.numpy()` every 10 steps (dispose it when done). With
@@ -386,7 +387,9 @@ class Sequential:
     async def predict(self, x: Any, batch_size: int = 32) -> Tensor:
         """The model's outputs for x (inference mode), batch by batch, as one tensor.
 
-        A tensor input stays on the device; read the result with ``await out.numpy()``.
+        A tensor input stays on the device; read the result with ``await out.numpy()``. On cpu
+        with its SIMD module, from the third batch of a shape the forward pass is replayed in
+        one call (the same bits); the result is always the caller's own tensor.
 
         Example:
             >>> dense = pib.layers.Dense(2, kernel_initializer="ones", input_shape=(3,))

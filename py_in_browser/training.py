@@ -36,6 +36,7 @@ from .backends import Backend
 from .batching import max_batch_size
 from .callbacks import Callback, History, call_hook
 from .fit_state import FitState
+from .forward_replay import ForwardReplayer
 from .limits import DEFAULT_LIMITS, ModelSummary, TrainingConfig, check_cap, validate_training
 from .nn import layers as layer_lib
 from .runtime import current_backend, keep, tidy
@@ -460,6 +461,7 @@ class Trainer:
         self._fitting: FitState | None = None  # the accumulators while a fit runs
         self._device: DeviceStep | None = None
         self._device_finalizer: weakref.finalize[Any, Any] | None = None
+        self._forward_replayer: ForwardReplayer | None = None  # predict's recorded passes
 
     @property
     def model(self) -> TrainableModel:
@@ -479,6 +481,20 @@ class Trainer:
             self._device_finalizer = weakref.finalize(self.model, self._device.close)
             self._device_finalizer.atexit = False
         return self._device
+
+    def _forward(self) -> Callable[[Any], Tensor]:
+        """predict's forward pass over one batch: replayed where the backend replays inference
+        (the ForwardReplayer lives as long as the backend), else eager."""
+        backend = current_backend()
+        if self._forward_replayer is not None and self._forward_replayer.backend is not backend:
+            self._forward_replayer.close()
+            self._forward_replayer = None
+        if backend.replays_inference and replay.ENABLED:
+            if self._forward_replayer is None:
+                self._forward_replayer = ForwardReplayer(self.model, backend)
+            return self._forward_replayer
+        model = self.model
+        return tidy(lambda xb: model(xb if isinstance(xb, Tensor) else tensor(xb), training=False))
 
     def reset(self) -> None:
         """Drops the DeviceStep and its recordings (compile changes what a step computes)."""
@@ -770,9 +786,7 @@ class Trainer:
             raise ValueError("x: no samples to predict")
         _check_caps(model, samples, batch_size)
         batch_size = min(batch_size, max_batch_size(model))  # rows of the output do not mix
-        forward = tidy(
-            lambda xb: model(xb if isinstance(xb, Tensor) else tensor(xb), training=False)
-        )
+        forward = self._forward()
         parts: list[Tensor] = []
         for start in range(0, samples, batch_size):
             # One batch covering every sample is the source itself: no slice copy on the device.

@@ -77,6 +77,7 @@ LAYERS: list[tuple[str, ...]] = [
     # Callbacks; batch sizing within the device limits (which micro-batch one pass fits).
     ("py_in_browser.callbacks", "py_in_browser.batching"),
     ("py_in_browser.replay",),
+    ("py_in_browser.forward_replay",),  # predict's passes, by replay's rules
     ("py_in_browser.training",),
     ("py_in_browser.checkpoint", "py_in_browser.model_file"),
     # Model interop converts model files (bytes): TF.js both ways (used by the model), and ONNX

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import wasmtime
@@ -104,11 +105,12 @@ class WasmSimd:
             if init in functions:
                 functions[init](self.store)
         self._base = ctypes.addressof(self.memory.data_ptr(self.store).contents)
+        self._staged: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # root id -> (root, copy)
         self._length = self.memory.data_len(self.store)
         callables = {name: partial(function, self.store) for name, function in functions.items()}
         self.kernels = SimdKernels(callables, self.address, self.empty)
 
-    def empty(self, shape: tuple[int, ...], dtype: type = np.float32) -> np.ndarray:
+    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
         nbytes = math.prod(shape) * np.dtype(dtype).itemsize
         start, self._next = self._next, -(-(self._next + nbytes) // ALIGN) * ALIGN
         if self._next > self._length:
@@ -117,12 +119,33 @@ class WasmSimd:
         return np.ctypeslib.as_array(raw).view(dtype).reshape(shape)
 
     def address(self, array: np.ndarray) -> int:
+        """The array's address in the module's memory. An array outside it is staged: the
+        memory its base array spans is copied in (again on every call, so eager calls read
+        current values), always to the same place, so views keep their offsets and strides and
+        a recorded step's replays write where its calls read."""
         pointer = int(array.__array_interface__["data"][0])
         if self._base <= pointer < self._base + self._length:
             return pointer - self._base
-        staged = self.empty(array.shape, array.dtype.type)
-        staged[...] = array
-        return self.address(staged)
+        root = array
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        low, high = _byte_bounds(root)
+        staged = self._staged.get(id(root))
+        if staged is None:
+            staged = self._staged[id(root)] = (root, self.empty((high - low + ALIGN,), np.uint8))
+        start = self.address(staged[1]) + (low % ALIGN)  # the root's alignment kept
+        ctypes.memmove(self._base + start, low, high - low)
+        return start + pointer - low
+
+
+def _byte_bounds(x: np.ndarray) -> tuple[int, int]:
+    """[first, last + 1) host addresses of x's elements."""
+    start = int(x.__array_interface__["data"][0])
+    if x.size == 0:
+        return start, start
+    low = sum((n - 1) * s for n, s in zip(x.shape, x.strides, strict=True) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(x.shape, x.strides, strict=True) if s > 0)
+    return start + low, start + high + x.itemsize
 
 
 def native_simd() -> WasmSimd:

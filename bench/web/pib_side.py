@@ -12,6 +12,8 @@ import numpy as np
 
 import py_in_browser as pib
 from py_in_browser import layers, optimizers, replay
+from py_in_browser.backends.cpu_simd import SIMD
+from py_in_browser.events import runtime_events
 
 Step = Callable[[bool], Awaitable[None]]
 
@@ -113,6 +115,14 @@ def _matmul_step(spec: dict[str, Any]) -> tuple[Step, str]:
     return step, "a @ b; sync = product.numpy()"
 
 
+def cpu_kernels() -> str:
+    """Which kernels our cpu backend runs: the SIMD module (and its replayed steps) or numpy."""
+    if SIMD is not None:
+        return "WebAssembly SIMD module, train steps replayed in one call"
+    reasons = [e["reason"] for e in runtime_events() if e["type"] == "simd_unavailable"]
+    return "numpy (" + ("; ".join(reasons) or "no SIMD module") + ")"
+
+
 def build_step(spec: dict[str, Any]) -> tuple[Step, str]:
     builders = {"train": _training_step, "infer": _inference_step, "matmul": _matmul_step}
     return builders[spec["kind"]](spec)
@@ -126,6 +136,8 @@ class OurSide:
 
     async def setup(self, spec: dict[str, Any]) -> dict[str, Any]:
         self.step, how = build_step(spec)
+        if pib.get_backend() == "cpu":
+            how += f"; cpu kernels: {cpu_kernels()}"
         return {"ok": True, "how": how}
 
     async def run(self, steps: int, sync_every: int, budget_ms: float) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -9,15 +10,30 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from . import KERNELS, Backend, Kernel, OutSpec, counter_hash, register_backend, register_kernel
-from .cpu_simd import SIMD
+from .cpu_simd import SIMD, recording
 
 NAME = "cpu"
 
 
 class CpuBackend(Backend):
-    """Handles are read-only np.ndarrays; kernels never write into their inputs."""
+    """Handles are read-only np.ndarrays; kernels never write into their inputs (only a replay
+    does, into the arrays its recording holds, as the GPU backends do into their buffers)."""
 
     name = NAME
+
+    def __init__(self, limits: dict[str, Any] | None = None) -> None:
+        super().__init__(limits)
+        self._log: recording.CallLog | None = None
+        self.steps_replayed = 0
+
+    @property
+    def supports_replay(self) -> bool:  # type: ignore[override]  # Backend's is a class attribute
+        """Steps replay where the SIMD module loaded: they are recorded as its calls."""
+        return SIMD is not None
+
+    @property
+    def replays_inference(self) -> bool:  # type: ignore[override]  # Backend's is a class attribute
+        return SIMD is not None
 
     def _check_fits(self, shape: tuple[int, ...]) -> None:
         """Enforces max_allocation_bytes where init set it (it emulates a device's size limit)."""
@@ -45,6 +61,9 @@ class CpuBackend(Backend):
         # numpy memory is reclaimed by reference counting once the tensor drops the handle.
         return None
 
+    def memory_stats(self) -> dict[str, Any]:
+        return {"gpu_bytes": 0, "steps_replayed": self.steps_replayed}
+
     def capabilities(self) -> dict[str, Any]:
         caps = super().capabilities()
         caps["dtypes"] = ["float32", "float64", "int32", "bool"]
@@ -52,9 +71,54 @@ class CpuBackend(Backend):
 
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Any:
         self._check_fits(out.shape)
+        if self._log is not None:
+            self._log.enter_op(inputs)
         # NaN/Inf propagate silently, as on GPUs; fit detects non-finite losses itself.
         with np.errstate(all="ignore"):
-            return super().run(op, inputs, attrs, out)
+            result = super().run(op, inputs, attrs, out)
+        if self._log is not None:
+            self._log.leave_op(op, result)
+        return result
+
+    # ---- record and replay (replay.py drives this; cpu_simd/recording.py does the work) ----
+
+    def begin_recording(self) -> None:
+        assert SIMD is not None, "the cpu backend records steps only with its SIMD module"
+        self._log = SIMD.log = recording.CallLog(SIMD)
+
+    def abort_recording(self) -> None:
+        self._log = None
+        if SIMD is not None:
+            SIMD.log = None
+
+    def finish_recording(
+        self,
+        inputs: list[np.ndarray],
+        state: list[tuple[np.ndarray, np.ndarray]],
+        outputs: list[np.ndarray],
+    ) -> recording.Recording:
+        log = self._log
+        assert log is not None, "finish_recording without begin_recording"
+        self.abort_recording()
+        return recording.build(log, inputs, state, outputs)
+
+    def replay(
+        self, recording_: recording.Recording, arrays: list[np.ndarray], state_now: list[Any]
+    ) -> list[np.ndarray]:
+        assert SIMD is not None
+        self.steps_replayed += 1
+        if self.profile_log is None:
+            return recording.replay(SIMD, recording_, arrays, state_now)
+        start = time.perf_counter()  # a replayed step is one call: pib.profile times it whole
+        outputs = recording.replay(SIMD, recording_, arrays, state_now)
+        self.profile_log.setdefault("replayed_step", []).append(
+            (time.perf_counter() - start) * 1000.0
+        )
+        return outputs
+
+    def drop_recording(self, recording_: recording.Recording) -> None:
+        # Its arrays are numpy's: they are freed when nothing refers to them any more.
+        return None
 
 
 register_backend(NAME, CpuBackend, priority=0)
@@ -118,7 +182,8 @@ _binary("not_equal", np.not_equal)
 
 @_kernel("where")
 def _where(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    return np.where(xs[0], xs[1], xs[2])
+    out = _simd("select", *xs)
+    return np.where(xs[0], xs[1], xs[2]) if out is None else out
 
 
 @_kernel("fused")
@@ -186,6 +251,9 @@ def _reduce_sum(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     each row pairwise: summed in place over several or leading axes it adds one term after
     another, and float32 loses ~1e-4 relative over 500k terms (pairwise: ~1e-7)."""
     x = xs[0]
+    out = _simd("reduce_sum", x, attrs["axes"], attrs["keepdims"])
+    if out is not None:
+        return out
     axes = tuple(sorted(a % x.ndim for a in attrs["axes"]))
     kept = [a for a in range(x.ndim) if a not in axes]
     rows = np.ascontiguousarray(x.transpose(*kept, *axes)).reshape(
@@ -199,6 +267,9 @@ def _reduce_sum(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
 
 @_kernel("reduce_max")
 def _reduce_max(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    out = _simd("reduce_max", xs[0], attrs["axes"], attrs["keepdims"])
+    if out is not None:
+        return out
     return np.max(xs[0], axis=attrs["axes"], keepdims=attrs["keepdims"])
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -21,30 +21,73 @@ from ... import fusion
 
 Export = Callable[..., Any]
 Address = Callable[[np.ndarray], int]
-Empty = Callable[[tuple[int, ...]], np.ndarray]
+Empty = Callable[[tuple[int, ...], np.dtype[Any]], np.ndarray]
 
-# (argument kinds, result kind) of every export: p = pointer, i = int32, f = float32, "" = none.
-# ctypes needs them to pass floats and pointers; wasmtime reads them from the module itself.
+# (argument kinds, result kind) of every export: i = int32, "" = none, and pointers to data
+# read (p), written (o), to metadata made from shapes and attributes (m), or to an array of
+# data pointers (a: fused's inputs). ctypes needs them to pass pointers; a recording (recording.py)
+# needs to know what each call reads and writes; wasmtime reads types from the module itself.
 SIGNATURES: dict[str, tuple[str, str]] = {
     "gemm_work_floats": ("", "i"),
-    "gemm": ("iiiipiipiipp", ""),
-    "im2col": ("ppp", ""),
-    "col2im": ("ppp", ""),
-    "max_pool2d": ("ppp", ""),
-    "max_pool2d_grad": ("pppp", ""),
-    "avg_pool2d": ("ppp", ""),
-    "avg_pool2d_grad": ("ppp", ""),
-    "fused": ("ipipipppp", ""),
+    "gemm": ("iiiipiipiioo", ""),
+    "im2col": ("mpo", ""),
+    "col2im": ("mpo", ""),
+    "max_pool2d": ("mpo", ""),
+    "max_pool2d_grad": ("mppo", ""),
+    "avg_pool2d": ("mpo", ""),
+    "avg_pool2d_grad": ("mpo", ""),
+    "fused": ("imimiammo", ""),
+    "copy": ("poi", ""),
+    "copy_strided": ("miipo", ""),
+    "sum_rows": ("iipo", ""),
+    "max_rows": ("iipo", ""),
+    "compare": ("iiipipio", ""),
+    "select": ("iipipipio", ""),
+    "replay": ("mimi", ""),
 }
+# The calls a recorded step may contain, in the order of native/replay.c's CALL_* ids.
+REPLAYED = (
+    "gemm",
+    "im2col",
+    "col2im",
+    "max_pool2d",
+    "max_pool2d_grad",
+    "avg_pool2d",
+    "avg_pool2d_grad",
+    "fused",
+    "copy",
+    "copy_strided",
+    "sum_rows",
+    "max_rows",
+    "compare",
+    "select",
+)
 Pair = tuple[int, int]
+
+
+class CallSink(Protocol):
+    """What sees every call while a step is recorded (recording.CallLog)."""
+
+    def call(
+        self, name: str, args: tuple[Any, ...], values: list[int], tables: list[np.ndarray]
+    ) -> None: ...
+
 
 # Opcodes of native/fused.c, in its enum's order; argument sources and input layouts likewise.
 FUSED_OPS = (*fusion.UNARY, *fusion.BINARY, *fusion.COMPARE, fusion.SELECT)
 ARG_SOURCES = ("input", "step", "const")
-INPUT_FULL, INPUT_SCALAR, INPUT_ROWS, INPUT_MASK, INPUT_GATE = range(5)
+INPUT_FULL, INPUT_SCALAR, INPUT_ROWS, INPUT_MASK, INPUT_GATE, INPUT_COLS = range(6)
 # Below this many elements a single elementwise op stays with numpy: the module call's fixed
-# cost (ctypes and the layout arrays, tens of microseconds) would exceed numpy's whole op.
+# cost (ctypes and the layout arrays, tens of microseconds) would exceed numpy's whole op. Only
+# ops whose every result is exactly rounded qualify (the same bits either way); the others
+# (exp, log, ...) always run here, so their result never depends on the tensor's size and an
+# eager step gives the bits its recording (which runs everything here) replays. Except pow: its
+# exp(y log|x|) drifts past 1e-6 of numpy's for exponents near 100, so a small one stays with
+# numpy even while recording (such a step is then not replayed).
 ELEMENTWISE_MIN_SIZE = 4096
+EXACT = ("neg", "sqrt", "relu", "add", "sub", "mul", "div", "maximum")
+NUMPY_WHEN_SMALL = "pow"
+COMPARE_DTYPES = ("float32", "int32")  # native/data.c's DTYPE_* order
 
 
 @lru_cache(maxsize=256)
@@ -66,35 +109,78 @@ def _encoded(program: fusion.Program) -> tuple[np.ndarray, np.ndarray]:
 
 def _layout(x: np.ndarray, shape: tuple[int, ...]) -> tuple[int, int, np.ndarray] | None:
     """(INPUT_* kind, row length, the array fused.c reads) of one input, None if unsupported.
-    Broadcast views are read in place: one value, or one value per row."""
+    Broadcast views are read in place: one value, one value per row, or one row for all (a
+    bias); other views are made dense by the caller."""
     if x.dtype == np.bool_:
         if x.ndim == 0:
             return INPUT_GATE, 0, x
-        return (INPUT_MASK, 0, np.ascontiguousarray(x)) if x.shape == shape else None
+        return (INPUT_MASK, 0, x) if x.shape == shape else None
     if x.dtype != np.float32 or (x.ndim and x.shape != shape):
         return None
     if x.ndim == 0 or not any(x.strides):
         return INPUT_SCALAR, 0, x
     if x.strides[-1] == 0:
-        return INPUT_ROWS, shape[-1], np.ascontiguousarray(x[..., 0])
-    return INPUT_FULL, 0, np.ascontiguousarray(x)
+        return INPUT_ROWS, shape[-1], x[..., 0]
+    if x.strides[-1] == x.itemsize and not any(x.strides[:-1]):
+        return INPUT_COLS, shape[-1], x[(0,) * (x.ndim - 1)]
+    return INPUT_FULL, 0, x
+
+
+def _is_scalar(x: np.ndarray) -> bool:
+    """One value, whatever the shape (a 0-d array or a view broadcasting one element)."""
+    return x.ndim == 0 or not any(x.strides)
 
 
 class SimdKernels:
     def __init__(self, exports: Mapping[str, Export], address: Address, empty: Empty) -> None:
         self._exports = exports
-        self._gemm = exports["gemm"]
         self._address = address
         self._empty = empty
+        # Set by a recording (recording.py) while a step runs eagerly: it sees every call, and
+        # every op runs here whatever its size, as the step's replays will.
+        self.log: CallSink | None = None
         # Packing scratch for gemm, lent on every call: allocated once, kept for the session.
-        self._work = empty((int(exports["gemm_work_floats"]()),))
+        self._work = empty((int(exports["gemm_work_floats"]()),), np.dtype(np.float32))
 
-    def _operand(self, x: np.ndarray) -> tuple[np.ndarray, int]:
-        contiguous = np.ascontiguousarray(x)
-        return contiguous, self._address(contiguous)
+    def address(self, array: np.ndarray) -> int:
+        """Where `array`'s first element is in the module's memory."""
+        return self._address(array)
 
-    def _call(self, name: str, *arrays: np.ndarray) -> None:
-        self._exports[name](*(self._address(x) for x in arrays))
+    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
+        """A new array in the module's memory."""
+        return self._empty(tuple(shape), np.dtype(dtype))
+
+    def _run(self, name: str, *args: Any) -> None:
+        """Calls export `name` with ints and arrays (passed as addresses; a list of arrays as
+        the address of an array of their addresses); a recording logs the call."""
+        values: list[int] = []
+        keep: list[np.ndarray] = []  # alive until the call returns: memory is not reused
+        for arg in args:
+            if isinstance(arg, list):
+                table = np.array([self._address(x) for x in arg], dtype=np.uint32)
+                keep.append(table)
+                values.append(self._address(table))
+            elif isinstance(arg, np.ndarray):
+                values.append(self._address(arg))
+            else:
+                values.append(int(arg))
+        if self.log is not None:
+            self.log.call(name, args, values, keep)
+        self._exports[name](*values)
+
+    def replay(self, copies: np.ndarray, words: np.ndarray) -> None:
+        """Copies (source, destination, bytes) uint32 triples, then runs recorded calls."""
+        self._run("replay", copies, len(copies) // 3, words, len(words))
+
+    def contiguous(self, x: np.ndarray) -> np.ndarray:
+        """x itself when it is dense, else a dense copy made by the module."""
+        if x.flags.c_contiguous:
+            return x
+        out = self.empty(x.shape, x.dtype)
+        if out.size:
+            geometry = np.array([*x.shape, *x.strides], dtype=np.int32)
+            self._run("copy_strided", geometry, x.ndim, x.dtype.itemsize, x, out)
+        return out
 
     def gemm(
         self, a: np.ndarray, b: np.ndarray, transpose_a: bool, transpose_b: bool
@@ -102,28 +188,28 @@ class SimdKernels:
         """op(a) @ op(b) over equal leading batch dims, op transposing the last two axes."""
         if a.dtype != np.float32 or b.dtype != np.float32:
             return None
-        a, a_ptr = self._operand(a)
-        b, b_ptr = self._operand(b)
+        a, b = self.contiguous(a), self.contiguous(b)
         rows_a, cols_a = a.shape[-2:]
         rows_b, cols_b = b.shape[-2:]
         m, k = (cols_a, rows_a) if transpose_a else (rows_a, cols_a)
         n = rows_b if transpose_b else cols_b
-        out = self._empty((*a.shape[:-2], m, n))
+        out = self.empty((*a.shape[:-2], m, n))
         if out.size:
             batch = math.prod(a.shape[:-2])
-            self._gemm(
+            self._run(
+                "gemm",
                 batch,
                 m,
                 n,
                 k,
-                a_ptr,
+                a,
                 rows_a * cols_a,
                 int(transpose_a),
-                b_ptr,
+                b,
                 rows_b * cols_b,
                 int(transpose_b),
-                self._address(out),
-                self._address(self._work),
+                out,
+                self._work,
             )
         return out
 
@@ -145,10 +231,10 @@ class SimdKernels:
         """Rows (N*OH*OW, KH*KW*C) of every (zero-padded) window of x, taps in (i, j, c) order."""
         if x.dtype != np.float32:
             return None
-        x, _ = self._operand(x)
-        cols = self._empty((x.shape[0] * out_hw[0] * out_hw[1], window[0] * window[1] * x.shape[3]))
+        x = self.contiguous(x)
+        cols = self.empty((x.shape[0] * out_hw[0] * out_hw[1], window[0] * window[1] * x.shape[3]))
         if cols.size:
-            self._call("im2col", self._window(x.shape, window, strides, pads, out_hw), x, cols)
+            self._run("im2col", self._window(x.shape, window, strides, pads, out_hw), x, cols)
         return cols
 
     def col2im(
@@ -163,11 +249,11 @@ class SimdKernels:
         """The input-shaped sum of im2col rows added back where they were read (padding dropped)."""
         if cols.dtype != np.float32:
             return None
-        cols, _ = self._operand(cols)
-        dx = self._empty(tuple(input_shape))
+        cols = self.contiguous(cols)
+        dx = self.empty(tuple(input_shape))
         if dx.size:
             geometry = self._window(dx.shape, window, strides, pads, out_hw)
-            self._call("col2im", geometry, cols, dx)
+            self._run("col2im", geometry, cols, dx)
         return dx
 
     def pool2d(
@@ -182,11 +268,11 @@ class SimdKernels:
         """`kind` "max" or "avg" pooling of NHWC x (TensorFlow's padding rules)."""
         if x.dtype != np.float32:
             return None
-        x, _ = self._operand(x)
-        out = self._empty((x.shape[0], *out_hw, x.shape[3]))
+        x = self.contiguous(x)
+        out = self.empty((x.shape[0], *out_hw, x.shape[3]))
         if out.size:
             geometry = self._window(x.shape, window, strides, pads, out_hw)
-            self._call(f"{kind}_pool2d", geometry, x, out)
+            self._run(f"{kind}_pool2d", geometry, x, out)
         return out
 
     def max_pool2d_grad(
@@ -195,12 +281,11 @@ class SimdKernels:
         """Each window's gradient g routed to its first maximum in x."""
         if x.dtype != np.float32 or g.dtype != np.float32:
             return None
-        x, _ = self._operand(x)
-        g, _ = self._operand(g)
-        dx = self._empty(x.shape)
+        x, g = self.contiguous(x), self.contiguous(g)
+        dx = self.empty(x.shape)
         if dx.size:
             geometry = self._window(x.shape, window, strides, pads, g.shape[1:3])
-            self._call("max_pool2d_grad", geometry, x, g, dx)
+            self._run("max_pool2d_grad", geometry, x, g, dx)
         return dx
 
     def avg_pool2d_grad(
@@ -214,11 +299,11 @@ class SimdKernels:
         """Each window's gradient g shared among its taps on the input."""
         if g.dtype != np.float32:
             return None
-        g, _ = self._operand(g)
-        dx = self._empty(tuple(input_shape))
+        g = self.contiguous(g)
+        dx = self.empty(tuple(input_shape))
         if dx.size:
             geometry = self._window(dx.shape, window, strides, pads, g.shape[1:3])
-            self._call("avg_pool2d_grad", geometry, g, dx)
+            self._run("avg_pool2d_grad", geometry, g, dx)
         return dx
 
     def fused(self, program: fusion.Program, xs: Sequence[np.ndarray]) -> np.ndarray | None:
@@ -232,34 +317,108 @@ class SimdKernels:
         kinds, cols, arrays = zip(
             *(layout for layout in layouts if layout is not None), strict=True
         )
+        dense = [
+            x if kind in (INPUT_SCALAR, INPUT_GATE, INPUT_COLS) else self.contiguous(x)
+            for kind, x in zip(kinds, arrays, strict=True)
+        ]
         code, consts = _encoded(program)
-        # Every array the module reads is held by a name until the call returns: a temporary
-        # could be freed, and its memory reused, between taking its address and the call.
-        addresses = np.array([self._address(x) for x in arrays], dtype=np.uint32)
-        layout_kinds = np.array(kinds, dtype=np.int32)
-        row_lengths = np.array(cols, dtype=np.int32)
-        out = self._empty(shape)
+        out = self.empty(shape)
         if out.size:
-            self._exports["fused"](
+            self._run(
+                "fused",
                 out.size,
-                self._address(code),
+                code,
                 len(program),
-                self._address(consts),
-                len(arrays),
-                self._address(addresses),
-                self._address(layout_kinds),
-                self._address(row_lengths),
-                self._address(out),
+                consts,
+                len(dense),
+                dense,
+                np.array(kinds, dtype=np.int32),
+                np.array(cols, dtype=np.int32),
+                out,
             )
         return out
 
+    def _small(self, *xs: np.ndarray) -> bool:
+        """Whether an exactly rounded op on these operands is cheaper in numpy (not recording)."""
+        return self.log is None and max(x.size for x in xs) < ELEMENTWISE_MIN_SIZE
+
     def elementwise(self, op: str, xs: Sequence[np.ndarray]) -> np.ndarray | None:
-        """One float op of fusion.UNARY or BINARY as a one-step program, on large operands."""
-        if (
-            op not in (*fusion.UNARY, *fusion.BINARY)
-            or max(x.size for x in xs) < ELEMENTWISE_MIN_SIZE
-        ):
+        """One op of fusion.UNARY, BINARY (float32) or COMPARE (float32 or int32, bool result)."""
+        if op in fusion.COMPARE:
+            return self.compare(op, xs[0], xs[1])
+        if op not in (*fusion.UNARY, *fusion.BINARY) or (op in EXACT and self._small(*xs)):
+            return None
+        if op == NUMPY_WHEN_SMALL and max(x.size for x in xs) < ELEMENTWISE_MIN_SIZE:
             return None
         if any(x.dtype != np.float32 for x in xs):
             return None
         return self.fused(((op, tuple(("input", k) for k in range(len(xs)))),), xs)
+
+    def _step(self, x: np.ndarray) -> tuple[np.ndarray, int]:
+        """An operand as data.c reads it: (one value, 0) or (dense, 1)."""
+        return (x, 0) if _is_scalar(x) else (self.contiguous(x), 1)
+
+    def compare(self, op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+        """a `op` b (fusion.COMPARE) elementwise as bools, for equal float32 or int32 operands."""
+        if a.dtype != b.dtype or a.dtype.name not in COMPARE_DTYPES or a.shape != b.shape:
+            return None
+        if self._small(a, b):
+            return None
+        out = self.empty(a.shape, np.bool_)
+        (a, a_step), (b, b_step) = self._step(a), self._step(b)
+        if out.size:
+            dtype = COMPARE_DTYPES.index(a.dtype.name)
+            kind = fusion.COMPARE.index(op)
+            self._run("compare", kind, dtype, out.size, a, a_step, b, b_step, out)
+        return out
+
+    def select(self, cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+        """where(cond, a, b) for a bool cond and equal operands of 1 or 4 bytes per element."""
+        if cond.dtype != np.bool_ or a.dtype != b.dtype or a.dtype.itemsize not in (1, 4):
+            return None
+        if not cond.shape == a.shape == b.shape or self._small(cond, a, b):
+            return None
+        out = self.empty(a.shape, a.dtype)
+        steps = [self._step(x) for x in (cond, a, b)]
+        if out.size:
+            (c, c_step), (a, a_step), (b, b_step) = steps
+            self._run("select", a.dtype.itemsize, out.size, c, c_step, a, a_step, b, b_step, out)
+        return out
+
+    def _rows(
+        self, x: np.ndarray, axes: Sequence[int], keepdims: bool
+    ) -> tuple[np.ndarray, tuple[int, ...], int] | None:
+        """x with the reduced axes moved last as dense rows, the result's shape, the row length."""
+        if x.dtype != np.float32 or x.size == 0:
+            return None
+        reduced = sorted(a % x.ndim for a in axes)
+        kept = [a for a in range(x.ndim) if a not in reduced]
+        rows = self.contiguous(x.transpose(*kept, *reduced))
+        length = math.prod(x.shape[a] for a in reduced)
+        if keepdims:
+            shape = tuple(1 if a in reduced else d for a, d in enumerate(x.shape))
+        else:
+            shape = tuple(x.shape[a] for a in kept)
+        return rows, shape, length
+
+    def reduce_sum(self, x: np.ndarray, axes: Sequence[int], keepdims: bool) -> np.ndarray | None:
+        """Sums over `axes`, each output's terms added pairwise (float32 keeps ~1e-7 relative)."""
+        found = self._rows(x, axes, keepdims)
+        if found is None:
+            return None
+        rows, shape, length = found
+        out = self.empty(shape)
+        self._run("sum_rows", out.size, length, rows, out)
+        return out
+
+    def reduce_max(self, x: np.ndarray, axes: Sequence[int], keepdims: bool) -> np.ndarray | None:
+        """Maxima over `axes` (a NaN wins)."""
+        if self._small(x):
+            return None
+        found = self._rows(x, axes, keepdims)
+        if found is None:
+            return None
+        rows, shape, length = found
+        out = self.empty(shape)
+        self._run("max_rows", out.size, length, rows, out)
+        return out

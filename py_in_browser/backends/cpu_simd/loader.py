@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,15 +18,16 @@ from ...events import record_event
 from .kernels import SIGNATURES, SimdKernels
 
 MODULE = Path(__file__).with_name("kernels.wasm")
-_CTYPES = {"p": ctypes.c_size_t, "i": ctypes.c_int32, "f": ctypes.c_float}
+# Pointers of every kind (data read or written, metadata, pointer tables) are addresses.
+_CTYPES = {"i": ctypes.c_int32, **dict.fromkeys("poma", ctypes.c_size_t)}
 
 
 def _address(array: np.ndarray) -> int:
     return int(array.__array_interface__["data"][0])
 
 
-def _empty(shape: tuple[int, ...]) -> np.ndarray:
-    return np.empty(shape, dtype=np.float32)
+def _empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    return np.empty(shape, dtype=dtype)
 
 
 def load() -> SimdKernels | None:

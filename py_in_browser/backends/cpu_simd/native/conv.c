@@ -23,7 +23,14 @@ EXPORT void im2col(const window_t *g, const float *x, float *cols) {
   for (int b = 0; b < g->n; b++)
     for (int oy = 0; oy < g->oh; oy++)
       for (int ox = 0; ox < g->ow; ox++)
-        for (int i = 0; i < g->kh; i++)
+        for (int i = 0; i < g->kh; i++) {
+          int iy = oy * g->sh - g->pt + i, ix = ox * g->sw - g->pl;
+          if (iy >= 0 && iy < g->h && ix >= 0 && ix + g->kw <= g->w) {
+            // The window's row lies on the input: its taps are kw * c consecutive floats.
+            copy_floats(cols, x + ((b * g->h + iy) * g->w + ix) * c, g->kw * c);
+            cols += g->kw * c;
+            continue;
+          }
           for (int j = 0; j < g->kw; j++) {
             int pixel = tap_pixel(g, b, oy, ox, i, j);
             if (pixel < 0)
@@ -32,6 +39,7 @@ EXPORT void im2col(const window_t *g, const float *x, float *cols) {
               copy_floats(cols, x + pixel * c, c);
             cols += c;
           }
+        }
 }
 
 // dx (n, h, w, c) = the sum, over every row and tap of cols laid out as im2col's, of the tap's

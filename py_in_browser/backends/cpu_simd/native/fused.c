@@ -21,7 +21,7 @@ enum {
 };
 // Where an argument comes from, and how an input is laid out (INPUT_* in kernels.py).
 enum { ARG_NONE = -1, ARG_INPUT, ARG_STEP, ARG_CONST };
-enum { INPUT_FULL, INPUT_SCALAR, INPUT_ROWS, INPUT_MASK, INPUT_GATE };
+enum { INPUT_FULL, INPUT_SCALAR, INPUT_ROWS, INPUT_MASK, INPUT_GATE, INPUT_COLS };
 
 typedef v128_t block_t[VECS];
 
@@ -190,6 +190,13 @@ static void load_input(int kind, const void *data, int cols, int start, int loca
     case INPUT_ROWS: {
       float lanes[BLOCK];
       for (int l = 0; l < BLOCK; l++) lanes[l] = x[(start + l) / cols];
+      for (int v = 0; v < VECS; v++) out[v] = wasm_v128_load(lanes + 4 * v);
+      return;
+    }
+    case INPUT_COLS: {  // one value per column (a bias), repeated along every row
+      float lanes[BLOCK];
+      for (int l = 0, col = start % cols; l < BLOCK; l++, col = col + 1 == cols ? 0 : col + 1)
+        lanes[l] = x[col];
       for (int v = 0; v < VECS; v++) out[v] = wasm_v128_load(lanes + 4 * v);
       return;
     }

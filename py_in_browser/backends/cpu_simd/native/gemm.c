@@ -105,11 +105,55 @@ static void micro_kernel(int kc, const float *ap, const float *bp, float *c, int
     for (int j = 0; j < cols; j++) c[r * ldc + j] = tile[r * NR + j] + (add ? c[r * ldc + j] : 0.0f);
 }
 
+// A few rows of C (m < MR: a dense layer at inference, batch 1): packing op(B) would cost more
+// than the product itself, so B is streamed once per NR-column block, straight from memory.
+#define ROW_BLOCK 32
+static void gemm_rows(int m, int n, int k, const float *a, int trans_a, const float *b, int trans_b,
+                      float *c) {
+  for (int i = 0; i < m; i++, c += n) {
+    if (trans_b) {  // C[i][j] = dot(op(A) row i, B row j): vectorised over k
+      for (int j = 0; j < n; j++) {
+        const float *bj = b + (long)j * k;
+        v128_t acc = wasm_f32x4_splat(0.0f);
+        int p = 0;
+        if (!trans_a)
+          for (; p + 4 <= k; p += 4)
+            acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_v128_load(a + i * k + p), wasm_v128_load(bj + p)));
+        float sum = (wasm_f32x4_extract_lane(acc, 0) + wasm_f32x4_extract_lane(acc, 1)) +
+                    (wasm_f32x4_extract_lane(acc, 2) + wasm_f32x4_extract_lane(acc, 3));
+        for (; p < k; p++) sum += a_at(a, trans_a, m, k, i, p) * bj[p];
+        c[j] = sum;
+      }
+      continue;
+    }
+    for (int j0 = 0; j0 < n; j0 += ROW_BLOCK) {  // C[i][j0..] = sum over p of A[i][p] B[p][j0..]
+      int cols = n - j0 < ROW_BLOCK ? n - j0 : ROW_BLOCK, vecs = cols / 4;
+      v128_t acc[ROW_BLOCK / 4];
+      float tail[3] = {0.0f, 0.0f, 0.0f};
+      for (int v = 0; v < ROW_BLOCK / 4; v++) acc[v] = wasm_f32x4_splat(0.0f);
+      for (int p = 0; p < k; p++) {
+        const float *row = b + (long)p * n + j0;
+        float av = a_at(a, trans_a, m, k, i, p);
+        v128_t splat = wasm_f32x4_splat(av);
+        for (int v = 0; v < vecs; v++)
+          acc[v] = wasm_f32x4_add(acc[v], wasm_f32x4_mul(splat, wasm_v128_load(row + 4 * v)));
+        for (int q = 4 * vecs; q < cols; q++) tail[q - 4 * vecs] += av * row[q];
+      }
+      for (int v = 0; v < vecs; v++) wasm_v128_store(c + j0 + 4 * v, acc[v]);
+      for (int q = 4 * vecs; q < cols; q++) c[j0 + q] = tail[q - 4 * vecs];
+    }
+  }
+}
+
 static void gemm_one(int m, int n, int k, const float *a, int trans_a, const float *b, int trans_b,
                      float *c, float *work) {
   float *packed_b = work, *packed_a = work + KC * NC;
   if (k == 0) {
     for (int i = 0; i < m * n; i++) c[i] = 0.0f;
+    return;
+  }
+  if (m < MR) {
+    gemm_rows(m, n, k, a, trans_a, b, trans_b, c);
     return;
   }
   for (int j0 = 0; j0 < n; j0 += NC) {
