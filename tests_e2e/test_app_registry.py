@@ -26,6 +26,7 @@ from tests_e2e.test_app import (
     INPUT_SIZE,
     TRAIN_TIMEOUT_MS,
     AppSession,
+    assert_same_top,
     new_app_session,
     predicted_label,
     set_field,
@@ -155,9 +156,7 @@ def test_publish_in_one_context_and_load_in_another(
         assert item.locator(".delete-model").count() == 0  # not this browser's model
         item.locator(".load-model").click()
         reader.page.wait_for_selector("#gallery-message:text('Loaded')")
-        loaded = predicted_label(reader.page, probe)
-        assert loaded["label"] == published["label"]
-        np.testing.assert_allclose(loaded["scores"], published["scores"], atol=1e-4)
+        assert_same_top(predicted_label(reader.page, probe), published)
         assert reader.console_errors == []
     finally:
         reader.context.close()
