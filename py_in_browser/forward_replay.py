@@ -10,7 +10,6 @@ tensor is state too: its values are copied into a private copy the recording rea
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,34 +32,17 @@ class _Entry:
     attempts: int = 0
 
 
-class ForwardReplayer:
+class ForwardReplayer(replay.ModelReplayer):
     """Runs `model(x, training=False)` per batch, through recordings once they are verified."""
 
     def __init__(self, model: TrainableModel, backend: Backend) -> None:
-        self._model = weakref.ref(model)  # the model's Trainer owns this: no cycle
-        self.backend = backend
+        super().__init__(model, backend)  # the model's Trainer owns this
         self.entries: dict[Any, _Entry] = {}
         self.forward = tidy(lambda x: self.model(x, training=False))
-        self.replayed = 0
-
-    @property
-    def model(self) -> TrainableModel:
-        model = self._model()
-        assert model is not None, "the model of this replayer was garbage collected"
-        return model
-
-    def _variables(self) -> list[Variable]:
-        seen: dict[int, Variable] = {}
-        for v in (
-            *self.model.weights,
-            *(v for layer in self.model.layers for v in layer.state_variables()),
-        ):
-            seen.setdefault(id(v), v)
-        return list(seen.values())
 
     def __call__(self, xb: Tensor | np.ndarray) -> Tensor:
         """The model's outputs for one batch, a tensor of the caller's own."""
-        variables = self._variables()
+        variables = self.model_variables()
         on_device = isinstance(xb, Tensor)
         key = (on_device, tuple(xb.shape), str(xb.dtype), tuple(id(v) for v in variables))
         entry = self.entries.get(key)

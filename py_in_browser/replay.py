@@ -51,16 +51,14 @@ class _Entry:
     on_device: bool = False  # the batch comes as tensors, copied in like state
 
 
-class StepReplayer:
-    """Runs fit's train steps through recordings; `train_step` is the eager step it records."""
+class ModelReplayer:
+    """What the replayers share: their model, held weakly, and a count of replayed calls."""
 
-    def __init__(self, model: TrainableModel, state: FitState, backend: Backend, train_step: Any):
+    def __init__(self, model: TrainableModel, backend: Backend) -> None:
         # A weak reference: the model owns its replayer, and a cycle would keep a dropped model's
         # GPU buffers alive until the cyclic garbage collector happens to run.
         self._model = weakref.ref(model)
-        self.state, self.backend = state, backend
-        self.train_step = train_step
-        self.entries: dict[Any, _Entry] = {}
+        self.backend = backend
         self.replayed = 0
 
     @property
@@ -69,19 +67,34 @@ class StepReplayer:
         assert model is not None, "the model of this replayer was garbage collected"
         return model
 
-    def _variables(self) -> list[Variable]:
-        assert self.model.optimizer is not None
-        self.model.optimizer.build(self.model.trainable_weights)  # slots exist before recording
+    def model_variables(self, *more: Variable) -> list[Variable]:
+        """The model's weights and layer state (draw counters) and `more`, each once: the state
+        a recording reads and writes."""
         seen: dict[int, Variable] = {}
         for v in (
             *self.model.weights,
             *(v for layer in self.model.layers for v in layer.state_variables()),
-            *self.model.optimizer.variables(),
-            self.state.ok,
-            *self.state.variables(),
+            *more,
         ):
             seen.setdefault(id(v), v)
         return list(seen.values())
+
+
+class StepReplayer(ModelReplayer):
+    """Runs fit's train steps through recordings; `train_step` is the eager step it records."""
+
+    def __init__(self, model: TrainableModel, state: FitState, backend: Backend, train_step: Any):
+        super().__init__(model, backend)
+        self.state = state
+        self.train_step = train_step
+        self.entries: dict[Any, _Entry] = {}
+
+    def _variables(self) -> list[Variable]:
+        assert self.model.optimizer is not None
+        self.model.optimizer.build(self.model.trainable_weights)  # slots exist before recording
+        return self.model_variables(
+            *self.model.optimizer.variables(), self.state.ok, *self.state.variables()
+        )
 
     def _signature(self, xb: Any, yb: Any, variables: list[Variable]) -> Any:
         assert self.model.optimizer is not None
