@@ -279,8 +279,10 @@ class Engine {
       .map(([key, source]) => this.startProgram(key, source));
     if (this.ext.parallelCompile) {
       const done = this.ext.parallelCompile.COMPLETION_STATUS_KHR;
-      while (!pending.every((p) => this.gl.getProgramParameter(p.program, done))) await sleep(POLL_MS);
+      // A lost context may never report completion (Firefox answers null): stop polling then.
+      while (!this.lost && !pending.every((p) => this.gl.getProgramParameter(p.program, done))) await sleep(POLL_MS);
     }
+    if (this.lost) return; // the programs died with the context; the next call reports the loss
     for (const p of pending) this.finishProgram(p);
   }
 
