@@ -121,13 +121,13 @@ def test_a_backend_lost_again_and_again_is_demoted(
 def test_a_loss_inside_a_replayed_step_loses_nothing(
     engine_page: EnginePage, case: tuple[str, str], uninterrupted: dict[str, Any]
 ) -> None:
-    """Each loss is armed to happen after the k-th command of the next replayed step, inside the
+    """The loss is armed to happen after the 5th command of the next replayed step, inside the
     one JS call that replays it: nothing else loses the device in this run."""
     backend = case[1]
-    got = train(engine_page, backend, in_replay={4: 1, 20: 9})
-    print(f"{case}: losses inside replays, recovery s {recovery_seconds(got)}")
+    got = train(engine_page, backend, in_replay={10: 5})
+    print(f"{case}: loss inside a replay, recovery s {recovery_seconds(got)}")
     lost = "device_lost" if backend == "webgpu" else "context_lost"
-    assert kinds(got) == [lost, "context_restored"] * 2, got["events"]
+    assert kinds(got) == [lost, "context_restored"], got["events"]
     assert got["backend"] == backend
     assert_same_weights(got, uninterrupted, EXACT)
 
