@@ -152,6 +152,27 @@ def test_a_context_that_never_comes_back_moves_training_to_the_next_backend(
     assert engine_page.run(f"await pib.init({backend!r})") == backend
 
 
+def test_an_init_after_a_loss_outside_fit_starts_afresh_and_releases_the_lost_backend(
+    engine_page: EnginePage, case: tuple[str, str]
+) -> None:
+    """No fit recovers this loss (restore=False: on webgpu adapters are withheld): pib.init
+    itself lets the lost backend go, its listener proxy too, and starts a working one."""
+    got = engine_page.run(
+        "import asyncio\nfrom py_in_browser import _js\n"
+        f"await pib.init({case[1]!r})\n"
+        "before = _js.live_proxies()\n"
+        "await pib.debug.lose_device(restore=False)\n"
+        "await asyncio.sleep(0.1)\n"
+        "lost = pib.runtime.current_backend().is_lost()\n"
+        f"name = await pib.init({case[1]!r})\n"
+        "{'lost': lost, 'name': name, 'proxies': [before, _js.live_proxies()],"
+        " 'sum': float(await pib.sum(pib.tensor([1.0, 2.0]) * 3.0).numpy())}"
+    )
+    assert got["lost"] and got["name"] == case[1], got
+    assert got["proxies"][1] == got["proxies"][0], got
+    assert got["sum"] == 9.0
+
+
 def test_a_thousand_steps_with_a_loss_in_the_middle_leave_nothing_behind(
     engine_page: EnginePage, case: tuple[str, str]
 ) -> None:
