@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, overload
 
@@ -174,7 +175,8 @@ class Sequential:
             [(2, 3), (3,)]
         """
         self._require_built()
-        return [await w.numpy() for w in self.weights]
+        # Read together: on a GPU each read waits for the device, together they wait once.
+        return list(await asyncio.gather(*(w.numpy() for w in self.weights)))
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Replaces every weight from arrays in get_weights' order; each shape must match.

@@ -66,6 +66,11 @@ async def init(backend: str | None = None, limits: dict[str, Any] | None = None)
     usable = available_backends()
     if backend is not None and backend not in usable:
         raise ValueError(f"backend {backend!r} is not available here; available: {usable}")
+    previous = _state["backend"]
+    if previous is not None and previous.is_lost():
+        # Nothing will recover it now: its listeners go (and a WebGPU backend lost with
+        # lose_device(restore=False) stops withholding adapters, which this init may need).
+        previous.detach()
     names = [backend] if backend is not None else usable
     chosen, report = await selection.choose(names, limits, forced=backend is not None)
     await chosen.prepare()

@@ -518,10 +518,12 @@ class Trainer:
         state = self._fitting
         if state is None:
             return progress, None
-        if not await state.ok.item():
+        ok, *accumulators = await asyncio.gather(
+            state.ok.item(), *(v.numpy() for v in state.variables())
+        )  # read together: one wait for the device
+        if not ok:
             raise FloatingPointError("refusing to checkpoint: this fit has hit a NaN/Inf loss")
         progress["seen"] = state.seen
-        accumulators = [await v.numpy() for v in state.variables()]
         return progress, np.array(accumulators, dtype=np.float32)
 
     def saved_cursor(self) -> dict[str, Any]:

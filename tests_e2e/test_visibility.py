@@ -2,9 +2,13 @@
 IndexedDB, resumes when it is shown, and after a reload resumes from IndexedDB; both end with the
 weights of an uninterrupted run.
 
-Playwright keeps its pages visible, so this module starts Chromium itself with a DevTools port and
-joins it with connect_over_cdp(no_defaults=True): there, bringing another page to the front
-really hides the engine's page (document.visibilityState "hidden", a real visibilitychange).
+Playwright keeps its pages visible, so in Chromium this module starts the browser itself with a
+DevTools port and joins it with connect_over_cdp(no_defaults=True): there, bringing another page
+to the front really hides the engine's page (document.visibilityState "hidden", a real
+visibilitychange). In Firefox (WebDriver BiDi, headful under Xvfb) every Playwright page is a
+window of its own, and windows stay visible side by side (Xvfb has no window manager to minimise
+or cover them); the other page is therefore a tab the engine's page opens with window.open, in
+its own window: bringing that tab to the front (browsingContext.activate) hides the engine's tab.
 """
 
 from __future__ import annotations
@@ -90,19 +94,33 @@ def _engine(page: Page) -> EnginePage:
     return engine
 
 
-@pytest.fixture(scope="module")
-def pages(cdp_browser: Browser, server_url: str) -> Iterator[tuple[EnginePage, Page]]:
+@pytest.fixture(
+    scope="module",
+    params=["chromium", pytest.param("firefox", marks=pytest.mark.firefox)],
+)
+def pages(request: pytest.FixtureRequest, server_url: str) -> Iterator[tuple[EnginePage, Page]]:
     """The engine's page (WebGL2) and another page of the same window that can hide it."""
-    context = cdp_browser.contexts[0]
+    if request.param == "chromium":
+        context = request.getfixturevalue("cdp_browser").contexts[0]
+    else:
+        context = request.getfixturevalue("firefox").new_context()
     page = context.new_page()
     page.set_default_timeout(BOOT_TIMEOUT_MS)
     page.goto(f"{server_url}/?backend=webgl2")
     engine = _engine(page)
-    other = context.new_page()
+    if request.param == "chromium":
+        other = context.new_page()
+    else:
+        with context.expect_page() as opened:
+            page.evaluate("(url) => { window.open(url, '_blank'); }", f"{server_url}/favicon.svg")
+        other = opened.value
     page.bring_to_front()
+    _wait_until(lambda: _visibility(engine) == "visible", "the engine page to be shown")
     yield engine, other
     other.close()
     page.close()
+    if request.param == "firefox":
+        context.close()
 
 
 def _visibility(engine: EnginePage) -> str:

@@ -154,6 +154,11 @@ class Backend:
         the browser gives it back after restore_after_s where the backend can ask for that."""
         raise RuntimeError(f"backend {self.name!r} has no device to lose")
 
+    def lose_device_in_replay(self, after: int, restore: bool, restore_after_s: float) -> None:
+        """Arms lose_device to happen right after the `after`-th command of the next replayed
+        step, inside the one JS call that replays it (pib.debug.lose_device(in_replay=...))."""
+        raise RuntimeError(f"backend {self.name!r} has no device to lose")
+
     async def recovered(self, timeout_s: float) -> Backend | None:
         """After a loss: a new backend of this kind started on the device the browser gave back
         (a restored context, a fresh adapter and device), or None if none came within timeout_s."""

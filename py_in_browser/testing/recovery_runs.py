@@ -48,12 +48,22 @@ def model(width: int = 16) -> pib.Sequential:
 class LossInjector(pib.Callback):
     """Loses the device after the given training steps and, `during_replay` times, again a random
     moment (0 to 30 ms of the event loop) after a recovery, while fit replays the steps since its
-    checkpoint. Keeps the runtime events fit hands it, and counts the losses it injected (one
-    that would fall on a device already lost is not injected: it would not be a second loss)."""
+    checkpoint. `in_replay` {step: k} arms, after that step, a loss right after the k-th command
+    of the next replayed step (inside its one JS call). Keeps the runtime events fit hands it,
+    and counts the losses it injected (one that would fall on a device already lost is not
+    injected: it would not be a second loss)."""
 
-    def __init__(self, at_steps: list[int], restore: bool, during_replay: int, seed: int) -> None:
+    def __init__(
+        self,
+        at_steps: list[int],
+        restore: bool,
+        during_replay: int,
+        seed: int,
+        in_replay: dict[int, int] | None = None,
+    ) -> None:
         super().__init__()
         self.at_steps, self.restore, self.during_replay = set(at_steps), restore, during_replay
+        self.in_replay = in_replay or {}
         self.random = random.Random(seed)
         self.epoch = 0
         self.events: list[dict[str, Any]] = []
@@ -68,6 +78,9 @@ class LossInjector(pib.Callback):
         if step in self.at_steps and not current_backend().is_lost():
             self.injected += 1
             await pib.debug.lose_device(restore=self.restore)
+        if step in self.in_replay and not current_backend().is_lost():
+            self.injected += 1
+            await pib.debug.lose_device(in_replay=self.in_replay.pop(step))
 
     def _lose_during_replay(self, backend: Any) -> None:
         if not backend.is_lost():
@@ -93,13 +106,15 @@ async def train(
     timeout_s: float = 30.0,
     seed: int = 0,
     width: int = 16,
+    in_replay: dict[int, int] | None = None,
 ) -> dict[str, Any]:
-    """Trains on `backend` with losses after `at_steps`; returns the final weights, the events
-    the callback heard, the backend training ended on, the wall time and memory before/after."""
+    """Trains on `backend` with losses after `at_steps` (and armed inside replays: `in_replay`,
+    see LossInjector); returns the final weights, the events the callback heard, the backend
+    training ended on, the wall time and memory before/after."""
     await pib.init(backend)
     x, y = data()
     net = model(width)
-    injector = LossInjector(at_steps or [], restore, during_replay, seed)
+    injector = LossInjector(at_steps or [], restore, during_replay, seed, in_replay)
     before = pib.memory()
     started = time.perf_counter()
     history = await net.fit(

@@ -271,6 +271,10 @@ class WebGL2Backend(Backend):
         """WEBGL_lose_context.loseContext(); with restore, restoreContext() in a later task."""
         self.queue.call("loseContext", restore_after_s * 1000.0 if restore else -1)
 
+    def lose_device_in_replay(self, after: int, restore: bool, restore_after_s: float) -> None:
+        """loseContext() right after the `after`-th command the next replay runs."""
+        self.queue.call("loseContextInReplay", after, restore_after_s * 1000.0 if restore else -1)
+
     async def recovered(self, timeout_s: float) -> WebGL2Backend | None:
         """Waits for webglcontextrestored, then starts a new backend on the same canvas: every
         program, texture and recording is made again there (the old ones died with the context)."""

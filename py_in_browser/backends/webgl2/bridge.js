@@ -117,6 +117,7 @@ class Engine {
     this.pendingReads = new Set();
     this.restored = false;
     this.whenRestoredResolve = null;
+    this.replayFault = null; // set by loseContextInReplay
     // preventDefault tells the browser this page handles the loss, so it may restore the context.
     this.lostListener = (event) => {
       event.preventDefault();
@@ -278,8 +279,10 @@ class Engine {
       .map(([key, source]) => this.startProgram(key, source));
     if (this.ext.parallelCompile) {
       const done = this.ext.parallelCompile.COMPLETION_STATUS_KHR;
-      while (!pending.every((p) => this.gl.getProgramParameter(p.program, done))) await sleep(POLL_MS);
+      // A lost context may never report completion (Firefox answers null): stop polling then.
+      while (!this.lost && !pending.every((p) => this.gl.getProgramParameter(p.program, done))) await sleep(POLL_MS);
     }
+    if (this.lost) return; // the programs died with the context; the next call reports the loss
     for (const p of pending) this.finishProgram(p);
   }
 
@@ -343,6 +346,7 @@ class Engine {
     for (const recorded of commands) {
       if (recorded[0] === this.op.draw) this.timedDraw(recorded);
       else this.upload(recorded, constants);
+      this.replayFault?.();
     }
   }
 
@@ -574,6 +578,17 @@ class Engine {
     if (!ext) throw new Error("WEBGL_lose_context is not available");
     ext.loseContext();
     if (restoreAfterMs >= 0) setTimeout(() => ext.restoreContext(), restoreAfterMs);
+  }
+
+  // Fault injection: loseContext(restoreAfterMs) right after the `after`-th command the next
+  // replay runs, in the middle of that replay's one synchronous call.
+  loseContextInReplay(after, restoreAfterMs) {
+    let left = after;
+    this.replayFault = () => {
+      if (--left > 0) return;
+      this.replayFault = null;
+      this.loseContext(restoreAfterMs);
+    };
   }
 
   // Resolves true once webglcontextrestored fired (at once if it already did), false after

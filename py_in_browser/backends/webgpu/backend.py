@@ -530,25 +530,49 @@ class WebGPUBackend(Backend):
         return self.engine is not None and self.engine.lost is not None
 
     def lose_device(self, restore: bool, restore_after_s: float) -> None:
-        """GPUDevice.destroy(). Nothing restores a destroyed device: recovery asks for a new
-        adapter and device (the old adapter is consumed), so `restore` has nothing to do here."""
+        """GPUDevice.destroy(). A destroyed device never comes back: recovery asks for a new
+        adapter and device (the old adapter is consumed). With restore=False none comes either:
+        the worker's adapter requests go unanswered until this lost backend is detached."""
         self.js_calls += 1
+        if not restore:
+            self.engine.withholdAdapters()
         self.engine.destroyDevice()
 
+    def lose_device_in_replay(self, after: int, restore: bool, restore_after_s: float) -> None:
+        """GPUDevice.destroy() right after the `after`-th dispatch the next replay encodes (a new
+        adapter and device come as after lose_device(restore=True))."""
+        self.js_calls += 1
+        self.engine.destroyDeviceInReplay(after)
+
     async def recovered(self, timeout_s: float) -> WebGPUBackend | None:
-        """A new backend on a fresh adapter and device, or None if none came within timeout_s."""
+        """A new backend on a fresh adapter and device, or None if none came within timeout_s.
+        A start still pending then is not cancelled (its JS promise would settle into a
+        cancelled task): a device it gets later is destroyed, its listener released."""
         fresh = WebGPUBackend(self.limits)
-        try:
-            await asyncio.wait_for(fresh.start(), timeout_s)
-        except Exception:  # no adapter, a refused device or a timeout: the next backend takes over
+        starting = asyncio.ensure_future(fresh.start())
+        done, _ = await asyncio.wait([starting], timeout=timeout_s)
+        if not done:
+            starting.add_done_callback(lambda task: _discard(fresh, task))
+            return None
+        if starting.exception() is not None:  # no adapter, or a refused device
             fresh.detach()
             return None
         return fresh
 
     def detach(self) -> None:
+        if self.engine is not None and self.engine.releaseAdapters:
+            self.engine.releaseAdapters()
         if self._on_lost is not None:
             _js.destroy_proxy(self._on_lost)
             self._on_lost = None
+
+
+def _discard(backend: WebGPUBackend, start: asyncio.Future[None]) -> None:
+    """A backend whose start outlived recovery's timeout: nobody uses it."""
+    if start.exception() is None:
+        backend.close()
+    else:
+        backend.detach()
 
 
 def bridge_protocol() -> str:

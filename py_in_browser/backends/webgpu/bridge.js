@@ -50,6 +50,8 @@ class Engine {
     this.profileRows = []; // [label, ms]
     this.profileReads = [];
     this.lost = null;
+    this.replayFault = null; // set by destroyDeviceInReplay
+    this.releaseAdapters = null; // set by withholdAdapters
     this.lostSignal = device.lost.then((info) => {
       this.lost = `the WebGPU device was lost (${info.reason}): ${info.message || "no message"}`;
       onLost(this.lost);
@@ -273,7 +275,10 @@ class Engine {
           this.destroyBuffer(words[i + at.buffer]);
           break;
         case REPLAY:
-          for (const dispatch of this.replayed(words[i + at.recording])) run.dispatch(dispatch);
+          for (const dispatch of this.replayed(words[i + at.recording])) {
+            run.dispatch(dispatch);
+            this.replayFault?.();
+          }
           break;
       }
       i += at.next;
@@ -414,6 +419,31 @@ class Engine {
 
   destroyDevice() {
     this.device.destroy();
+  }
+
+  // Fault injection (pib.debug.lose_device): destroys the device right after the `after`-th
+  // dispatch the next replay encodes, in the middle of that replay's one synchronous call.
+  destroyDeviceInReplay(after) {
+    let left = after;
+    this.replayFault = () => {
+      if (--left > 0) return;
+      this.replayFault = null;
+      this.device.destroy();
+    };
+  }
+
+  // Fault injection: the device does not come back. navigator.gpu.requestAdapter() in this
+  // worker goes unanswered until releaseAdapters(), which answers the waiting requests with no
+  // adapter (null, as a browser that has blocked the GPU does) and lets later requests through.
+  withholdAdapters() {
+    const gpu = navigator.gpu;
+    const waiting = [];
+    gpu.requestAdapter = () => new Promise((resolve) => waiting.push(resolve));
+    this.releaseAdapters = () => {
+      delete gpu.requestAdapter; // the prototype's own method again
+      for (const resolve of waiting) resolve(null);
+      this.releaseAdapters = null;
+    };
   }
 }
 
