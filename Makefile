@@ -62,7 +62,7 @@ docs: $(VENV)/.installed-docs
 
 # The e2e suite includes a smoke run of the benchmark harness, so TF.js is installed here too.
 test: $(VENV)/.installed-test setup browsers postgres bench/node_modules/.installed lint docs
-	$(VENV)/bin/pytest tests_unit tests_e2e
+	$(VENV)/bin/pytest --durations=25 tests_unit tests_e2e
 
 # TensorFlow.js 4.22.0 for the benchmarks, from npm into the git-ignored bench/node_modules.
 bench/node_modules/.installed: bench/package.json bench/package-lock.json
