@@ -329,6 +329,60 @@ def test_products_of_partial_texels_are_padded_to_whole_texels(engine_page: Engi
         np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-5)
 
 
+FILTER_GRADIENTS = """
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+from py_in_browser.ops import call
+rng = np.random.default_rng(4)
+split = webgl2_rewrites.split_filter_gradient
+taken = []
+def spy(*args):
+    result = split(*args)
+    taken.append(result is not None)
+    return result
+webgl2_rewrites.split_filter_gradient = spy
+try:
+    got = []
+    for x_shape, w_shape, stride, pads in CASES:
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        oh = (x_shape[1] + sum(pads[0]) - w_shape[0]) // stride + 1
+        ow = (x_shape[2] + sum(pads[1]) - w_shape[1]) // stride + 1
+        g = rng.standard_normal((x_shape[0], oh, ow, w_shape[3])).astype(np.float32)
+        dw = call("conv2d_backprop_filter", pib.tensor(x), pib.tensor(g), filter_shape=w_shape,
+                  strides=(stride, stride), pads=pads)
+        got.append([x, g, await dw.numpy()])
+finally:
+    webgl2_rewrites.split_filter_gradient = split
+{"got": got, "taken": taken}
+"""
+FILTER_CASES = [  # (x NHWC, filter HWIO, stride, pads): 3 input channels (RGBA-packed), 8
+    ((2, 16, 16, 3), (3, 3, 3, 16), 1, ((1, 1), (1, 1))),
+    ((3, 7, 6, 8), (3, 2, 8, 4), 2, ((1, 0), (0, 1))),
+]
+
+
+def _filter_gradient(x: np.ndarray, g: np.ndarray, w_shape: tuple[int, ...], stride: int, pads):
+    """numpy: dw[kh, kw, ci, co] = sum over n, oh, ow of x_padded[n, oh*s + kh, ow*s + kw, ci] *
+    g[n, oh, ow, co]."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), pads[0], pads[1], (0, 0)))
+    _, oh, ow, _ = g.shape
+    dw = np.zeros(w_shape)
+    for kh in range(w_shape[0]):
+        for kw in range(w_shape[1]):
+            window = xp[:, kh : kh + stride * oh : stride, kw : kw + stride * ow : stride, :]
+            dw[kh, kw] = np.einsum("nhwc,nhwo->co", window, g)
+    return dw
+
+
+def test_filter_gradients_are_summed_in_parts_like_numpy(engine_page: EnginePage) -> None:
+    """Few filter texels over many gradient rows: partial sums over slices of the rows, then
+    a sum over the slices (rewrites.split_filter_gradient), against numpy."""
+    result = engine_page.run(f"CASES = {FILTER_CASES!r}\n{FILTER_GRADIENTS}")
+    assert result["taken"] == [True] * len(FILTER_CASES)
+    for (_, w_shape, stride, pads), (x, g, got) in zip(FILTER_CASES, result["got"], strict=True):
+        want = _filter_gradient(np.asarray(x), np.asarray(g), w_shape, stride, pads)
+        np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-4)
+
+
 PRIMITIVES_IN_PAGE = "from py_in_browser.ops import OPS\nsorted(OPS)"
 
 

@@ -181,6 +181,10 @@ class WebGL2Backend(Backend):
         key, uniforms = rewrites.vector_variant(
             self.memory.max_side, op, attrs, out, inputs, key, uniforms
         )
+        if key.startswith("conv2d_backprop_filter4:") and not self.memory.half:
+            split = rewrites.split_filter_gradient(self, key, inputs, out, uniforms)
+            if split is not None:
+                return split
         if key in rewrites.BLOCK_PROGRAMS:
             blocked = rewrites.blocked(self, key, inputs, out, uniforms)
             if blocked is not None:

@@ -9,7 +9,14 @@ from .. import OutSpec
 from . import kernels, wire
 from .draw_queue import DrawQueue
 from .memory import TextureMemory
-from .recording import Recording, RecordingBuilder, replay_program, signature, texture_ids
+from .recording import (
+    Recording,
+    RecordingBuilder,
+    replay_program,
+    signature,
+    swappable,
+    texture_ids,
+)
 from .textures import Handle
 
 # What a profile calls the draws a replay adds: copies of the state in and of the outputs out.
@@ -52,6 +59,8 @@ class StepRecorder:
             id=self.recordings,
             inputs=tuple(inputs),
             state_in=tuple(before for before, _ in state),
+            state_out=tuple(after for _, after in state),
+            swappable=swappable(builder, inputs, state, outputs),
             outputs=tuple(outputs),
             textures=frozenset(ids),
             signature=signature(builder, inputs, state),
@@ -60,11 +69,21 @@ class StepRecorder:
     def replay(
         self, recording: Recording, arrays: list[np.ndarray], state_now: list[Handle]
     ) -> list[Handle]:
-        """Copies the state in, runs the recorded step on new inputs, copies the outputs out:
-        queued with the rest, so with end_step's flush a replayed step is one JS call."""
-        for now, recorded in zip(state_now, recording.state_in, strict=True):
-            if now.texture.id != recorded.texture.id:
-                self._copy(now, recorded)
+        """Brings the state in, runs the recorded step on new inputs, copies the outputs out:
+        queued with the rest, so with end_step's flush a replayed step is one JS call. A
+        variable still in the textures the last replay left it in (the usual case) is swapped
+        into the recorded state textures, not copied (recording.swappable says when)."""
+        for now, before, after, swap in zip(
+            state_now, recording.state_in, recording.state_out, recording.swappable, strict=True
+        ):
+            if now.texture.id == before.texture.id:
+                continue
+            if swap and now.texture.id == after.texture.id and _same_lo(now, after):
+                self.queue.commands.append([wire.SWAP, before.texture.id, after.texture.id])
+                if before.lo is not None and after.lo is not None:
+                    self.queue.commands.append([wire.SWAP, before.lo.id, after.lo.id])
+            else:
+                self._copy(now, before)
         for handle, array in zip(recording.inputs, arrays, strict=True):
             if tuple(array.shape) != handle.shape:
                 raise ValueError(f"replay: input of shape {array.shape}, recorded {handle.shape}")
@@ -107,3 +126,7 @@ class StepRecorder:
     def drop(self, recording: Recording) -> None:
         self.queue.call("dropRecording", recording.id)
         self.memory.release(recording.textures)
+
+
+def _same_lo(a: Handle, b: Handle) -> bool:
+    return (a.lo.id if a.lo else None) == (b.lo.id if b.lo else None)

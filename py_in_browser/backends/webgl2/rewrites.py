@@ -29,6 +29,9 @@ BLOCK_PROGRAMS = {
     "conv2d4:vec": ("conv2d_block", "vec", "conv2d"),
     "conv2d4:scalar": ("conv2d_block", "scalar", "conv2d"),
 }
+# A filter gradient of fewer output texels than this is split into partial sums over its
+# gradient rows (see split_filter_gradient), into about this many texels in all.
+SPLIT_FILTER_TEXELS = 8192
 # Reductions of at least this many values into at most this many outputs run in two passes.
 SPLIT_REDUCTION_AT = 2048
 SPLIT_REDUCTION_OUTPUTS = 1024
@@ -237,6 +240,29 @@ def blocked(
     for target in targets:
         backend.free(target)
     return handle
+
+
+def split_filter_gradient(
+    backend: Drawing, key: str, inputs: list[Handle], out: OutSpec, uniforms: list[kernels.Uniform]
+) -> Handle | None:
+    """A filter gradient sums over every gradient row (n, oh) of the batch, and has few
+    outputs (3x3x3x16 filters: 108 texels, each an 8192-long loop at batch 8 of 32x32): the
+    GPU sat nearly idle. P fragments per output texel each sum a slice of the rows into a
+    (P, KH, KW, CI, CO) partial, then a sum over P (the way split_reduction cuts long sums)."""
+    texels = math.prod(out.shape) // 4
+    rows = out.in_shapes[0][0] * out.in_shapes[1][1]  # N * OH
+    parts = min(rows, SPLIT_FILTER_TEXELS // max(texels, 1))
+    if parts < 2:
+        return None
+    chunk = -(-rows // parts)
+    parts = -(-rows // chunk)
+    uniforms = [u for u in uniforms if u[0] != "u_rows"] + [kernels.ints("u_rows", [chunk])]
+    partial = backend.memory.allocate((parts, *out.shape), out.dtype, False)
+    backend.queue.draw(key, partial, inputs, uniforms, "conv2d_backprop_filter", pair=False)
+    spec = OutSpec(out.shape, out.dtype, (partial.shape,), (out.dtype,))
+    result = backend.run("reduce_sum", [partial], {"axes": (0,), "keepdims": False}, spec)
+    backend.free(partial)
+    return result
 
 
 def matmul_padded(
