@@ -230,6 +230,8 @@ def blocked(
     aligned = choose_layout(block, backend.memory.max_side).width * 4 * cols == columns
     if label == "matmul" and not aligned:
         return None
+    if variant == "scalar" and window_channels(a[-1], block_rows, uniforms):
+        variant = f"c{a[-1]}"  # a first layer on images: input windows, not single elements
     targets = [backend.memory.allocate(block, out.dtype, False) for _ in range(block_rows * cols)]
     key = f"{program}:{variant}_{block_rows}x{cols}"
     backend.queue.draw(key, targets[0], inputs, uniforms, label, False, targets[1:])
@@ -263,6 +265,13 @@ def split_filter_gradient(
     result = backend.run("reduce_sum", [partial], {"axes": (0,), "keepdims": False}, spec)
     backend.free(partial)
     return result
+
+
+def window_channels(channels: int, block_rows: int, uniforms: list[kernels.Uniform]) -> bool:
+    """Whether a scalar conv block may read its input as texel windows (blocks.conv2d_source's
+    c<n> variant): 1 to 3 input channels, column stride 1, the block's pixels in 16 elements."""
+    stride = next(values for name, _, values in uniforms if name == "u_stride")
+    return 1 <= channels <= 3 and stride[1] == 1 and block_rows * channels + 3 <= 16
 
 
 def matmul_padded(
