@@ -296,6 +296,65 @@ def test_block_kernels_match_numpy(engine_page: EnginePage) -> None:
     check_blocks(engine_page)
 
 
+EPILOGUES = """
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+rng = np.random.default_rng(5)
+x = rng.standard_normal((1, 8, 48, 3)).astype(np.float32)  # RGBA: 1024+ elements
+w = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
+b = rng.standard_normal((8,)).astype(np.float32)
+a = rng.standard_normal((8, 12)).astype(np.float32)
+k = rng.standard_normal((12, 16)).astype(np.float32)
+c = rng.standard_normal((16,)).astype(np.float32)
+backend = pib.runtime.current_backend()
+backend.flush()
+sent = []
+engine_run = backend.queue.engine.run
+def spy(payload, staging):
+    sent.extend(json.loads(payload)["commands"])
+    return engine_run(payload, staging)
+backend.queue.engine.run = spy
+threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
+try:
+    xs, ws, bs = pib.tensor(x), pib.tensor(w), pib.tensor(b)
+    conv = pib.relu(pib.conv2d(xs, ws, padding="same") + bs)
+    conv_bias = pib.conv2d(xs, ws, padding="same") + bs
+    raw = pib.conv2d(xs, ws, padding="same")
+    raw_too = raw + bs  # raw is read back below: its draws must stay
+    at, kt, ct = pib.tensor(a), pib.tensor(k), pib.tensor(c)  # held, as a layer's are
+    dense = pib.relu(pib.matmul(at, kt) + ct)
+    got = [await t.numpy() for t in (conv, conv_bias, raw, raw_too, dense)]
+finally:
+    webgl2_rewrites.BLOCKS_AT = threshold
+    backend.queue.engine.run = engine_run
+{"got": got, "x": x, "w": w, "b": b, "a": a, "k": k, "c": c,
+ "draws": [command[1] for command in sent if command[0] == "draw"]}
+"""
+
+
+def test_a_layers_bias_and_relu_run_inside_its_block_kernels(engine_page: EnginePage) -> None:
+    """conv2d / matmul + bias (+ relu) as a block draw adding the bias and an interleave applying
+    relu; the unfused draws are left out where nothing reads them, kept where something does.
+    Against numpy."""
+    result = engine_page.run("import json\n" + EPILOGUES)
+    x, w, b, a, k, c = (np.asarray(result[n], np.float32) for n in "xwbakc")
+    conv = _conv2d(x, w, (1, 1), ((1, 1), (1, 1)))
+    want = [np.maximum(conv + b, 0), conv + b, conv, conv + b, np.maximum(a @ k + c, 0)]
+    for got, expected in zip(result["got"], want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=F32_RTOL, atol=1e-4)
+    draws = result["draws"]
+    blocks = [d for d in draws if "_block:" in d]
+    assert blocks == [
+        "conv2d_block:c3_4x2.bias",  # relu(conv + b): the unbiased block and its interleaves go
+        "conv2d_block:c3_4x2.bias",  # conv + b
+        "conv2d_block:c3_4x2",  # raw, read back
+        "conv2d_block:c3_4x2.bias",  # raw + b
+        "matmul_block:nn_4x2.bias",
+    ], draws
+    assert draws.count("block_interleave:4x2.relu") == 2
+    assert draws.count("block_interleave:4x2") == 3  # conv + b, raw, raw + b
+    assert not {"binary4:add", "unary4:relu"} & set(draws)
+
+
 PADDED_MATMULS = """
 from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 from py_in_browser.ops import call

@@ -47,22 +47,30 @@ def _names(rows: int, cols: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(rows) for j in range(cols)]
 
 
-def _block(rows: int, cols: int, uniforms: str, body: str) -> str:
+def _block(rows: int, cols: int, uniforms: str, body: str, bias_column: str | None = None) -> str:
     """write_block around `body`, which adds to the accumulators c<i>_<j> (row i, texel column j
-    of the block); target i * cols + j gets c<i>_<j>."""
+    of the block); target i * cols + j gets c<i>_<j>. With `bias_column` (the body's variable
+    holding the block's first texel column), input 2 is a bias of one value per output column,
+    added to every row (epilogues.py fuses a layer's bias this way)."""
     outputs = "".join(f"layout(location = {t}) out vec4 o_{t};\n" for t in range(1, rows * cols))
     clear = "".join(f"  vec4 c{i}_{j} = vec4(0.0);\n" for i, j in _names(rows, cols))
+    bias = ""
+    if bias_column is not None:
+        bias = "".join(
+            f"  vec4 bias{j} = texelFetch(u_x2, texel_at({bias_column} + {j}, u_l2.x), 0);\n"
+            for j in range(cols)
+        ) + "".join(f"  c{i}_{j} += bias{j};\n" for i, j in _names(rows, cols))
     writes = "".join(
         f"  {'o_value' if t == 0 else f'o_{t}'} = c{i}_{j};\n"
         for t, (i, j) in enumerate(_names(rows, cols))
     )
     return (
         f"#define BLOCK_KERNEL\n{uniforms}{outputs}void write_block(ivec2 p) {{\n"
-        f"{clear}{body}{writes}}}\n"
+        f"{clear}{body}{bias}{writes}}}\n"
     )
 
 
-def matmul_source(variant: str, rows: int, cols: int) -> str:
+def matmul_source(variant: str, rows: int, cols: int, bias: bool = False) -> str:
     """Program "matmul_block:<nn|nt>_<rows>x<cols>": target texel p holds output row
     p.y * rows + i (batch * M + m), texel column p.x * cols + j. a is (B, M, K), one matrix row
     per texture row; b is (B, K, N) (nn) or (B, N, K) (nt), likewise; so are the targets."""
@@ -100,10 +108,11 @@ def matmul_source(variant: str, rows: int, cols: int) -> str:
         f"  int batch = row / u_m;\n{start}"
         f"  for (int k = 0; k < u_k / 4; ++k) {{\n{fetch_a}{fetch_b}{update}  }}\n"
     )
-    return _block(rows, cols, "uniform int u_m;\nuniform int u_n;\nuniform int u_k;\n", body)
+    uniforms = "uniform int u_m;\nuniform int u_n;\nuniform int u_k;\n"
+    return _block(rows, cols, uniforms, body, "col" if bias else None)
 
 
-def conv2d_source(variant: str, rows: int, cols: int) -> str:
+def conv2d_source(variant: str, rows: int, cols: int, bias: bool = False) -> str:
     """Program "conv2d_block:<vec|scalar|c1|c2|c3>_<rows>x<cols>" (NHWC input, HWIO filters, as
     conv2d4.frag): the block is `rows` neighbouring output pixels of one output row (the output
     width is a multiple of rows) x `cols` texels of output channels. Target texel index
@@ -114,7 +123,7 @@ def conv2d_source(variant: str, rows: int, cols: int) -> str:
     4 texels (rows * n + 3 <= 16 elements) instead of one element at a time."""
     pixels = range(rows)
     if variant.startswith("c"):
-        return _conv2d_window_source(int(variant[1:]), rows, cols)
+        return _conv2d_window_source(int(variant[1:]), rows, cols, bias)
     where = "".join(
         f"      int iw{i} = iw + {i} * u_stride.y;\n"
         f"      bool in{i} = iw{i} >= 0 && iw{i} < u_x.z;\n"
@@ -139,7 +148,7 @@ def conv2d_source(variant: str, rows: int, cols: int) -> str:
         update = "".join(f"        c{i}_{j} += v{i} * w{j}_0;\n" for i, j in _names(rows, cols))
         loop = f"      for (int ci = 0; ci < u_w.z; ++ci) {{\n{fetch_x}{fetch_w}{update}      }}\n"
     tap = f"{where}      ivec2 pw = texel_at((kh * u_w.y + kw) * u_w.z * co4n + co4, ww);\n{loop}"
-    return _block(rows, cols, CONV_UNIFORMS, _conv_loops(rows, cols, tap))
+    return _block(rows, cols, CONV_UNIFORMS, _conv_loops(rows, cols, tap), "co4" if bias else None)
 
 
 CONV_UNIFORMS = (
@@ -181,7 +190,7 @@ def _conv_loops(rows: int, cols: int, tap: str) -> str:
     )
 
 
-def _conv2d_window_source(channels: int, rows: int, cols: int) -> str:
+def _conv2d_window_source(channels: int, rows: int, cols: int, bias: bool) -> str:
     """The c<n> variant: pixel i's channel ci is element o + i * n + ci of the 16-element window
     of texels q0..q3 from texel floor(f / 4), f the first pixel's flat index and o = f % 4;
     s<j> holds window elements o + 4j .. o + 4j + 3 (selected by o, no dynamic indexing).
@@ -227,22 +236,24 @@ def _conv2d_window_source(channels: int, rows: int, cols: int) -> str:
         "      ivec2 pw = texel_at((kh * u_w.y + kw) * u_w.z * co4n + co4, ww);\n"
         f"{fetch_w}{update}"
     )
-    return _block(rows, cols, CONV_UNIFORMS, _conv_loops(rows, cols, tap))
+    return _block(rows, cols, CONV_UNIFORMS, _conv_loops(rows, cols, tap), "co4" if bias else None)
 
 
-def interleave_source(rows: int, cols: int) -> str:
+def interleave_source(rows: int, cols: int, relu: bool = False) -> str:
     """Program "block_interleave:<rows>x<cols>": output texel (row r, texel column c; u_cols4
     texel columns) from target (r % rows) * cols + c % cols, texel (r / rows) * (u_cols4 /
     cols) + c / cols. Samplers cannot be indexed by a varying value in GLSL ES 3.00, hence the
-    chain of fetches."""
+    chain of fetches. With relu (".relu"), relu of it (NaN passes, as the relu kernel)."""
     chain = "".join(
         f"  if (t == {t}) return texelFetch(u_x{t}, q, 0);\n" for t in range(rows * cols - 1)
     )
     last = rows * cols - 1
+    result = "mix(max(v, vec4(0.0)), v, is_nan4(v))" if relu else "v"
     return (
-        "#define TEXEL_KERNEL\nuniform int u_cols4;\nvec4 value4(int texel) {\n"
+        "#define TEXEL_KERNEL\nuniform int u_cols4;\nvec4 block_texel(int texel) {\n"
         "  int r = texel / u_cols4;\n  int c = texel % u_cols4;\n"
         f"  int t = (r % {rows}) * {cols} + c % {cols};\n"
         f"  ivec2 q = texel_at((r / {rows}) * (u_cols4 / {cols}) + c / {cols}, u_l0.x);\n{chain}"
         f"  return texelFetch(u_x{last}, q, 0);\n}}\n"
+        f"vec4 value4(int texel) {{\n  vec4 v = block_texel(texel);\n  return {result};\n}}\n"
     )

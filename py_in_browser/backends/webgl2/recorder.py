@@ -3,6 +3,8 @@ drives): what a recording is and its signature live in recording.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .. import OutSpec
@@ -12,6 +14,7 @@ from .memory import TextureMemory
 from .recording import (
     Recording,
     RecordingBuilder,
+    drop_dead_draws,
     replay_program,
     signature,
     swappable,
@@ -48,6 +51,12 @@ class StepRecorder:
         """Hands the captured step to bridge.js (one call); its textures stay reserved for it."""
         builder = self.queue.recording
         assert builder is not None, "finish_recording without begin_recording"
+        # What the step leaves for later: tensors still held, and the recording's roles.
+        freed = self.memory.freed_while_recording()
+        roles = {
+            t.id for h in [*inputs, *outputs, *(h for p in state for h in p)] for t in _parts(h)
+        }
+        drop_dead_draws(builder, lambda tex: tex not in freed or tex in roles)
         ids = texture_ids(builder)
         self.memory.retain(ids)
         self._end(ids)
@@ -90,6 +99,7 @@ class StepRecorder:
             self.memory.stage_array(handle, array)  # the batch goes into the recorded inputs
         self.queue.start_profile_if_asked()
         self.queue.commands.append([wire.REPLAY, recording.id])
+        self.memory.blocked.clear()  # the replay rewrites textures fused draws might re-read
         self.steps_replayed += 1
         outputs = []
         for source in recording.outputs:
@@ -130,3 +140,7 @@ class StepRecorder:
 
 def _same_lo(a: Handle, b: Handle) -> bool:
     return (a.lo.id if a.lo else None) == (b.lo.id if b.lo else None)
+
+
+def _parts(handle: Handle) -> list[Any]:
+    return [handle.texture] if handle.lo is None else [handle.texture, handle.lo]

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import wire
+from .epilogues import dead_draws
 
 
 @dataclass
@@ -24,6 +25,7 @@ class RecordingBuilder:
     draws: list[list[Any]] = field(default_factory=list)  # draw commands, in order
     uploads: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (texture id, padded data)
     order: list[tuple[str, int]] = field(default_factory=list)  # ("draw" | "upload", index)
+    droppable: dict[int, Any] = field(default_factory=dict)  # draws a fused draw made redundant
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,30 @@ def texture_ids(builder: RecordingBuilder) -> set[int]:
             if lo >= 0:
                 ids.add(lo)
     return ids
+
+
+def drop_dead_draws(builder: RecordingBuilder, observable: Any) -> None:
+    """Leaves out the droppable draws whose results nothing reads (epilogues.dead_draws)."""
+    if not builder.droppable:
+        return
+    commands: list[Any] = []
+    for kind, index in builder.order:
+        if kind == "draw":
+            commands.append(builder.draws[index])
+        else:
+            tex, _ = builder.uploads[index]
+            commands.append([wire.UPLOAD, tex, 0])
+    dead = dead_draws(commands, set(builder.droppable), observable)
+    kept_draws: list[Any] = []
+    order: list[tuple[str, int]] = []
+    for position, (kind, index) in enumerate(builder.order):
+        if kind == "upload":
+            order.append((kind, index))
+        elif position not in dead:
+            order.append(("draw", len(kept_draws)))
+            kept_draws.append(builder.draws[index])
+    builder.draws, builder.order = kept_draws, order
+    builder.droppable.clear()
 
 
 def _textures(handle: Any) -> tuple[Any, ...]:

@@ -8,7 +8,7 @@ import math
 from typing import Any, Protocol
 
 from .. import OutSpec
-from . import blocks, kernels, shaders, wire
+from . import blocks, epilogues, kernels, shaders, wire
 from .draw_queue import DrawQueue
 from .memory import TextureMemory
 from .texture_layout import choose_layout
@@ -234,13 +234,27 @@ def blocked(
         variant = f"c{a[-1]}"  # a first layer on images: input windows, not single elements
     targets = [backend.memory.allocate(block, out.dtype, False) for _ in range(block_rows * cols)]
     key = f"{program}:{variant}_{block_rows}x{cols}"
-    backend.queue.draw(key, targets[0], inputs, uniforms, label, False, targets[1:])
+    block_draw = backend.queue.draw(key, targets[0], inputs, uniforms, label, False, targets[1:])
     handle = backend.memory.allocate(out.shape, out.dtype, False)
     interleave = f"block_interleave:{block_rows}x{cols}"
     cols4 = [kernels.ints("u_cols4", [columns // 4])]
-    backend.queue.draw(interleave, handle, targets, cols4, label, False)
-    for target in targets:
-        backend.free(target)
+    interleave_draw = backend.queue.draw(interleave, handle, targets, cols4, label, False)
+    # The targets live on with the output, for a bias or relu fused in later (epilogues.py).
+    record = epilogues.Blocked(
+        block=block_draw,
+        interleave=interleave_draw,
+        block_key=key,
+        inputs=list(inputs),
+        uniforms=uniforms,
+        targets=targets,
+        interleave_key=interleave,
+        interleave_uniforms=cols4,
+        label=label,
+        biased=False,
+        relu=False,
+        stamps=epilogues.stamps(backend.memory.pool, inputs),
+    )
+    backend.memory.attach(handle, targets, record)
     return handle
 
 
