@@ -331,7 +331,7 @@ finally:
 """
 
 
-def test_a_layers_bias_and_relu_run_inside_its_block_kernels(engine_page: EnginePage) -> None:
+def check_epilogues(engine_page: EnginePage) -> None:
     """conv2d / matmul + bias (+ relu) as a block draw adding the bias and an interleave applying
     relu; the unfused draws are left out where nothing reads them, kept where something does.
     Against numpy."""
@@ -353,6 +353,10 @@ def test_a_layers_bias_and_relu_run_inside_its_block_kernels(engine_page: Engine
     assert draws.count("block_interleave:4x2.relu") == 2
     assert draws.count("block_interleave:4x2") == 3  # conv + b, raw, raw + b
     assert not {"binary4:add", "unary4:relu"} & set(draws)
+
+
+def test_a_layers_bias_and_relu_run_inside_its_block_kernels(engine_page: EnginePage) -> None:
+    check_epilogues(engine_page)
 
 
 PADDED_MATMULS = """
