@@ -205,7 +205,8 @@ def test_tensors_wider_than_max_texture_size_are_relaid_out(engine_page: EngineP
 
 # (op, input shapes, attrs, block program at 8 draw buffers): rows (M, or the output width) a
 # multiple of 4; 8 columns per block at 8 buffers where N (CO) is a multiple of 8, else 4;
-# inputs of 1024+ elements or with 4k channels are RGBA, which whole-texel kernels need.
+# inputs of 1024+ elements or with 4k channels are RGBA, which whole-texel kernels need; 1 to 3
+# input channels at column stride 1 read texel windows (c<n>), including left of the input.
 BLOCK_CASES: list[tuple[str, tuple[tuple[int, ...], ...], dict[str, Any], str]] = [
     ("matmul", ((2, 8, 12), (2, 12, 16)), {"transpose_b": False}, "matmul_block:nn_4x2"),
     ("matmul", ((2, 8, 12), (2, 16, 12)), {"transpose_b": True}, "matmul_block:nt_4x2"),
@@ -215,8 +216,15 @@ BLOCK_CASES: list[tuple[str, tuple[tuple[int, ...], ...], dict[str, Any], str]] 
         "conv2d",
         ((1, 12, 32, 3), (3, 3, 3, 16)),
         {"pads": ((1, 1), (1, 1))},
+        "conv2d_block:c3_4x2",
+    ),
+    (
+        "conv2d",
+        ((1, 12, 32, 3), (3, 3, 3, 16)),
+        {"pads": ((1, 1), (1, 1)), "strides": (2, 2)},
         "conv2d_block:scalar_4x2",
     ),
+    ("conv2d", ((2, 12, 24, 2), (3, 4, 2, 8)), {"pads": ((1, 1), (2, 1))}, "conv2d_block:c2_4x2"),
     ("conv2d", ((2, 5, 4, 8), (3, 3, 8, 8)), {"pads": ((1, 1), (1, 1))}, "conv2d_block:vec_4x2"),
     (
         "conv2d",
@@ -288,6 +296,69 @@ def test_block_kernels_match_numpy(engine_page: EnginePage) -> None:
     check_blocks(engine_page)
 
 
+EPILOGUES = """
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+rng = np.random.default_rng(5)
+x = rng.standard_normal((1, 8, 48, 3)).astype(np.float32)  # RGBA: 1024+ elements
+w = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
+b = rng.standard_normal((8,)).astype(np.float32)
+a = rng.standard_normal((8, 12)).astype(np.float32)
+k = rng.standard_normal((12, 16)).astype(np.float32)
+c = rng.standard_normal((16,)).astype(np.float32)
+backend = pib.runtime.current_backend()
+backend.flush()
+sent = []
+engine_run = backend.queue.engine.run
+def spy(payload, staging):
+    sent.extend(json.loads(payload)["commands"])
+    return engine_run(payload, staging)
+backend.queue.engine.run = spy
+threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
+try:
+    xs, ws, bs = pib.tensor(x), pib.tensor(w), pib.tensor(b)
+    conv = pib.relu(pib.conv2d(xs, ws, padding="same") + bs)
+    conv_bias = pib.conv2d(xs, ws, padding="same") + bs
+    raw = pib.conv2d(xs, ws, padding="same")
+    raw_too = raw + bs  # raw is read back below: its draws must stay
+    at, kt, ct = pib.tensor(a), pib.tensor(k), pib.tensor(c)  # held, as a layer's are
+    dense = pib.relu(pib.matmul(at, kt) + ct)
+    got = [await t.numpy() for t in (conv, conv_bias, raw, raw_too, dense)]
+finally:
+    webgl2_rewrites.BLOCKS_AT = threshold
+    backend.queue.engine.run = engine_run
+{"got": got, "x": x, "w": w, "b": b, "a": a, "k": k, "c": c,
+ "draws": [command[1] for command in sent if command[0] == "draw"]}
+"""
+
+
+def check_epilogues(engine_page: EnginePage) -> None:
+    """conv2d / matmul + bias (+ relu) as a block draw adding the bias and an interleave applying
+    relu; the unfused draws are left out where nothing reads them, kept where something does.
+    Against numpy."""
+    result = engine_page.run("import json\n" + EPILOGUES)
+    x, w, b, a, k, c = (np.asarray(result[n], np.float32) for n in "xwbakc")
+    conv = _conv2d(x, w, (1, 1), ((1, 1), (1, 1)))
+    want = [np.maximum(conv + b, 0), conv + b, conv, conv + b, np.maximum(a @ k + c, 0)]
+    for got, expected in zip(result["got"], want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=F32_RTOL, atol=1e-4)
+    draws = result["draws"]
+    blocks = [d for d in draws if "_block:" in d]
+    assert blocks == [
+        "conv2d_block:c3_4x2.bias",  # relu(conv + b): the unbiased block and its interleaves go
+        "conv2d_block:c3_4x2.bias",  # conv + b
+        "conv2d_block:c3_4x2",  # raw, read back
+        "conv2d_block:c3_4x2.bias",  # raw + b
+        "matmul_block:nn_4x2.bias",
+    ], draws
+    assert draws.count("block_interleave:4x2.relu") == 2
+    assert draws.count("block_interleave:4x2") == 3  # conv + b, raw, raw + b
+    assert not {"binary4:add", "unary4:relu"} & set(draws)
+
+
+def test_a_layers_bias_and_relu_run_inside_its_block_kernels(engine_page: EnginePage) -> None:
+    check_epilogues(engine_page)
+
+
 PADDED_MATMULS = """
 from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 from py_in_browser.ops import call
@@ -327,6 +398,60 @@ def test_products_of_partial_texels_are_padded_to_whole_texels(engine_page: Engi
         a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
         want = (np.swapaxes(a, -1, -2) if ta else a) @ (np.swapaxes(b, -1, -2) if tb else b)
         np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-5)
+
+
+FILTER_GRADIENTS = """
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+from py_in_browser.ops import call
+rng = np.random.default_rng(4)
+split = webgl2_rewrites.split_filter_gradient
+taken = []
+def spy(*args):
+    result = split(*args)
+    taken.append(result is not None)
+    return result
+webgl2_rewrites.split_filter_gradient = spy
+try:
+    got = []
+    for x_shape, w_shape, stride, pads in CASES:
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        oh = (x_shape[1] + sum(pads[0]) - w_shape[0]) // stride + 1
+        ow = (x_shape[2] + sum(pads[1]) - w_shape[1]) // stride + 1
+        g = rng.standard_normal((x_shape[0], oh, ow, w_shape[3])).astype(np.float32)
+        dw = call("conv2d_backprop_filter", pib.tensor(x), pib.tensor(g), filter_shape=w_shape,
+                  strides=(stride, stride), pads=pads)
+        got.append([x, g, await dw.numpy()])
+finally:
+    webgl2_rewrites.split_filter_gradient = split
+{"got": got, "taken": taken}
+"""
+FILTER_CASES = [  # (x NHWC, filter HWIO, stride, pads): 3 input channels (RGBA-packed), 8
+    ((2, 16, 16, 3), (3, 3, 3, 16), 1, ((1, 1), (1, 1))),
+    ((3, 7, 6, 8), (3, 2, 8, 4), 2, ((1, 0), (0, 1))),
+]
+
+
+def _filter_gradient(x: np.ndarray, g: np.ndarray, w_shape: tuple[int, ...], stride: int, pads):
+    """numpy: dw[kh, kw, ci, co] = sum over n, oh, ow of x_padded[n, oh*s + kh, ow*s + kw, ci] *
+    g[n, oh, ow, co]."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), pads[0], pads[1], (0, 0)))
+    _, oh, ow, _ = g.shape
+    dw = np.zeros(w_shape)
+    for kh in range(w_shape[0]):
+        for kw in range(w_shape[1]):
+            window = xp[:, kh : kh + stride * oh : stride, kw : kw + stride * ow : stride, :]
+            dw[kh, kw] = np.einsum("nhwc,nhwo->co", window, g)
+    return dw
+
+
+def test_filter_gradients_are_summed_in_parts_like_numpy(engine_page: EnginePage) -> None:
+    """Few filter texels over many gradient rows: partial sums over slices of the rows, then
+    a sum over the slices (rewrites.split_filter_gradient), against numpy."""
+    result = engine_page.run(f"CASES = {FILTER_CASES!r}\n{FILTER_GRADIENTS}")
+    assert result["taken"] == [True] * len(FILTER_CASES)
+    for (_, w_shape, stride, pads), (x, g, got) in zip(FILTER_CASES, result["got"], strict=True):
+        want = _filter_gradient(np.asarray(x), np.asarray(g), w_shape, stride, pads)
+        np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-4)
 
 
 PRIMITIVES_IN_PAGE = "from py_in_browser.ops import OPS\nsorted(OPS)"

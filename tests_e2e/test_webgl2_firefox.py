@@ -10,7 +10,7 @@ import pytest
 from tests_e2e import webgl2_trajectories
 from tests_e2e.engine_page import EnginePage
 from tests_e2e.op_oracle import assert_op_table_matches, assert_special_values_match
-from tests_e2e.test_webgl2 import F32_RTOL, TRAJECTORY_ATOL, check_blocks
+from tests_e2e.test_webgl2 import F32_RTOL, TRAJECTORY_ATOL, check_blocks, check_epilogues
 
 pytestmark = pytest.mark.firefox
 
@@ -54,3 +54,9 @@ def test_a_fused_program_may_leave_inputs_unread_in_firefox(engine_page: EngineP
 
 def test_block_kernels_match_numpy_in_firefox(engine_page: EnginePage) -> None:
     check_blocks(engine_page)  # several render targets per draw, on another GL stack
+
+
+def test_a_layers_bias_and_relu_run_inside_its_block_kernels_in_firefox(
+    engine_page: EnginePage,
+) -> None:
+    check_epilogues(engine_page)  # the bias block and the relu interleave on another GL stack

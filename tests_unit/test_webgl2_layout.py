@@ -15,7 +15,7 @@ import pytest
 
 from py_in_browser import runtime
 from py_in_browser.backends import OutSpec
-from py_in_browser.backends.webgl2 import blocks, kernels, shaders
+from py_in_browser.backends.webgl2 import blocks, kernels, shaders, wire
 from py_in_browser.backends.webgl2.backend import WebGL2Backend
 from py_in_browser.backends.webgl2.context import WebGLContextLostError
 from py_in_browser.backends.webgl2.recorder import REPLAY_COPY_LABEL
@@ -500,3 +500,27 @@ def test_the_timer_query_path_reports_gpu_ms_and_discards_disjoint_results(tmp_p
     }
     assert out["true"]["rows"] == [] and out["true"]["discarded"] == 2
     assert out["true"]["draws"] == 2 and out["true"]["live"] == 0
+
+
+def test_a_replay_swaps_the_state_its_last_replay_left_instead_of_copying() -> None:
+    """A variable in the textures the last replay wrote comes back into the recorded state by
+    exchanging ids (no draw); one anywhere else is copied in by a draw."""
+    backend, _ = fake_backend()
+    w = backend.upload(np.ones((2, 2), np.float32))
+    x = backend.upload(np.ones((2, 2), np.float32))
+    backend.begin_recording()
+    new_w = backend.run("add", [w, x], {}, spec((2, 2), (2, 2), (2, 2)))
+    loss = backend.run("exp", [new_w], {}, spec((2, 2), (2, 2)))
+    recording = backend.finish_recording([x], [(w, new_w)], [loss])
+    assert recording.swappable == (True,)
+    backend.flush()
+    backend.replay(recording, [np.zeros((2, 2), np.float32)], [new_w])
+    swaps = [c for c in backend.queue.commands if c[0] == wire.SWAP]
+    assert swaps == [[wire.SWAP, w.texture.id, new_w.texture.id]]
+    copies = [c for c in backend.queue.commands if c[0] == "draw"]
+    assert len(copies) == 1  # the loss out, not the state in
+    backend.flush()
+    elsewhere = backend.upload(np.ones((2, 2), np.float32))
+    backend.replay(recording, [np.zeros((2, 2), np.float32)], [elsewhere])
+    assert not [c for c in backend.queue.commands if c[0] == wire.SWAP]
+    assert len([c for c in backend.queue.commands if c[0] == "draw"]) == 2

@@ -10,7 +10,7 @@ import numpy as np
 
 from ... import _js
 from .. import Backend, OutSpec
-from . import blocks, dtypes, kernels, rewrites, shaders, wire
+from . import blocks, dtypes, epilogues, kernels, rewrites, shaders, wire
 from .draw_queue import DrawQueue
 from .memory import TextureMemory
 from .recorder import StepRecorder
@@ -174,6 +174,9 @@ class WebGL2Backend(Backend):
 
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Handle:
         dtypes.check_result(op, out)
+        fused = epilogues.fuse(self.memory, self.queue, op, inputs, out)
+        if fused is not None:
+            return fused
         rewritten = rewrites.rewrite(self, op, inputs, attrs, out)
         if rewritten is not None:
             return rewritten
@@ -181,6 +184,10 @@ class WebGL2Backend(Backend):
         key, uniforms = rewrites.vector_variant(
             self.memory.max_side, op, attrs, out, inputs, key, uniforms
         )
+        if key.startswith("conv2d_backprop_filter4:") and not self.memory.half:
+            split = rewrites.split_filter_gradient(self, key, inputs, out, uniforms)
+            if split is not None:
+                return split
         if key in rewrites.BLOCK_PROGRAMS:
             blocked = rewrites.blocked(self, key, inputs, out, uniforms)
             if blocked is not None:

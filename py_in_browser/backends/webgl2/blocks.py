@@ -38,7 +38,8 @@ def warmup_keys(draw_buffers: int) -> list[str]:
     """The programs of the best block shape the device allows (others compile on first use)."""
     rows, cols = next((r, c) for r, c in SHAPES if r * c <= draw_buffers)
     shape = f"{rows}x{cols}"
-    programs = ("matmul_block:nn", "matmul_block:nt", "conv2d_block:vec", "conv2d_block:scalar")
+    programs = ["matmul_block:nn", "matmul_block:nt", "conv2d_block:vec", "conv2d_block:scalar"]
+    programs.append("conv2d_block:c3")  # a first layer on RGB images
     return [f"{p}_{shape}" for p in programs] + [f"block_interleave:{shape}"]
 
 
@@ -46,22 +47,30 @@ def _names(rows: int, cols: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(rows) for j in range(cols)]
 
 
-def _block(rows: int, cols: int, uniforms: str, body: str) -> str:
+def _block(rows: int, cols: int, uniforms: str, body: str, bias_column: str | None = None) -> str:
     """write_block around `body`, which adds to the accumulators c<i>_<j> (row i, texel column j
-    of the block); target i * cols + j gets c<i>_<j>."""
+    of the block); target i * cols + j gets c<i>_<j>. With `bias_column` (the body's variable
+    holding the block's first texel column), input 2 is a bias of one value per output column,
+    added to every row (epilogues.py fuses a layer's bias this way)."""
     outputs = "".join(f"layout(location = {t}) out vec4 o_{t};\n" for t in range(1, rows * cols))
     clear = "".join(f"  vec4 c{i}_{j} = vec4(0.0);\n" for i, j in _names(rows, cols))
+    bias = ""
+    if bias_column is not None:
+        bias = "".join(
+            f"  vec4 bias{j} = texelFetch(u_x2, texel_at({bias_column} + {j}, u_l2.x), 0);\n"
+            for j in range(cols)
+        ) + "".join(f"  c{i}_{j} += bias{j};\n" for i, j in _names(rows, cols))
     writes = "".join(
         f"  {'o_value' if t == 0 else f'o_{t}'} = c{i}_{j};\n"
         for t, (i, j) in enumerate(_names(rows, cols))
     )
     return (
         f"#define BLOCK_KERNEL\n{uniforms}{outputs}void write_block(ivec2 p) {{\n"
-        f"{clear}{body}{writes}}}\n"
+        f"{clear}{body}{bias}{writes}}}\n"
     )
 
 
-def matmul_source(variant: str, rows: int, cols: int) -> str:
+def matmul_source(variant: str, rows: int, cols: int, bias: bool = False) -> str:
     """Program "matmul_block:<nn|nt>_<rows>x<cols>": target texel p holds output row
     p.y * rows + i (batch * M + m), texel column p.x * cols + j. a is (B, M, K), one matrix row
     per texture row; b is (B, K, N) (nn) or (B, N, K) (nt), likewise; so are the targets."""
@@ -99,29 +108,29 @@ def matmul_source(variant: str, rows: int, cols: int) -> str:
         f"  int batch = row / u_m;\n{start}"
         f"  for (int k = 0; k < u_k / 4; ++k) {{\n{fetch_a}{fetch_b}{update}  }}\n"
     )
-    return _block(rows, cols, "uniform int u_m;\nuniform int u_n;\nuniform int u_k;\n", body)
+    uniforms = "uniform int u_m;\nuniform int u_n;\nuniform int u_k;\n"
+    return _block(rows, cols, uniforms, body, "col" if bias else None)
 
 
-def conv2d_source(variant: str, rows: int, cols: int) -> str:
-    """Program "conv2d_block:<vec|scalar>_<rows>x<cols>" (NHWC input, HWIO filters, as
+def conv2d_source(variant: str, rows: int, cols: int, bias: bool = False) -> str:
+    """Program "conv2d_block:<vec|scalar|c1|c2|c3>_<rows>x<cols>" (NHWC input, HWIO filters, as
     conv2d4.frag): the block is `rows` neighbouring output pixels of one output row (the output
     width is a multiple of rows) x `cols` texels of output channels. Target texel index
     x = (first pixel / rows) * (CO / 4 / cols) + texel column / cols, at any target layout.
-    vec: input channels a multiple of 4, read a texel at a time; scalar: one element each."""
+    vec: input channels a multiple of 4, read a texel at a time; scalar: one element each;
+    c<n> (n = 1, 2, 3 input channels, column stride 1: a first layer on images): the block's
+    rows * n input values of a tap are neighbours in the RGBA-packed input, read as a window of
+    4 texels (rows * n + 3 <= 16 elements) instead of one element at a time."""
     pixels = range(rows)
+    if variant.startswith("c"):
+        return _conv2d_window_source(int(variant[1:]), rows, cols, bias)
     where = "".join(
         f"      int iw{i} = iw + {i} * u_stride.y;\n"
         f"      bool in{i} = iw{i} >= 0 && iw{i} < u_x.z;\n"
         f"      int xb{i} = (xrow + clamp(iw{i}, 0, u_x.z - 1)) * u_x.w;\n"
         for i in pixels
     )
-    # Filter rows (kh, kw, ci + q), a step of sw texels each: texels co4 .. co4 + cols - 1.
-    at = ["pw", *(f"advance(pw, ivec2({j}, 0), ww)" for j in range(1, cols))]
-    fetch_w = "".join(
-        "".join(f"        vec4 w{j}_{q} = texelFetch(u_x1, {at[j]}, 0);\n" for j in range(cols))
-        + "        pw = advance(pw, sw, ww);\n"
-        for q in range(4 if variant == "vec" else 1)
-    )
+    fetch_w = _filter_fetches(4 if variant == "vec" else 1, cols)
     if variant == "vec":
         cursors = "".join(f"      ivec2 px{i} = texel_at(xb{i} / 4, wx);\n" for i in pixels)
         fetch_x = "".join(
@@ -138,7 +147,31 @@ def conv2d_source(variant: str, rows: int, cols: int) -> str:
         fetch_x = "".join(f"        float v{i} = in{i} ? x0(xb{i} + ci) : 0.0;\n" for i in pixels)
         update = "".join(f"        c{i}_{j} += v{i} * w{j}_0;\n" for i, j in _names(rows, cols))
         loop = f"      for (int ci = 0; ci < u_w.z; ++ci) {{\n{fetch_x}{fetch_w}{update}      }}\n"
-    body = (
+    tap = f"{where}      ivec2 pw = texel_at((kh * u_w.y + kw) * u_w.z * co4n + co4, ww);\n{loop}"
+    return _block(rows, cols, CONV_UNIFORMS, _conv_loops(rows, cols, tap), "co4" if bias else None)
+
+
+CONV_UNIFORMS = (
+    "uniform ivec4 u_x;  // input N, H, W, C\nuniform ivec4 u_w;  // filter KH, KW, CI, CO\n"
+    "uniform ivec2 u_o;  // output OH, OW\nuniform ivec2 u_stride;\nuniform ivec2 u_pad;\n"
+)
+
+
+def _filter_fetches(channels: int, cols: int) -> str:
+    """Filter rows (kh, kw, ci + q) for q < channels, a step of sw texels each: texels
+    co4 .. co4 + cols - 1 into w<j>_<q>."""
+    at = ["pw", *(f"advance(pw, ivec2({j}, 0), ww)" for j in range(1, cols))]
+    return "".join(
+        "".join(f"        vec4 w{j}_{q} = texelFetch(u_x1, {at[j]}, 0);\n" for j in range(cols))
+        + "        pw = advance(pw, sw, ww);\n"
+        for q in range(channels)
+    )
+
+
+def _conv_loops(rows: int, cols: int, tap: str) -> str:
+    """The block's output pixels and the loops over the filter taps around `tap`, which sees
+    n, ih, xrow (the input row's first pixel), iw (the first pixel's input column), co4n."""
+    return (
         "  int index = p.y * u_out.x + p.x;\n"
         "  if (index * 4 >= u_out_size) return;  // past the last texel of a squarish target\n"
         "  int co4n = u_w.w / 4;\n"
@@ -153,30 +186,74 @@ def conv2d_source(variant: str, rows: int, cols: int) -> str:
         "    int xrow = (n * u_x.y + ih) * u_x.z;\n"
         "    for (int kw = 0; kw < u_w.y; ++kw) {\n"
         "      int iw = ow * u_stride.y - u_pad.y + kw;\n"
-        f"{where}"
+        f"{tap}    }}\n  }}\n"
+    )
+
+
+def _conv2d_window_source(channels: int, rows: int, cols: int, bias: bool) -> str:
+    """The c<n> variant: pixel i's channel ci is element o + i * n + ci of the 16-element window
+    of texels q0..q3 from texel floor(f / 4), f the first pixel's flat index and o = f % 4;
+    s<j> holds window elements o + 4j .. o + 4j + 3 (selected by o, no dynamic indexing).
+    Pixels outside the input row read 0 (their window elements belong to other rows or lie
+    left of or past the texture, whose fetches are clamped to texel 0 or read as robust
+    out-of-range fetches)."""
+    used = rows * channels  # window elements the block reads after o
+    if used + 3 > 16:
+        raise ValueError(f"conv2d_block:c{channels}: {rows} pixels span {used + 3} > 16 elements")
+    masks = "".join(f"      bool in{i} = iw + {i} >= 0 && iw + {i} < u_x.z;\n" for i in range(rows))
+    fetches = "".join(
+        f"      vec4 q{k} = texelFetch(u_x0, px, 0);\n"
+        + (f"      if (t0 + {k} >= 0) px = advance(px, ivec2(1, 0), wx);\n" if k < 3 else "")
+        for k in range(4)
+    )
+    shifts = "".join(
+        f"      vec4 s{j} = o < 2 ? (o == 0 ? q{j} : vec4(q{j}.yzw, q{j + 1}.x))\n"
+        f"                     : (o == 2 ? vec4(q{j}.zw, q{j + 1}.xy) : vec4(q{j}.w, q{j + 1}.xyz));\n"
+        for j in range(-(-used // 4))
+    )
+    window = (
+        f"      int f = (xrow + iw) * {channels};\n"
+        "      int o = f & 3;\n"
+        "      int t0 = (f - o) / 4;  // below 0 left of the input's first pixel\n"
+        "      ivec2 px = texel_at(max(t0, 0), wx);\n"
+        f"{fetches}{shifts}"
+    )
+    values = "".join(
+        f"      float v{i}_{ci} = in{i} ? s{k // 4}.{'xyzw'[k % 4]} : 0.0;\n"
+        for i in range(rows)
+        for ci in range(channels)
+        for k in [i * channels + ci]
+    )
+    fetch_w = _filter_fetches(channels, cols).replace("        ", "      ")
+    update = "".join(
+        f"      c{i}_{j} += "
+        + " + ".join(f"v{i}_{ci} * w{j}_{ci}" for ci in range(channels))
+        + ";\n"
+        for i, j in _names(rows, cols)
+    )
+    tap = (
+        f"{masks}{window}{values}"
         "      ivec2 pw = texel_at((kh * u_w.y + kw) * u_w.z * co4n + co4, ww);\n"
-        f"{loop}    }}\n  }}\n"
+        f"{fetch_w}{update}"
     )
-    uniforms = (
-        "uniform ivec4 u_x;  // input N, H, W, C\nuniform ivec4 u_w;  // filter KH, KW, CI, CO\n"
-        "uniform ivec2 u_o;  // output OH, OW\nuniform ivec2 u_stride;\nuniform ivec2 u_pad;\n"
-    )
-    return _block(rows, cols, uniforms, body)
+    return _block(rows, cols, CONV_UNIFORMS, _conv_loops(rows, cols, tap), "co4" if bias else None)
 
 
-def interleave_source(rows: int, cols: int) -> str:
+def interleave_source(rows: int, cols: int, relu: bool = False) -> str:
     """Program "block_interleave:<rows>x<cols>": output texel (row r, texel column c; u_cols4
     texel columns) from target (r % rows) * cols + c % cols, texel (r / rows) * (u_cols4 /
     cols) + c / cols. Samplers cannot be indexed by a varying value in GLSL ES 3.00, hence the
-    chain of fetches."""
+    chain of fetches. With relu (".relu"), relu of it (NaN passes, as the relu kernel)."""
     chain = "".join(
         f"  if (t == {t}) return texelFetch(u_x{t}, q, 0);\n" for t in range(rows * cols - 1)
     )
     last = rows * cols - 1
+    result = "mix(max(v, vec4(0.0)), v, is_nan4(v))" if relu else "v"
     return (
-        "#define TEXEL_KERNEL\nuniform int u_cols4;\nvec4 value4(int texel) {\n"
+        "#define TEXEL_KERNEL\nuniform int u_cols4;\nvec4 block_texel(int texel) {\n"
         "  int r = texel / u_cols4;\n  int c = texel % u_cols4;\n"
         f"  int t = (r % {rows}) * {cols} + c % {cols};\n"
         f"  ivec2 q = texel_at((r / {rows}) * (u_cols4 / {cols}) + c / {cols}, u_l0.x);\n{chain}"
         f"  return texelFetch(u_x{last}, q, 0);\n}}\n"
+        f"vec4 value4(int texel) {{\n  vec4 v = block_texel(texel);\n  return {result};\n}}\n"
     )

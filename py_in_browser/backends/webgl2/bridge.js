@@ -310,6 +310,7 @@ class Engine {
       else if (command[0] === op.upload) this.upload(command, staging);
       else if (command[0] === op.delete) this.deleteTexture(command[this.at.delete.id]);
       else if (command[0] === op.replay) this.replay(command);
+      else if (command[0] === op.swap) this.swap(command[this.at.swap.a], command[this.at.swap.b]);
       else throw new Error(`unknown command ${command[0]}`);
     }
     if (++this.flushes % this.protocol.fence_every_flushes === 0) {
@@ -348,6 +349,14 @@ class Engine {
       else this.upload(recorded, constants);
       this.replayFault?.();
     }
+  }
+
+  // Exchanges the textures behind two ids of one shape and format: a replay's state moves into
+  // the recorded state textures this way instead of by a copy draw (recorder.py says when).
+  swap(a, b) {
+    const first = this.textures.get(a);
+    this.textures.set(a, this.textures.get(b));
+    this.textures.set(b, first);
   }
 
   // An ImageBitmap (a camera frame the page transferred) as an RGBA8 texture, bytes as sent (no

@@ -4,7 +4,7 @@ step or read; every call to bridge.js goes through here (and is counted)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -13,6 +13,7 @@ from ... import _js
 from .. import Backend
 from . import shaders, wire
 from .context import ContextLoss
+from .epilogues import dead_draws
 from .kernels import Uniform
 from .recording import RecordingBuilder
 from .textures import Handle
@@ -35,6 +36,9 @@ class DrawQueue:
         self._new_programs: dict[str, str] = {}
         self.known_programs: set[str] = set()
         self.recording: RecordingBuilder | None = None  # also captures draws and uploads
+        # Draws a fused draw made redundant (epilogues.py): dropped at the flush if unread.
+        self._droppable: dict[int, wire.Command] = {}
+        self.is_free: Callable[[int], bool] = lambda texture_id: False  # set by TextureMemory
         self.js_calls = 0  # Python -> JS calls made (flushes, reads, warm-up)
         self.flushes = 0
         self._profiling = False  # draws flushed since pib.profile began are timed in bridge.js
@@ -67,7 +71,7 @@ class DrawQueue:
         label: str,
         pair: bool,
         more_targets: Sequence[Handle] = (),
-    ) -> None:
+    ) -> wire.Command:
         """Queues one draw of program `key` into handle's texture(s), and into more_targets'
         (render targets 1, 2, ... after handle's low part, if any) for block kernels."""
         if key not in self.known_programs:
@@ -93,12 +97,26 @@ class DrawQueue:
             self.recording.order.append(("draw", len(self.recording.draws)))
             self.recording.draws.append(draw)
         self.maybe_flush()
+        return draw
+
+    def _held(self, texture_id: int) -> bool:
+        return not self.is_free(texture_id)
+
+    def mark_droppable(self, command: wire.Command) -> None:
+        """`command` may be left out if nothing reads what it draws (see epilogues.dead_draws)."""
+        self._droppable[id(command)] = command
+        if self.recording is not None:
+            self.recording.droppable[id(command)] = command
 
     # ---- talking to JS: one call per flush ----
 
     def _payload(self) -> tuple[str, np.ndarray]:
         if self.owner.profile_log is None:
             self._profiling = False  # a profiled function that raised never reached collect
+        if self._droppable:
+            dead = dead_draws(self.commands, set(self._droppable), self._held)
+            self.commands[:] = [c for i, c in enumerate(self.commands) if i not in dead]
+            self._droppable.clear()
         payload = wire.payload(self._new_programs, self.commands, self._profiling, self._staging)
         self._new_programs = {}
         self.commands.clear()

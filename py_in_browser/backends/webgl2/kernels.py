@@ -330,6 +330,8 @@ def _vector_conv(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan | None:
         return None
     if op == "conv2d_backprop_input":
         return (f"{op}4:vec", uniforms) if ci % 4 == 0 else None
+    if op == "conv2d_backprop_filter":  # one sum over every gradient row (n, oh)
+        uniforms.append(ints("u_rows", [x[0] * out.in_shapes[1][1]]))
     return f"{op}4:{'vec' if ci % 4 == 0 else 'scalar'}", uniforms
 
 

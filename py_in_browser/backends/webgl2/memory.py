@@ -9,6 +9,7 @@ import numpy as np
 
 from . import dtypes, wire
 from .draw_queue import DrawQueue
+from .epilogues import Blocked
 from .texture_layout import choose_layout
 from .textures import Handle, Texture, TexturePool
 
@@ -26,6 +27,11 @@ class TextureMemory:
         self._retained: dict[int, int] = {}  # texture id -> recordings naming it
         self._deferred: dict[int, Texture] = {}  # freed, but a recording still names it
         self._shared: dict[int, int] = {}  # texture id -> handles on it beyond the first
+        # Interleave outputs a bias or relu may still be fused into (epilogues.py), and the
+        # block targets each keeps allocated until it is freed.
+        self.blocked: dict[int, Blocked] = {}
+        self._attached: dict[int, list[Handle]] = {}
+        queue.is_free = self.pool.is_free
 
     def allocate(self, shape: tuple[int, ...], dtype: str, with_lo: bool) -> Handle:
         layout = choose_layout(shape, self.max_side)  # refuses oversized tensors before drawing
@@ -65,6 +71,11 @@ class TextureMemory:
             if texture is not None:
                 self._shared[texture.id] = self._shared.get(texture.id, 0) + 1
 
+    def attach(self, handle: Handle, targets: list[Handle], record: Blocked) -> None:
+        """Keeps `targets` allocated while handle's texture is, and remembers how it was drawn."""
+        self.blocked[handle.texture.id] = record
+        self._attached[handle.texture.id] = targets
+
     def free(self, handle: Handle) -> None:
         """Pools the handle's textures, except those a recording may name: while recording they
         wait for finish_recording, and one a live recording names waits for drop_recording (a
@@ -79,6 +90,9 @@ class TextureMemory:
                 else:
                     self._shared[texture.id] = others - 1
                 continue
+            self.blocked.pop(texture.id, None)
+            for target in self._attached.pop(texture.id, []):
+                self.free(target)
             if self.queue.recording is not None:
                 self._freed_while_recording.append(texture)
             elif texture.id in self._retained:
@@ -87,6 +101,9 @@ class TextureMemory:
                 self.pool.release(texture)
 
     # ---- textures a recorded step names ----
+
+    def freed_while_recording(self) -> set[int]:
+        return {texture.id for texture in self._freed_while_recording}
 
     def retain(self, texture_ids: set[int]) -> None:
         """Keeps these textures from other tensors while a recording names them."""

@@ -3,13 +3,23 @@ drives): what a recording is and its signature live in recording.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .. import OutSpec
 from . import kernels, wire
 from .draw_queue import DrawQueue
 from .memory import TextureMemory
-from .recording import Recording, RecordingBuilder, replay_program, signature, texture_ids
+from .recording import (
+    Recording,
+    RecordingBuilder,
+    drop_dead_draws,
+    replay_program,
+    signature,
+    swappable,
+    texture_ids,
+)
 from .textures import Handle
 
 # What a profile calls the draws a replay adds: copies of the state in and of the outputs out.
@@ -41,6 +51,12 @@ class StepRecorder:
         """Hands the captured step to bridge.js (one call); its textures stay reserved for it."""
         builder = self.queue.recording
         assert builder is not None, "finish_recording without begin_recording"
+        # What the step leaves for later: tensors still held, and the recording's roles.
+        freed = self.memory.freed_while_recording()
+        roles = {
+            t.id for h in [*inputs, *outputs, *(h for p in state for h in p)] for t in _parts(h)
+        }
+        drop_dead_draws(builder, lambda tex: tex not in freed or tex in roles)
         ids = texture_ids(builder)
         self.memory.retain(ids)
         self._end(ids)
@@ -52,6 +68,8 @@ class StepRecorder:
             id=self.recordings,
             inputs=tuple(inputs),
             state_in=tuple(before for before, _ in state),
+            state_out=tuple(after for _, after in state),
+            swappable=swappable(builder, inputs, state, outputs),
             outputs=tuple(outputs),
             textures=frozenset(ids),
             signature=signature(builder, inputs, state),
@@ -60,17 +78,28 @@ class StepRecorder:
     def replay(
         self, recording: Recording, arrays: list[np.ndarray], state_now: list[Handle]
     ) -> list[Handle]:
-        """Copies the state in, runs the recorded step on new inputs, copies the outputs out:
-        queued with the rest, so with end_step's flush a replayed step is one JS call."""
-        for now, recorded in zip(state_now, recording.state_in, strict=True):
-            if now.texture.id != recorded.texture.id:
-                self._copy(now, recorded)
+        """Brings the state in, runs the recorded step on new inputs, copies the outputs out:
+        queued with the rest, so with end_step's flush a replayed step is one JS call. A
+        variable still in the textures the last replay left it in (the usual case) is swapped
+        into the recorded state textures, not copied (recording.swappable says when)."""
+        for now, before, after, swap in zip(
+            state_now, recording.state_in, recording.state_out, recording.swappable, strict=True
+        ):
+            if now.texture.id == before.texture.id:
+                continue
+            if swap and now.texture.id == after.texture.id and _same_lo(now, after):
+                self.queue.commands.append([wire.SWAP, before.texture.id, after.texture.id])
+                if before.lo is not None and after.lo is not None:
+                    self.queue.commands.append([wire.SWAP, before.lo.id, after.lo.id])
+            else:
+                self._copy(now, before)
         for handle, array in zip(recording.inputs, arrays, strict=True):
             if tuple(array.shape) != handle.shape:
                 raise ValueError(f"replay: input of shape {array.shape}, recorded {handle.shape}")
             self.memory.stage_array(handle, array)  # the batch goes into the recorded inputs
         self.queue.start_profile_if_asked()
         self.queue.commands.append([wire.REPLAY, recording.id])
+        self.memory.blocked.clear()  # the replay rewrites textures fused draws might re-read
         self.steps_replayed += 1
         outputs = []
         for source in recording.outputs:
@@ -107,3 +136,11 @@ class StepRecorder:
     def drop(self, recording: Recording) -> None:
         self.queue.call("dropRecording", recording.id)
         self.memory.release(recording.textures)
+
+
+def _same_lo(a: Handle, b: Handle) -> bool:
+    return (a.lo.id if a.lo else None) == (b.lo.id if b.lo else None)
+
+
+def _parts(handle: Handle) -> list[Any]:
+    return [handle.texture] if handle.lo is None else [handle.texture, handle.lo]

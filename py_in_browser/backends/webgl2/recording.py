@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from . import wire
+from .epilogues import dead_draws
 
 
 @dataclass
@@ -24,6 +25,7 @@ class RecordingBuilder:
     draws: list[list[Any]] = field(default_factory=list)  # draw commands, in order
     uploads: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (texture id, padded data)
     order: list[tuple[str, int]] = field(default_factory=list)  # ("draw" | "upload", index)
+    droppable: dict[int, Any] = field(default_factory=dict)  # draws a fused draw made redundant
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class Recording:
     id: int
     inputs: tuple[Any, ...]  # handles rewritten on each replay
     state_in: tuple[Any, ...]  # handles the step read its variables from
+    state_out: tuple[Any, ...]  # handles the step left its variables' new values in
+    swappable: tuple[bool, ...]  # per state pair: may a replay swap instead of copying in
     outputs: tuple[Any, ...]  # handles copied out after each replay (the loss)
     textures: frozenset[int]  # every texture id the commands name
     signature: Any
@@ -46,6 +50,84 @@ def texture_ids(builder: RecordingBuilder) -> set[int]:
             if lo >= 0:
                 ids.add(lo)
     return ids
+
+
+def drop_dead_draws(builder: RecordingBuilder, observable: Any) -> None:
+    """Leaves out the droppable draws whose results nothing reads (epilogues.dead_draws)."""
+    if not builder.droppable:
+        return
+    commands: list[Any] = []
+    for kind, index in builder.order:
+        if kind == "draw":
+            commands.append(builder.draws[index])
+        else:
+            tex, _ = builder.uploads[index]
+            commands.append([wire.UPLOAD, tex, 0])
+    dead = dead_draws(commands, set(builder.droppable), observable)
+    kept_draws: list[Any] = []
+    order: list[tuple[str, int]] = []
+    for position, (kind, index) in enumerate(builder.order):
+        if kind == "upload":
+            order.append((kind, index))
+        elif position not in dead:
+            order.append(("draw", len(kept_draws)))
+            kept_draws.append(builder.draws[index])
+    builder.draws, builder.order = kept_draws, order
+    builder.droppable.clear()
+
+
+def _textures(handle: Any) -> tuple[Any, ...]:
+    return (handle.texture,) if handle.lo is None else (handle.texture, handle.lo)
+
+
+def first_writes(builder: RecordingBuilder) -> set[int]:
+    """Textures whose first use in the step is a write (a draw's target, an upload): the step
+    never reads what they held before it."""
+    seen: set[int] = set()
+    written: set[int] = set()
+    for kind, index in builder.order:
+        if kind == "upload":
+            tex = builder.uploads[index][0]
+            if tex not in seen:
+                written.add(tex)
+            seen.add(tex)
+            continue
+        draw = builder.draws[index]
+        for tex, lo, *_ in draw[wire.DRAW_INPUTS]:
+            seen.update((tex, lo) if lo >= 0 else (tex,))
+        for tex in (draw[wire.DRAW_TARGET], *draw[wire.DRAW_MORE_TARGETS]):
+            if tex not in seen:
+                written.add(tex)
+            seen.add(tex)
+    return written
+
+
+def swappable(
+    builder: RecordingBuilder, inputs: list[Any], state: list[tuple[Any, Any]], outputs: list[Any]
+) -> tuple[bool, ...]:
+    """Per state pair (before, after): whether a replay may bring a variable that holds the
+    `after` textures of the last replay back into `before` by exchanging the two textures (no
+    draw) instead of copying. Sound when the step overwrites `after` before reading it (so
+    what `after` held when the replay starts is never seen: the old `before` values may go
+    there), both have one layout, and no other role (input, output, another pair) names
+    either texture."""
+    written = first_writes(builder)
+    named: dict[int, int] = {}
+    for handle in [*inputs, *outputs, *(h for pair in state for h in pair)]:
+        for tex in _textures(handle):
+            named[tex.id] = named.get(tex.id, 0) + 1
+    result = []
+    for before, after in state:
+        ins, outs = _textures(before), _textures(after)
+        result.append(
+            len(ins) == len(outs)
+            and all(
+                a.layout == b.layout and a.half == b.half for a, b in zip(ins, outs, strict=True)
+            )
+            and all(named[t.id] == 1 and t.id in written for t in outs)
+            and all(named[t.id] == 1 for t in ins)
+        )
+    return tuple(result)
 
 
 def signature(builder: RecordingBuilder, inputs: list[Any], state: list[tuple[Any, Any]]) -> str:

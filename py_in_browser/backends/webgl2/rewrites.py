@@ -8,7 +8,7 @@ import math
 from typing import Any, Protocol
 
 from .. import OutSpec
-from . import blocks, kernels, shaders, wire
+from . import blocks, epilogues, kernels, shaders, wire
 from .draw_queue import DrawQueue
 from .memory import TextureMemory
 from .texture_layout import choose_layout
@@ -29,6 +29,9 @@ BLOCK_PROGRAMS = {
     "conv2d4:vec": ("conv2d_block", "vec", "conv2d"),
     "conv2d4:scalar": ("conv2d_block", "scalar", "conv2d"),
 }
+# A filter gradient of fewer output texels than this is split into partial sums over its
+# gradient rows (see split_filter_gradient), into about this many texels in all.
+SPLIT_FILTER_TEXELS = 8192
 # Reductions of at least this many values into at most this many outputs run in two passes.
 SPLIT_REDUCTION_AT = 2048
 SPLIT_REDUCTION_OUTPUTS = 1024
@@ -227,16 +230,62 @@ def blocked(
     aligned = choose_layout(block, backend.memory.max_side).width * 4 * cols == columns
     if label == "matmul" and not aligned:
         return None
+    if variant == "scalar" and window_channels(a[-1], block_rows, uniforms):
+        variant = f"c{a[-1]}"  # a first layer on images: input windows, not single elements
     targets = [backend.memory.allocate(block, out.dtype, False) for _ in range(block_rows * cols)]
     key = f"{program}:{variant}_{block_rows}x{cols}"
-    backend.queue.draw(key, targets[0], inputs, uniforms, label, False, targets[1:])
+    block_draw = backend.queue.draw(key, targets[0], inputs, uniforms, label, False, targets[1:])
     handle = backend.memory.allocate(out.shape, out.dtype, False)
     interleave = f"block_interleave:{block_rows}x{cols}"
     cols4 = [kernels.ints("u_cols4", [columns // 4])]
-    backend.queue.draw(interleave, handle, targets, cols4, label, False)
-    for target in targets:
-        backend.free(target)
+    interleave_draw = backend.queue.draw(interleave, handle, targets, cols4, label, False)
+    # The targets live on with the output, for a bias or relu fused in later (epilogues.py).
+    record = epilogues.Blocked(
+        block=block_draw,
+        interleave=interleave_draw,
+        block_key=key,
+        inputs=list(inputs),
+        uniforms=uniforms,
+        targets=targets,
+        interleave_key=interleave,
+        interleave_uniforms=cols4,
+        label=label,
+        biased=False,
+        relu=False,
+        stamps=epilogues.stamps(backend.memory.pool, inputs),
+    )
+    backend.memory.attach(handle, targets, record)
     return handle
+
+
+def split_filter_gradient(
+    backend: Drawing, key: str, inputs: list[Handle], out: OutSpec, uniforms: list[kernels.Uniform]
+) -> Handle | None:
+    """A filter gradient sums over every gradient row (n, oh) of the batch, and has few
+    outputs (3x3x3x16 filters: 108 texels, each an 8192-long loop at batch 8 of 32x32): the
+    GPU sat nearly idle. P fragments per output texel each sum a slice of the rows into a
+    (P, KH, KW, CI, CO) partial, then a sum over P (the way split_reduction cuts long sums)."""
+    texels = math.prod(out.shape) // 4
+    rows = out.in_shapes[0][0] * out.in_shapes[1][1]  # N * OH
+    parts = min(rows, SPLIT_FILTER_TEXELS // max(texels, 1))
+    if parts < 2:
+        return None
+    chunk = -(-rows // parts)
+    parts = -(-rows // chunk)
+    uniforms = [u for u in uniforms if u[0] != "u_rows"] + [kernels.ints("u_rows", [chunk])]
+    partial = backend.memory.allocate((parts, *out.shape), out.dtype, False)
+    backend.queue.draw(key, partial, inputs, uniforms, "conv2d_backprop_filter", pair=False)
+    spec = OutSpec(out.shape, out.dtype, (partial.shape,), (out.dtype,))
+    result = backend.run("reduce_sum", [partial], {"axes": (0,), "keepdims": False}, spec)
+    backend.free(partial)
+    return result
+
+
+def window_channels(channels: int, block_rows: int, uniforms: list[kernels.Uniform]) -> bool:
+    """Whether a scalar conv block may read its input as texel windows (blocks.conv2d_source's
+    c<n> variant): 1 to 3 input channels, column stride 1, the block's pixels in 16 elements."""
+    stride = next(values for name, _, values in uniforms if name == "u_stride")
+    return 1 <= channels <= 3 and stride[1] == 1 and block_rows * channels + 3 <= 16
 
 
 def matmul_padded(

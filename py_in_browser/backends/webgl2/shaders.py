@@ -238,13 +238,14 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _concat(int(arg)), int(arg)
     if kind in ("strided", "random_uniform", "image_rgb"):
         return _frag(kind), 1
-    if kind in ("matmul_block", "conv2d_block", "block_interleave"):  # "nn_4x2", "4x2"
+    if kind in ("matmul_block", "conv2d_block", "block_interleave"):  # "nn_4x2", "4x2.relu"
+        arg, _, epilogue = arg.partition(".")  # ".bias" (blocks), ".relu" (interleave)
         variant, _, shape = arg.rpartition("_")
         rows, cols = (int(d) for d in shape.split("x"))
         if kind == "block_interleave":
-            return blocks.interleave_source(rows, cols), rows * cols
+            return blocks.interleave_source(rows, cols, epilogue == "relu"), rows * cols
         source = blocks.matmul_source if kind == "matmul_block" else blocks.conv2d_source
-        return source(variant, rows, cols), 2
+        return source(variant, rows, cols, epilogue == "bias"), 3 if epilogue else 2
     if kind in VECTOR_KERNELS:  # "matmul4:nn", "conv2d4:vec", ...: whole-texel kernels
         defines = "".join(f"#define {d}\n" for d in VECTOR_KERNELS[kind][arg])
         return f"#define TEXEL_KERNEL\n{defines}{_frag(kind)}", 2

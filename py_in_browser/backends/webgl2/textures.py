@@ -46,19 +46,33 @@ class TexturePool:
         self._commands = commands  # the draw queue's list: creation and deletion are commands too
         self._free: defaultdict[tuple[int, int, int, bool], list[Texture]] = defaultdict(list)
         self._next_id = 1
+        self._free_ids: set[int] = set()
+        self._generations: dict[int, int] = {}  # texture id -> times handed out
         self.live_textures = 0  # created and not deleted (in use or pooled)
         self.gpu_bytes = 0
         self.pooled_bytes = 0
+
+    def is_free(self, texture_id: int) -> bool:
+        """Pooled: no tensor holds it, so nothing can read what it holds."""
+        return texture_id in self._free_ids
+
+    def generation(self, texture_id: int) -> int:
+        """How many times the texture was handed out: a tensor's texture that was pooled and
+        handed out again holds another tensor now."""
+        return self._generations.get(texture_id, 0)
 
     def acquire(self, layout: Layout, half: bool) -> Texture:
         bucket = self._free[(layout.width, layout.height, layout.channels, half)]
         if bucket:
             texture = bucket.pop()
+            self._free_ids.discard(texture.id)
+            self._generations[texture.id] += 1
             self.pooled_bytes -= texture.nbytes
             # The pooled texture may have had another logical size; the layout carries this one's.
             return Texture(texture.id, layout, half)
         texture = Texture(self._next_id, layout, half)
         self._next_id += 1
+        self._generations[texture.id] = 1
         self._commands.append(wire.texture(texture.id, layout, half))
         self.live_textures += 1
         self.gpu_bytes += texture.nbytes
@@ -69,7 +83,9 @@ class TexturePool:
             self._commands.append([wire.DELETE, texture.id])
             self.live_textures -= 1
             self.gpu_bytes -= texture.nbytes
+            del self._generations[texture.id]
             return
+        self._free_ids.add(texture.id)
         self._free[
             (texture.layout.width, texture.layout.height, texture.layout.channels, texture.half)
         ].append(texture)

@@ -18,6 +18,7 @@ TEXTURE = "texture"  # create a texture (half: float16 storage)
 UPLOAD = "upload"  # fill a texture from the staging array, from element `offset` on
 DELETE = "delete"
 REPLAY = "replay"  # run a recorded step
+SWAP = "swap"  # exchange the textures behind two ids (a replay's state, instead of a copy draw)
 DRAW = "draw"
 # A draw: its program key, target texture, more render targets (a float16 low part, a block
 # kernel's other targets), the target's element count, its inputs (INPUT_FIELDS each), its
@@ -44,6 +45,7 @@ FIELDS = {
     UPLOAD: ("opcode", "id", "offset"),
     DELETE: ("opcode", "id"),
     REPLAY: ("opcode", "id"),
+    SWAP: ("opcode", "a", "b"),
     DRAW: DRAW_FIELDS,
 }
 # The uniforms bridge.js sets itself on every draw (shaders.py and glsl/header.frag declare them):

@@ -1,0 +1,160 @@
+"""A layer's bias and relu fused into the block kernels of its product (rewrites.blocked).
+
+A Dense or Conv2D layer computes y = x @ w (or conv2d), then y + bias, then relu: three passes
+over the output. Blocked products draw into several targets and interleave them into y (blocks.py);
+here, when y + bias comes next (bias: one value per output column, broadcast over the rows), the
+block draw is queued again with the bias added as it writes its targets, and their interleave
+is y + bias; relu of an interleave's output is another interleave, with relu applied. The draws
+made redundant are marked: dead_draws drops those whose results nothing reads at the next flush
+or when a recording ends (y unread and freed: neither add's nor relu's gradient reads y). Where
+something does read them, both run: the same numbers, one pass more.
+
+The block targets stay allocated while an interleave output that can still be fused lives
+(TextureMemory.attach), and a fused draw re-reads its block draw's inputs only while the pool
+has not handed their textures to another tensor (TexturePool.generation says).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import OutSpec
+from . import wire
+from .textures import Handle, TexturePool
+
+
+@dataclass
+class Blocked:
+    """What drew an interleave output: its block draw (program key, inputs, uniforms), the block
+    targets, the interleave's uniforms and label, and what is already fused in."""
+
+    block: wire.Command
+    interleave: wire.Command
+    block_key: str
+    inputs: list[Handle]
+    uniforms: list[Any]
+    targets: list[Handle]
+    interleave_key: str
+    interleave_uniforms: list[Any]
+    label: str
+    biased: bool
+    relu: bool
+    stamps: tuple[tuple[int, int], ...]  # (texture id, pool generation) of the block inputs
+
+
+def stamps(pool: TexturePool, handles: Sequence[Handle]) -> tuple[tuple[int, int], ...]:
+    return tuple((h.texture.id, pool.generation(h.texture.id)) for h in handles)
+
+
+def still_valid(pool: TexturePool, record: Blocked) -> bool:
+    """The block inputs still hold what the block draw read (same tensors, not pooled)."""
+    return all(pool.generation(tex) == gen and not pool.is_free(tex) for tex, gen in record.stamps)
+
+
+def is_column_bias(y: Handle, bias: Handle, out: OutSpec) -> bool:
+    """bias is one value per output column broadcast over y's rows (a layer's bias), whole texels."""
+    columns = out.shape[-1]
+    layout = bias.texture.layout
+    return (
+        y.repeat == 1
+        and bias.repeat == 1
+        and bias.lo is None
+        and tuple(y.shape) == tuple(out.shape)
+        and layout.size == columns
+        and layout.channels == 4
+        and layout.width * 4 == columns
+        and math.prod(out.shape) % columns == 0
+    )
+
+
+def dead_draws(
+    commands: Sequence[wire.Command], droppable: set[int], observable: Callable[[int], bool]
+) -> set[int]:
+    """Indices of the droppable draws (by id() of their command) whose targets nothing reads:
+    no later kept draw reads them before they are written again, and after the commands they
+    are either written again or not observable (freed: no tensor holds them). A replay or a
+    swap ends the analysis (everything before is kept)."""
+    live: set[int] = set()  # textures whose current value a later kept command reads
+    written: set[int] = set()  # textures fully written by a later kept command
+    dead: set[int] = set()
+
+    def needed(tex: int) -> bool:
+        return tex in live or (tex not in written and observable(tex))
+
+    for index in range(len(commands) - 1, -1, -1):
+        command = commands[index]
+        opcode = command[0]
+        if opcode in (wire.REPLAY, wire.SWAP):
+            break
+        if opcode == wire.DRAW:
+            targets = [command[wire.DRAW_TARGET], *command[wire.DRAW_MORE_TARGETS]]
+            if id(command) in droppable and not any(needed(t) for t in targets):
+                dead.add(index)
+                continue
+            live.difference_update(targets)
+            written.update(targets)
+            for tex, lo, *_ in command[wire.DRAW_INPUTS]:
+                live.add(tex)
+                if lo >= 0:
+                    live.add(lo)
+        elif opcode in (wire.UPLOAD, wire.DELETE):
+            live.discard(command[1])
+            written.add(command[1])
+    return dead
+
+
+def fuse(memory: Any, queue: Any, op: str, inputs: list[Handle], out: OutSpec) -> Handle | None:
+    """y + bias or relu(y) as a fused draw where y is an interleave output still fusable
+    (memory.blocked), else None. `memory`, `queue`: the backend's TextureMemory and DrawQueue."""
+    if memory.half or op not in ("add", "relu") or out.dtype != "float32":
+        return None
+    record = memory.blocked.get(inputs[0].texture.id)
+    if record is None or record.relu or not still_valid(memory.pool, record):
+        return None
+    if op == "add":
+        if record.biased or not is_column_bias(inputs[0], inputs[1], out):
+            return None
+        targets = [memory.allocate(t.shape, t.dtype, False) for t in record.targets]
+        block = queue.draw(
+            f"{record.block_key}.bias",
+            targets[0],
+            [*record.inputs, inputs[1]],
+            record.uniforms,
+            record.label,
+            False,
+            targets[1:],
+        )
+        key = record.interleave_key
+    else:
+        targets = record.targets
+        for target in targets:
+            memory.share(target)
+        block = record.block
+        key = f"{record.interleave_key}.relu"
+    handle = memory.allocate(out.shape, out.dtype, False)
+    interleave = queue.draw(key, handle, targets, record.interleave_uniforms, record.label, False)
+    queue.mark_droppable(record.interleave)  # y (add) or y + bias (relu): read only if needed
+    if op == "add":
+        queue.mark_droppable(record.block)
+    memory.attach(
+        handle,
+        targets,
+        Blocked(
+            block=block,
+            interleave=interleave,
+            block_key=record.block_key,
+            inputs=record.inputs,
+            uniforms=record.uniforms,
+            targets=targets,
+            interleave_key=record.interleave_key,
+            interleave_uniforms=record.interleave_uniforms,
+            label=record.label,
+            biased=record.biased or op == "add",
+            relu=op == "relu",
+            stamps=record.stamps,
+        ),
+    )
+    return handle
