@@ -29,14 +29,6 @@ function post(message) {
   self.postMessage(message);
 }
 
-async function stage(name, work) {
-  post({ type: "stage", stage: name, state: "start" });
-  const started = performance.now();
-  const value = await work();
-  post({ type: "stage", stage: name, state: "done", ms: Math.round(performance.now() - started) });
-  return value;
-}
-
 async function fetchOk(url) {
   const response = await fetch(url);
   if (!response.ok) throw new Error(`${url}: HTTP ${response.status} ${await response.text()}`);
@@ -55,24 +47,55 @@ async function fetchEngineWheel(engine) {
   return response.arrayBuffer();
 }
 
+// Whether every download of a stage came from the browser's HTTP cache (resource timing: nothing
+// transferred), so a second visit shows what it reused; null when a file was not fetched. The
+// first fetch of a URL counts: loadPackage fetches numpy again, from the cache the prefetch filled.
+function fromHttpCache(urls) {
+  const entries = urls.map((url) => performance.getEntriesByName(new URL(url, self.location.href).href)[0]);
+  if (entries.some((entry) => entry === undefined)) return null;
+  return entries.every((entry) => entry.transferSize === 0 && entry.decodedBodySize > 0);
+}
+
+async function stage(name, work) {
+  post({ type: "stage", stage: name, state: "start" });
+  const started = performance.now();
+  const value = await work();
+  post({ type: "stage", stage: name, state: "done", ms: Math.round(performance.now() - started) });
+  return value;
+}
+
 async function boot({ backend }) {
   const environmentPromise = probeGPU();
   const engine = await (await fetchOk("/api/engine")).json();
+  // The wheels download while the runtime compiles and starts Python, not after it: numpy's into
+  // the HTTP cache, where loadPackage finds it (it loads numpy's shared libraries as it unpacks).
+  const numpyWheel = fetchOk(engine.numpy_url).then((response) => response.arrayBuffer());
+  const engineWheel = fetchEngineWheel(engine);
+  numpyWheel.catch(() => {}); // awaited below; a failure surfaces there, not as an unhandled rejection
+  engineWheel.catch(() => {});
   const pyodide = await stage("runtime", async () => {
     const { loadPyodide } = await import(`${engine.runtime_url}pyodide.mjs`);
     return loadPyodide({ indexURL: engine.runtime_url });
   });
-  await stage("numpy", () => pyodide.loadPackage("numpy", { messageCallback: () => {} }));
-  const environment = await environmentPromise;
-  const chosen = await stage("engine", async () => {
-    const wheel = await fetchEngineWheel(engine);
+  await stage("numpy", async () => {
+    await numpyWheel;
+    await pyodide.loadPackage("numpy", { messageCallback: () => {} });
+  });
+  await stage("engine", async () => {
     const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
-    pyodide.unpackArchive(wheel, "wheel", { extractDir: sitePackages });
+    pyodide.unpackArchive(await engineWheel, "wheel", { extractDir: sitePackages });
     runner = pyodide.pyimport("py_in_browser._worker");
     runner.set_hidden(hidden);
-    return runner.boot(backend ?? null);
+    runner.import_engine();
   });
-  post({ type: "ready", backend: chosen, environment, python: runner.python_version() });
+  const chosen = await stage("init", () => runner.boot(backend ?? null));
+  const environment = await environmentPromise;
+  const httpCache = {
+    runtime: fromHttpCache(["pyodide.asm.wasm", "pyodide.asm.js", "python_stdlib.zip"].map((f) => engine.runtime_url + f)),
+    numpy: fromHttpCache([engine.numpy_url]),
+    engine: fromHttpCache([engine.wheel_url]),
+  };
+  post({ type: "ready", backend: chosen, environment, python: runner.python_version(), httpCache });
 }
 
 async function run({ id, code }) {

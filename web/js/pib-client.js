@@ -21,6 +21,9 @@ export function startEngine({ onStage = () => {} } = {}) {
     environment: null,
     python: null,
     stages: {},
+    // Once ready: ready_ms (navigation to ready), stages (ms each) and http_cache (per stage,
+    // whether its downloads came from the browser's HTTP cache): what a second visit reused.
+    startup: null,
     ready: null,
     // Events Python posts from the worker ({type: "event", name, json}), as CustomEvents.
     events: new EventTarget(),
@@ -52,6 +55,8 @@ export function startEngine({ onStage = () => {} } = {}) {
         onStage(data);
       } else if (data.type === "ready") {
         Object.assign(pib, { backend: data.backend, environment: data.environment, python: data.python });
+        const stages = Object.fromEntries(Object.entries(pib.stages).map(([name, { ms }]) => [name, ms]));
+        pib.startup = { ready_ms: Math.round(performance.now()), stages, http_cache: data.httpCache };
         resolve(pib);
       } else if (data.type === "boot-error") {
         fail(new Error(data.error));
