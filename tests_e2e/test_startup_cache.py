@@ -1,6 +1,6 @@
-"""A second visit in the same browser profile reuses the first visit's downloads (the runtime, the
-numpy and engine wheels come from the HTTP cache, as the worker reports) and its engine trains
-like CPython's."""
+"""A second visit in the same browser profile reuses the first visit's work: the runtime and both
+wheels come from the HTTP cache and Python's bytecode from the Cache API (as the worker reports),
+bytecode stored for another build is refused and replaced, and the engine trains like CPython's."""
 
 from __future__ import annotations
 
@@ -18,16 +18,25 @@ from tests_e2e.conftest import BOOT_TIMEOUT_MS
 
 STAGES = {"runtime", "numpy", "engine", "init"}
 XOR = {"epochs": 20}
+TRAIN = f"from py_in_browser.testing import workloads\nawait workloads.run_xor(**{XOR!r})"
 READY = f"""async () => {{
   await Promise.race([window.pib.ready, new Promise((_, reject) =>
     setTimeout(() => reject(new Error("pib.ready timed out")), {BOOT_TIMEOUT_MS}))]);
   return window.pib.startup;
 }}"""
+# Bytecode-cache.js's entry, rewritten as if an earlier engine build had stored it.
+OTHER_BUILD = """async () => {
+  const header = new TextEncoder().encode(JSON.stringify({ version: "another build", files: [] }));
+  const length = new Uint8Array(4);
+  new DataView(length.buffer).setUint32(0, header.length, true);
+  const cache = await caches.open("pib-bytecode");
+  await cache.put("/pib-bytecode/current", new Response(new Blob([length, header])));
+}"""
 
 
-def visit(playwright: Playwright, profile: Path, url: str, code: str | None = None) -> Any:
-    """Opens `url` in a browser on `profile` and closes it (its caches stay in the profile):
-    pib.startup, and what `code` returned when given."""
+def visit(playwright: Playwright, profile: Path, url: str, then: str | None = None) -> Any:
+    """Opens `url` in a browser on `profile`, waits until the bytecode is stored, runs the Python
+    `then`, and closes the browser (its caches stay in the profile): pib.startup and the result."""
     context = playwright.chromium.launch_persistent_context(
         profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
     )
@@ -36,25 +45,35 @@ def visit(playwright: Playwright, profile: Path, url: str, code: str | None = No
         page.goto(url)
         page.wait_for_function("() => window.pib !== undefined")
         startup = page.evaluate(READY)
-        value = None if code is None else page.evaluate("(c) => window.pib.runPython(c)", code)
+        page.wait_for_function("() => window.pib.startup.bytecode_store !== 'storing'")
+        startup["bytecode_store"] = page.evaluate("() => window.pib.startup.bytecode_store")
+        value = None if then is None else page.evaluate("(c) => window.pib.runPython(c)", then)
+        if then == TRAIN:
+            page.evaluate(OTHER_BUILD)
         return startup, value
     finally:
         context.close()
 
 
-def test_second_visit_takes_its_downloads_from_the_cache_and_trains(
+def test_second_visit_reuses_downloads_and_bytecode_and_trains(
     playwright: Playwright, server_url: str, tmp_path: Path
 ) -> None:
     url = f"{server_url}/console?backend=cpu"
     first, _ = visit(playwright, tmp_path, url)
     assert first["http_cache"] == {"runtime": False, "numpy": False, "engine": False}, first
+    assert (first["bytecode"], first["bytecode_store"]) == ("absent", "stored"), first
     assert set(first["stages"]) == STAGES and first["ready_ms"] > 0
 
-    code = f"from py_in_browser.testing import workloads\nawait workloads.run_xor(**{XOR!r})"
-    second, got = visit(playwright, tmp_path, url, code)
-    print(f"ready: first visit {first}, second visit {second}")
+    second, got = visit(playwright, tmp_path, url, TRAIN)
+    print(f"first visit {first}\nsecond visit {second}")
     assert second["http_cache"] == {"runtime": True, "numpy": True, "engine": True}, second
+    assert (second["bytecode"], second["bytecode_store"]) == ("loaded", None), second
     assert set(second["stages"]) == STAGES
     with ThreadPoolExecutor(1) as pool:  # Playwright's sync API owns this thread's event loop
         expected = pool.submit(asyncio.run, workloads.run_xor(**XOR)).result()
     np.testing.assert_allclose(got["losses"], expected["losses"], rtol=0, atol=1e-5)
+
+    # The second visit left an entry claiming another build: it is refused and stored anew.
+    third, backend = visit(playwright, tmp_path, url, "pib.get_backend()")
+    assert (third["bytecode"], third["bytecode_store"]) == ("stale", "stored"), third
+    assert backend == "cpu"

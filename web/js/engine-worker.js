@@ -1,4 +1,5 @@
 // The engine's Web Worker: loads Pyodide, numpy and the py_in_browser wheel, then runs page code.
+import { pinSourceTimes, restoreBytecode, saveBytecode } from "./bytecode-cache.js";
 import { probeGPU } from "./gpu-probe.js";
 
 let runner = null; // py_in_browser._worker, once the engine is loaded
@@ -81,21 +82,39 @@ async function boot({ backend }) {
     await numpyWheel;
     await pyodide.loadPackage("numpy", { messageCallback: () => {} });
   });
+  const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
+  const roots = ["numpy", "py_in_browser"].map((name) => `${sitePackages}/${name}`);
+  // What the stored bytecode must have been compiled from: these sources on this runtime.
+  const bytecodeVersion = `${engine.digest} ${engine.numpy_url} ${pyodide.version}`;
+  let bytecode = null; // "loaded", "absent", "stale" or "unavailable" (bytecode-cache.js)
+  let store = false;
   await stage("engine", async () => {
-    const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
     pyodide.unpackArchive(await engineWheel, "wheel", { extractDir: sitePackages });
+    pinSourceTimes(pyodide, roots);
+    bytecode = await restoreBytecode(pyodide, bytecodeVersion);
+    // Python writes __pycache__ only when asked; what it writes now is stored after ready.
+    store = bytecode === "absent" || bytecode === "stale";
+    if (store) pyodide.runPython("import sys; sys.dont_write_bytecode = False");
     runner = pyodide.pyimport("py_in_browser._worker");
     runner.set_hidden(hidden);
     runner.import_engine();
   });
   const chosen = await stage("init", () => runner.boot(backend ?? null));
+  pyodide.runPython("import sys; sys.dont_write_bytecode = True"); // init imports a few modules too
   const environment = await environmentPromise;
   const httpCache = {
     runtime: fromHttpCache(["pyodide.asm.wasm", "pyodide.asm.js", "python_stdlib.zip"].map((f) => engine.runtime_url + f)),
     numpy: fromHttpCache([engine.numpy_url]),
     engine: fromHttpCache([engine.wheel_url]),
   };
-  post({ type: "ready", backend: chosen, environment, python: runner.python_version(), httpCache });
+  post({ type: "ready", backend: chosen, environment, python: runner.python_version(), httpCache, bytecode, store });
+  if (store) {
+    // After ready, so the first visit does not wait for it; the page hears when it is stored.
+    saveBytecode(pyodide, roots, bytecodeVersion).then(
+      () => post({ type: "bytecode-stored", outcome: "stored" }),
+      (error) => post({ type: "bytecode-stored", outcome: `failed: ${error.message ?? error}` }),
+    );
+  }
 }
 
 async function run({ id, code }) {

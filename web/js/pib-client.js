@@ -21,8 +21,10 @@ export function startEngine({ onStage = () => {} } = {}) {
     environment: null,
     python: null,
     stages: {},
-    // Once ready: ready_ms (navigation to ready), stages (ms each) and http_cache (per stage,
-    // whether its downloads came from the browser's HTTP cache): what a second visit reused.
+    // Once ready: ready_ms (navigation to ready), stages (ms each), http_cache (per stage,
+    // whether its downloads came from the browser's HTTP cache), bytecode ("loaded" from an
+    // earlier visit, "absent", "stale" or "unavailable") and bytecode_store ("storing", then
+    // "stored" or "failed: ..."; null when nothing needed storing): what a second visit reused.
     startup: null,
     ready: null,
     // Events Python posts from the worker ({type: "event", name, json}), as CustomEvents.
@@ -56,8 +58,16 @@ export function startEngine({ onStage = () => {} } = {}) {
       } else if (data.type === "ready") {
         Object.assign(pib, { backend: data.backend, environment: data.environment, python: data.python });
         const stages = Object.fromEntries(Object.entries(pib.stages).map(([name, { ms }]) => [name, ms]));
-        pib.startup = { ready_ms: Math.round(performance.now()), stages, http_cache: data.httpCache };
+        pib.startup = {
+          ready_ms: Math.round(performance.now()),
+          stages,
+          http_cache: data.httpCache,
+          bytecode: data.bytecode,
+          bytecode_store: data.store ? "storing" : null,
+        };
         resolve(pib);
+      } else if (data.type === "bytecode-stored") {
+        pib.startup.bytecode_store = data.outcome;
       } else if (data.type === "boot-error") {
         fail(new Error(data.error));
         reject(failure);
