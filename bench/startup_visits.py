@@ -24,8 +24,12 @@ READY = f"""async () => {{
     setTimeout(() => reject(new Error("not ready in time")), {READY_TIMEOUT_MS}))]);
   return window.pib.startup;
 }}"""
-# The first visit stores Python's bytecode after ready; the next visit is warm only once it has.
-STORED = "() => window.pib.startup.bytecode_store !== 'storing'"
+# The first visit stores the runtime snapshot and Python's bytecode after ready; the next visit
+# is warm only once it has.
+STORED = (
+    "() => [window.pib.startup.snapshot_store, window.pib.startup.bytecode_store]"
+    ".every((state) => state !== 'storing')"
+)
 
 
 async def visit(driver: Playwright, profile: str, url: str) -> dict[str, Any]:
@@ -77,5 +81,6 @@ def stage_text(visits: list[dict[str, Any]]) -> str:
     stages = " + ".join(f"{name} {ms}" for name, ms in last["stages"].items())
     reused = [name for name, hit in (last.get("http_cache") or {}).items() if hit]
     return (
-        f"{stages} ms (HTTP cache: {', '.join(reused) or 'nothing'}; bytecode {last['bytecode']})"
+        f"{stages} ms (HTTP cache: {', '.join(reused) or 'nothing'}; snapshot {last['snapshot']}; "
+        f"bytecode {last['bytecode']})"
     )

@@ -24,13 +24,15 @@ READY = f"""async () => {{
     setTimeout(() => reject(new Error("pib.ready timed out")), {BOOT_TIMEOUT_MS}))]);
   return window.pib.startup;
 }}"""
+# What the first visit stores after ready, for the next visit.
+STORED = "() => [window.pib.startup.snapshot_store, window.pib.startup.bytecode_store].every((s) => s !== 'storing')"
 # Bytecode-cache.js's entry, rewritten as if an earlier engine build had stored it.
 OTHER_BUILD = """async () => {
   const header = new TextEncoder().encode(JSON.stringify({ version: "another build", files: [] }));
   const length = new Uint8Array(4);
   new DataView(length.buffer).setUint32(0, header.length, true);
   const cache = await caches.open("pib-bytecode");
-  await cache.put("/pib-bytecode/current", new Response(new Blob([length, header])));
+  await cache.put("/current", new Response(new Blob([length, header])));
 }"""
 
 
@@ -45,8 +47,8 @@ def visit(playwright: Playwright, profile: Path, url: str, then: str | None = No
         page.goto(url)
         page.wait_for_function("() => window.pib !== undefined")
         startup = page.evaluate(READY)
-        page.wait_for_function("() => window.pib.startup.bytecode_store !== 'storing'")
-        startup["bytecode_store"] = page.evaluate("() => window.pib.startup.bytecode_store")
+        page.wait_for_function(STORED)
+        startup = page.evaluate("() => window.pib.startup")
         value = None if then is None else page.evaluate("(c) => window.pib.runPython(c)", then)
         if then == TRAIN:
             page.evaluate(OTHER_BUILD)
@@ -62,12 +64,14 @@ def test_second_visit_reuses_downloads_and_bytecode_and_trains(
     first, _ = visit(playwright, tmp_path, url)
     assert first["http_cache"] == {"runtime": False, "numpy": False, "engine": False}, first
     assert (first["bytecode"], first["bytecode_store"]) == ("absent", "stored"), first
+    assert (first["snapshot"], first["snapshot_store"]) == ("absent", "stored"), first
     assert set(first["stages"]) == STAGES and first["ready_ms"] > 0
 
     second, got = visit(playwright, tmp_path, url, TRAIN)
     print(f"first visit {first}\nsecond visit {second}")
     assert second["http_cache"] == {"runtime": True, "numpy": True, "engine": True}, second
     assert (second["bytecode"], second["bytecode_store"]) == ("loaded", None), second
+    assert (second["snapshot"], second["snapshot_store"]) == ("loaded", None), second
     assert set(second["stages"]) == STAGES
     with ThreadPoolExecutor(1) as pool:  # Playwright's sync API owns this thread's event loop
         expected = pool.submit(asyncio.run, workloads.run_xor(**XOR)).result()
@@ -76,4 +80,5 @@ def test_second_visit_reuses_downloads_and_bytecode_and_trains(
     # The second visit left an entry claiming another build: it is refused and stored anew.
     third, backend = visit(playwright, tmp_path, url, "pib.get_backend()")
     assert (third["bytecode"], third["bytecode_store"]) == ("stale", "stored"), third
+    assert third["snapshot"] == "loaded"  # the runtime did not change
     assert backend == "cpu"

@@ -6,9 +6,9 @@
 // importing. Python accepts a .pyc only when its recorded source mtime and size match: the
 // sources are given the same fixed mtime on every visit (unpacking would stamp the current time).
 // The entry records the versions it was built from and is replaced when any differs.
+import { readEntry, writeEntry } from "./startup-cache.js";
 
 const CACHE_NAME = "pib-bytecode";
-const ENTRY = "/pib-bytecode/current"; // one entry: a newer build replaces the old one
 const SOURCE_MTIME_S = 946684800; // 2000-01-01, for every source file on every visit
 
 // Gives every .py file under `roots` the fixed mtime, so .pyc files written on an earlier visit
@@ -38,20 +38,15 @@ function pycFiles(FS, root) {
   return found;
 }
 
-// Writes the stored .pyc files into place: "loaded", "absent" (nothing stored, or no Cache API
-// here: then "unavailable"), or "stale" (stored for other versions; ignored).
+// Writes the stored .pyc files into place: "loaded", or why not: "absent", "stale" (stored for
+// other versions; ignored) or "unavailable" (no Cache API here).
 export async function restoreBytecode(pyodide, version) {
-  if (typeof caches === "undefined") return "unavailable"; // not a secure context
-  const response = await (await caches.open(CACHE_NAME)).match(ENTRY);
-  if (response === undefined) return "absent";
-  const bytes = new Uint8Array(await response.arrayBuffer());
-  const headerLength = new DataView(bytes.buffer).getUint32(0, true);
-  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(4, 4 + headerLength)));
-  if (header.version !== version) return "stale";
-  let offset = 4 + headerLength;
+  const { state, header, body } = await readEntry(CACHE_NAME, version);
+  if (state !== "loaded") return state;
+  let offset = 0;
   for (const [path, size] of header.files) {
     pyodide.FS.mkdirTree(path.slice(0, path.lastIndexOf("/")));
-    pyodide.FS.writeFile(path, bytes.subarray(offset, offset + size));
+    pyodide.FS.writeFile(path, body.subarray(offset, offset + size));
     offset += size;
   }
   return "loaded";
@@ -59,13 +54,8 @@ export async function restoreBytecode(pyodide, version) {
 
 // Stores the .pyc files Python wrote under `roots` for `version`, replacing any older entry.
 export async function saveBytecode(pyodide, roots, version) {
-  if (typeof caches === "undefined") return;
   const paths = roots.flatMap((root) => pycFiles(pyodide.FS, root));
   const contents = paths.map((path) => pyodide.FS.readFile(path));
   const files = paths.map((path, i) => [path, contents[i].length]);
-  const header = new TextEncoder().encode(JSON.stringify({ version, files }));
-  const length = new Uint8Array(4);
-  new DataView(length.buffer).setUint32(0, header.length, true);
-  const body = new Blob([length, header, ...contents], { type: "application/octet-stream" });
-  await (await caches.open(CACHE_NAME)).put(ENTRY, new Response(body));
+  await writeEntry(CACHE_NAME, { version, files }, contents);
 }

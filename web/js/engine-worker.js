@@ -1,6 +1,7 @@
 // The engine's Web Worker: loads Pyodide, numpy and the py_in_browser wheel, then runs page code.
 import { pinSourceTimes, restoreBytecode, saveBytecode } from "./bytecode-cache.js";
 import { probeGPU } from "./gpu-probe.js";
+import { startRuntime, storeSnapshot } from "./runtime-snapshot.js";
 
 let runner = null; // py_in_browser._worker, once the engine is loaded
 let hidden = false; // the page's visibility, told by pib-client.js; handed to the engine at boot
@@ -74,10 +75,7 @@ async function boot({ backend }) {
   const engineWheel = fetchEngineWheel(engine);
   numpyWheel.catch(() => {}); // awaited below; a failure surfaces there, not as an unhandled rejection
   engineWheel.catch(() => {});
-  const pyodide = await stage("runtime", async () => {
-    const { loadPyodide } = await import(`${engine.runtime_url}pyodide.mjs`);
-    return loadPyodide({ indexURL: engine.runtime_url });
-  });
+  const { pyodide, snapshot } = await stage("runtime", () => startRuntime(engine.runtime_url));
   await stage("numpy", async () => {
     await numpyWheel;
     await pyodide.loadPackage("numpy", { messageCallback: () => {} });
@@ -107,7 +105,21 @@ async function boot({ backend }) {
     numpy: fromHttpCache([engine.numpy_url]),
     engine: fromHttpCache([engine.wheel_url]),
   };
-  post({ type: "ready", backend: chosen, environment, python: runner.python_version(), httpCache, bytecode, store });
+  const makeSnapshot = snapshot === "absent" || snapshot === "stale";
+  post({
+    type: "ready",
+    backend: chosen,
+    environment,
+    python: runner.python_version(),
+    httpCache,
+    bytecode,
+    store,
+    snapshot,
+    makeSnapshot,
+  });
+  if (makeSnapshot) {
+    storeSnapshot(engine.runtime_url).then((outcome) => post({ type: "snapshot-stored", outcome }));
+  }
   if (store) {
     // After ready, so the first visit does not wait for it; the page hears when it is stored.
     saveBytecode(pyodide, roots, bytecodeVersion).then(

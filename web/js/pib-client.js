@@ -22,9 +22,10 @@ export function startEngine({ onStage = () => {} } = {}) {
     python: null,
     stages: {},
     // Once ready: ready_ms (navigation to ready), stages (ms each), http_cache (per stage,
-    // whether its downloads came from the browser's HTTP cache), bytecode ("loaded" from an
-    // earlier visit, "absent", "stale" or "unavailable") and bytecode_store ("storing", then
-    // "stored" or "failed: ..."; null when nothing needed storing): what a second visit reused.
+    // whether its downloads came from the browser's HTTP cache), snapshot (the runtime's memory
+    // snapshot) and bytecode (numpy's and the engine's): "loaded" from an earlier visit, or
+    // "absent", "stale", "unavailable" or "failed: ..."; snapshot_store and bytecode_store:
+    // "storing", then "stored" or "failed: ...", null when nothing needed storing.
     startup: null,
     ready: null,
     // Events Python posts from the worker ({type: "event", name, json}), as CustomEvents.
@@ -62,10 +63,14 @@ export function startEngine({ onStage = () => {} } = {}) {
           ready_ms: Math.round(performance.now()),
           stages,
           http_cache: data.httpCache,
+          snapshot: data.snapshot,
+          snapshot_store: data.makeSnapshot ? "storing" : null,
           bytecode: data.bytecode,
           bytecode_store: data.store ? "storing" : null,
         };
         resolve(pib);
+      } else if (data.type === "snapshot-stored") {
+        pib.startup.snapshot_store = data.outcome;
       } else if (data.type === "bytecode-stored") {
         pib.startup.bytecode_store = data.outcome;
       } else if (data.type === "boot-error") {
