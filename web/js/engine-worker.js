@@ -27,6 +27,21 @@ self.pibImportModule = async (source) => {
   }
 };
 
+// runPython calls in flight, and when the last one ended: work that can wait (making the runtime
+// snapshot, a whole Python start-up on another thread) waits until the page leaves the engine
+// idle, so it does not slow the first steps after ready.
+let running = 0;
+let lastRunEnded = 0;
+const IDLE_MS = 3000;
+
+function whenIdle(task) {
+  const check = () => {
+    if (running === 0 && performance.now() - lastRunEnded >= IDLE_MS) task();
+    else setTimeout(check, IDLE_MS / 4);
+  };
+  setTimeout(check, IDLE_MS);
+}
+
 function post(message) {
   self.postMessage(message);
 }
@@ -118,7 +133,9 @@ async function boot({ backend }) {
     makeSnapshot,
   });
   if (makeSnapshot) {
-    storeSnapshot(engine.runtime_url).then((outcome) => post({ type: "snapshot-stored", outcome }));
+    whenIdle(() =>
+      storeSnapshot(engine.runtime_url).then((outcome) => post({ type: "snapshot-stored", outcome })),
+    );
   }
   if (store) {
     // After ready, so the first visit does not wait for it; the page hears when it is stored.
@@ -130,11 +147,15 @@ async function boot({ backend }) {
 }
 
 async function run({ id, code }) {
+  running += 1;
   try {
     if (runner === null) throw new Error("the engine is not loaded yet: await window.pib.ready first");
     post({ type: "result", id, json: await runner.run_json(code) });
   } catch (error) {
     post({ type: "result", id, json: JSON.stringify({ ok: false, error: error.message ?? String(error) }) });
+  } finally {
+    running -= 1;
+    lastRunEnded = performance.now();
   }
 }
 

@@ -5,7 +5,7 @@
 // extensions (numpy), so the snapshot holds the bare runtime and numpy and the engine load after
 // it as usual. An instance started with _makeSnapshot wraps every JS object Python touches in a
 // recording proxy (WebGPU calls through it fail), so the snapshot is made by a throwaway instance
-// in a worker of its own after ready, never by the engine's.
+// in a worker of its own once the engine is idle after ready, never by the engine's.
 import { readEntry } from "./startup-cache.js";
 
 export const SNAPSHOT_CACHE = "pib-runtime-snapshot";
