@@ -100,14 +100,14 @@ async function boot({ backend }) {
   // What the stored bytecode must have been compiled from: these sources on this runtime.
   const bytecodeVersion = `${engine.digest} ${engine.numpy_url} ${pyodide.version}`;
   let bytecode = null; // "loaded", "absent", "stale" or "unavailable" (bytecode-cache.js)
-  let store = false;
+  let storeBytecode = false;
   await stage("engine", async () => {
     pyodide.unpackArchive(await engineWheel, "wheel", { extractDir: sitePackages });
     pinSourceTimes(pyodide, roots);
     bytecode = await restoreBytecode(pyodide, bytecodeVersion);
     // Python writes __pycache__ only when asked; what it writes now is stored after ready.
-    store = bytecode === "absent" || bytecode === "stale";
-    if (store) pyodide.runPython("import sys; sys.dont_write_bytecode = False");
+    storeBytecode = bytecode === "absent" || bytecode === "stale";
+    if (storeBytecode) pyodide.runPython("import sys; sys.dont_write_bytecode = False");
     runner = pyodide.pyimport("py_in_browser._worker");
     runner.set_hidden(hidden);
     runner.import_engine();
@@ -120,7 +120,8 @@ async function boot({ backend }) {
     numpy: fromHttpCache([engine.numpy_url]),
     engine: fromHttpCache([engine.wheel_url]),
   };
-  const makeSnapshot = snapshot === "absent" || snapshot === "stale";
+  // A snapshot that failed to restore is replaced too.
+  const makeSnapshot = snapshot !== "loaded" && snapshot !== "unavailable";
   post({
     type: "ready",
     backend: chosen,
@@ -128,7 +129,7 @@ async function boot({ backend }) {
     python: runner.python_version(),
     httpCache,
     bytecode,
-    store,
+    storeBytecode,
     snapshot,
     makeSnapshot,
   });
@@ -137,7 +138,7 @@ async function boot({ backend }) {
       storeSnapshot(engine.runtime_url).then((outcome) => post({ type: "snapshot-stored", outcome })),
     );
   }
-  if (store) {
+  if (storeBytecode) {
     // After ready, so the first visit does not wait for it; the page hears when it is stored.
     saveBytecode(pyodide, roots, bytecodeVersion).then(
       () => post({ type: "bytecode-stored", outcome: "stored" }),

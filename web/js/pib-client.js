@@ -66,7 +66,7 @@ export function startEngine({ onStage = () => {} } = {}) {
           snapshot: data.snapshot,
           snapshot_store: data.makeSnapshot ? "storing" : null,
           bytecode: data.bytecode,
-          bytecode_store: data.store ? "storing" : null,
+          bytecode_store: data.storeBytecode ? "storing" : null,
         };
         resolve(pib);
       } else if (data.type === "snapshot-stored") {
