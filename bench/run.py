@@ -11,8 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from playwright.async_api import Browser, async_playwright
+from playwright.async_api import Browser, Playwright, async_playwright
 
+from bench import startup_visits
 from bench import workloads as wl
 from bench.measure import Settings, measure_name, measure_workload
 from bench.page import BenchPage, CallFailed, CallTimeout
@@ -45,7 +46,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--budget-scale", type=float, default=1.0, help="multiplies every workload's time budget"
     )
     parser.add_argument(
-        "--no-startup", action="store_true", help="skip the first-training-step rows"
+        "--no-startup",
+        action="store_true",
+        help="skip the first-training-step rows and the cold/warm visits in a persistent profile",
     )
     parser.add_argument(
         "--output", type=Path, default=RESULTS_DIR, help="folder for the results JSON"
@@ -124,6 +127,7 @@ def run_notes(meta: dict[str, Any]) -> list[str]:
         if ways:
             notes.append(f"{name} steps: " + " | ".join(ways))
     notes.append(meta["startup"])
+    notes += meta.get("startup_stages", [])
     start, end = meta["load_average_start"], meta["load_average_end"]
     notes.append(
         f"host load average (1/5/15 min) at start {start[0]:.1f}/{start[1]:.1f}/{start[2]:.1f}, "
@@ -173,8 +177,11 @@ async def first_step(page: BenchPage, side: str, workload: wl.Workload) -> SideR
 class Run:
     """Everything one `make bench` measures, accumulated into the results JSON as it goes."""
 
-    def __init__(self, args: argparse.Namespace, browser: Browser, base_url: str) -> None:
+    def __init__(
+        self, args: argparse.Namespace, driver: Playwright, browser: Browser, base_url: str
+    ) -> None:
         self.args = args
+        self.driver = driver
         self.browser = browser
         self.base_url = base_url
         self.settings = Settings(
@@ -195,7 +202,9 @@ class Run:
                 "how": {},
                 "startup": "ours ready: page script start to pib.ready on a cold HTTP cache (Pyodide + "
                 "numpy + engine + backend); TF.js ready: tf.setBackend + tf.ready (tf.min.js already "
-                "loaded). First step: from ready, build the model and finish one synced training step.",
+                "loaded). First step: from ready, build the model and finish one synced training step. "
+                "First/second visit: navigation to pib.ready on /console in one persistent profile, "
+                "the browser closed between visits (HTTP and wasm code caches kept).",
             },
             "rows": [],
             "profiles": [],
@@ -236,6 +245,29 @@ class Run:
             await self.run_pair(page, (ours, theirs), ours_boot, ours_first)
         await page.show(self.results, "done")
         await page.close()
+        if ours_boot.get("ok") and not self.args.no_startup:
+            await self.run_visits(ours)
+
+    async def run_visits(self, ours: str) -> None:
+        """The start-up rows of a first and a second visit, with their stages in the notes."""
+        self.log(f"[{ours}] start-up in a persistent profile: a first visit, then second visits")
+        visits = await startup_visits.cold_and_warm(self.driver, self.base_url, ours)
+        self.results["meta"].setdefault("startup_visits", {})[ours] = visits
+        pair = (ours, "none")
+        for kind, measure in (
+            ("cold", "ready, first visit (empty profile), ms"),
+            ("warm", "ready, second visit (caches warm), ms"),
+        ):
+            self.add_row(
+                "start-up",
+                measure,
+                pair,
+                startup_visits.side(visits[kind]),
+                startup_visits.not_compared(),
+            )
+            note = f"start-up stages on {ours}, {kind}: {startup_visits.stage_text(visits[kind])}"
+            self.results["meta"].setdefault("startup_stages", []).append(note)
+            self.log(f"    {note}")
 
     async def start_theirs(self, page: BenchPage, backend: str) -> dict[str, Any]:
         try:
@@ -317,7 +349,7 @@ async def run_in_browser(args: argparse.Namespace, base_url: str) -> dict[str, A
             executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
         )
         try:
-            return await Run(args, browser, base_url).run()
+            return await Run(args, driver, browser, base_url).run()
         finally:
             await browser.close()
 

@@ -18,13 +18,18 @@ def python_version() -> str:
     return ".".join(map(str, sys.version_info[:3]))
 
 
-async def boot(backend: str | None) -> str:
+def import_engine() -> None:
+    """Imports the engine into the page's namespace: the worker's "engine" start-up stage."""
     import numpy as np
 
     import py_in_browser as pib
 
     _namespace.update(pib=pib, np=np)
-    chosen: str = await pib.init(backend=backend)
+
+
+async def boot(backend: str | None) -> str:
+    """Chooses and starts the backend (the "init" stage), once import_engine has run."""
+    chosen: str = await _namespace["pib"].init(backend=backend)
     return chosen
 
 

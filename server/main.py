@@ -18,7 +18,7 @@ from server.registry.config import RegistryConfig
 from server.request_limits import RequestBodyLimits
 from server.routers import models, training
 from server.runtime_setup import runtime_problems
-from server.settings import PYODIDE_VERSION, WEB_LIBRARIES, Paths
+from server.settings import NUMPY_WHEEL, PYODIDE_VERSION, WEB_LIBRARIES, Paths
 from server.static import IMMUTABLE, REVALIDATE, resolve_inside, serve_file
 from server.web_libraries import library_folder, web_library_problems
 
@@ -122,6 +122,7 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
             "wheel_url": f"/engine/{wheel.digest}/{WHEEL_NAME}",
             "digest": wheel.digest,
             "runtime_url": f"{RUNTIME_PREFIX}/",
+            "numpy_url": f"{RUNTIME_PREFIX}/{NUMPY_WHEEL}",
         }
 
     @app.api_route("/engine/{digest}/{name}", methods=["GET", "HEAD"], include_in_schema=False)

@@ -78,11 +78,11 @@ def test_worker_sees_webgpu_and_webgl2(engine_page: EnginePage, browser_kind: st
 
 def test_start_up_stages_are_reported(engine_page: EnginePage) -> None:
     stages = engine_page.js("() => window.pib.stages")
-    assert set(stages) == {"runtime", "numpy", "engine"}
+    assert set(stages) == {"runtime", "numpy", "engine", "init"}
     assert all(stage["state"] == "done" and stage["ms"] >= 0 for stage in stages.values())
     bars = engine_page.page.locator(".stage progress")
-    assert bars.count() == 3
-    assert all(bars.nth(i).evaluate("bar => bar.value === bar.max") for i in range(3))
+    assert bars.count() == 4
+    assert all(bars.nth(i).evaluate("bar => bar.value === bar.max") for i in range(4))
 
 
 def test_auto_selection_keeps_the_fastest_backend_that_passes(

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from server.main import RUNTIME_PREFIX, create_app
-from server.settings import REPO_ROOT, Paths
+from server.settings import NUMPY_WHEEL, REPO_ROOT, Paths
 
 ISOLATION = {
     "cross-origin-opener-policy": "same-origin",
@@ -99,6 +99,20 @@ def test_text_is_gzipped_where_it_pays(client: TestClient) -> None:
     app_page = client.get("/js/engine-worker.js", headers={"Accept-Encoding": "gzip"})
     assert app_page.headers.get("content-encoding") == "gzip"
     assert app_page.headers["cache-control"] == "no-cache"
+
+
+def test_engine_answer_names_long_cached_wheels(client: TestClient, runtime_cache: Paths) -> None:
+    """The worker fetches both wheels while the runtime starts; a second visit takes them from the
+    HTTP cache, so their URLs change with their contents and are cached for good."""
+    (runtime_cache.runtime / NUMPY_WHEEL).write_bytes(b"PK stand-in")
+    engine = client.get("/api/engine")
+    assert engine.headers.get("cache-control") is None  # asked on every visit: names the build
+    answer = engine.json()
+    for url in (answer["numpy_url"], answer["wheel_url"]):
+        response = client.get(url)
+        assert response.status_code == 200, url
+        assert "immutable" in response.headers["cache-control"]
+    assert answer["numpy_url"].startswith(answer["runtime_url"])  # where loadPackage looks
 
 
 def test_engine_wheel_is_rebuilt_when_sources_change(tmp_path: Path, runtime_cache: Paths) -> None:

@@ -1,5 +1,7 @@
 // The engine's Web Worker: loads Pyodide, numpy and the py_in_browser wheel, then runs page code.
+import { pinSourceTimes, restoreBytecode, saveBytecode } from "./bytecode-cache.js";
 import { probeGPU } from "./gpu-probe.js";
+import { startRuntime, storeSnapshot } from "./runtime-snapshot.js";
 
 let runner = null; // py_in_browser._worker, once the engine is loaded
 let hidden = false; // the page's visibility, told by pib-client.js; handed to the engine at boot
@@ -25,16 +27,23 @@ self.pibImportModule = async (source) => {
   }
 };
 
-function post(message) {
-  self.postMessage(message);
+// runPython calls in flight, and when the last one ended: work that can wait (making the runtime
+// snapshot, a whole Python start-up on another thread) waits until the page leaves the engine
+// idle, so it does not slow the first steps after ready.
+let running = 0;
+let lastRunEnded = 0;
+const IDLE_MS = 3000;
+
+function whenIdle(task) {
+  const check = () => {
+    if (running === 0 && performance.now() - lastRunEnded >= IDLE_MS) task();
+    else setTimeout(check, IDLE_MS / 4);
+  };
+  setTimeout(check, IDLE_MS);
 }
 
-async function stage(name, work) {
-  post({ type: "stage", stage: name, state: "start" });
-  const started = performance.now();
-  const value = await work();
-  post({ type: "stage", stage: name, state: "done", ms: Math.round(performance.now() - started) });
-  return value;
+function post(message) {
+  self.postMessage(message);
 }
 
 async function fetchOk(url) {
@@ -55,32 +64,99 @@ async function fetchEngineWheel(engine) {
   return response.arrayBuffer();
 }
 
+// Whether every download of a stage came from the browser's HTTP cache (resource timing: nothing
+// transferred), so a second visit shows what it reused; null when a file was not fetched. The
+// first fetch of a URL counts: loadPackage fetches numpy again, from the cache the prefetch filled.
+function fromHttpCache(urls) {
+  const entries = urls.map((url) => performance.getEntriesByName(new URL(url, self.location.href).href)[0]);
+  if (entries.some((entry) => entry === undefined)) return null;
+  return entries.every((entry) => entry.transferSize === 0 && entry.decodedBodySize > 0);
+}
+
+async function stage(name, work) {
+  post({ type: "stage", stage: name, state: "start" });
+  const started = performance.now();
+  const value = await work();
+  post({ type: "stage", stage: name, state: "done", ms: Math.round(performance.now() - started) });
+  return value;
+}
+
 async function boot({ backend }) {
   const environmentPromise = probeGPU();
   const engine = await (await fetchOk("/api/engine")).json();
-  const pyodide = await stage("runtime", async () => {
-    const { loadPyodide } = await import(`${engine.runtime_url}pyodide.mjs`);
-    return loadPyodide({ indexURL: engine.runtime_url });
+  // The wheels download while the runtime compiles and starts Python, not after it: numpy's into
+  // the HTTP cache, where loadPackage finds it (it loads numpy's shared libraries as it unpacks).
+  const numpyWheel = fetchOk(engine.numpy_url).then((response) => response.arrayBuffer());
+  const engineWheel = fetchEngineWheel(engine);
+  numpyWheel.catch(() => {}); // awaited below; a failure surfaces there, not as an unhandled rejection
+  engineWheel.catch(() => {});
+  const { pyodide, snapshot } = await stage("runtime", () => startRuntime(engine.runtime_url));
+  await stage("numpy", async () => {
+    await numpyWheel;
+    await pyodide.loadPackage("numpy", { messageCallback: () => {} });
   });
-  await stage("numpy", () => pyodide.loadPackage("numpy", { messageCallback: () => {} }));
-  const environment = await environmentPromise;
-  const chosen = await stage("engine", async () => {
-    const wheel = await fetchEngineWheel(engine);
-    const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
-    pyodide.unpackArchive(wheel, "wheel", { extractDir: sitePackages });
+  const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
+  const roots = ["numpy", "py_in_browser"].map((name) => `${sitePackages}/${name}`);
+  // What the stored bytecode must have been compiled from: these sources on this runtime.
+  const bytecodeVersion = `${engine.digest} ${engine.numpy_url} ${pyodide.version}`;
+  let bytecode = null; // "loaded", "absent", "stale" or "unavailable" (bytecode-cache.js)
+  let storeBytecode = false;
+  await stage("engine", async () => {
+    pyodide.unpackArchive(await engineWheel, "wheel", { extractDir: sitePackages });
+    pinSourceTimes(pyodide, roots);
+    bytecode = await restoreBytecode(pyodide, bytecodeVersion);
+    // Python writes __pycache__ only when asked; what it writes now is stored after ready.
+    storeBytecode = bytecode === "absent" || bytecode === "stale";
+    if (storeBytecode) pyodide.runPython("import sys; sys.dont_write_bytecode = False");
     runner = pyodide.pyimport("py_in_browser._worker");
     runner.set_hidden(hidden);
-    return runner.boot(backend ?? null);
+    runner.import_engine();
   });
-  post({ type: "ready", backend: chosen, environment, python: runner.python_version() });
+  const chosen = await stage("init", () => runner.boot(backend ?? null));
+  pyodide.runPython("import sys; sys.dont_write_bytecode = True"); // init imports a few modules too
+  const environment = await environmentPromise;
+  const httpCache = {
+    runtime: fromHttpCache(["pyodide.asm.wasm", "pyodide.asm.js", "python_stdlib.zip"].map((f) => engine.runtime_url + f)),
+    numpy: fromHttpCache([engine.numpy_url]),
+    engine: fromHttpCache([engine.wheel_url]),
+  };
+  // A snapshot that failed to restore is replaced too.
+  const makeSnapshot = snapshot !== "loaded" && snapshot !== "unavailable";
+  post({
+    type: "ready",
+    backend: chosen,
+    environment,
+    python: runner.python_version(),
+    httpCache,
+    bytecode,
+    storeBytecode,
+    snapshot,
+    makeSnapshot,
+  });
+  if (makeSnapshot) {
+    whenIdle(() =>
+      storeSnapshot(engine.runtime_url).then((outcome) => post({ type: "snapshot-stored", outcome })),
+    );
+  }
+  if (storeBytecode) {
+    // After ready, so the first visit does not wait for it; the page hears when it is stored.
+    saveBytecode(pyodide, roots, bytecodeVersion).then(
+      () => post({ type: "bytecode-stored", outcome: "stored" }),
+      (error) => post({ type: "bytecode-stored", outcome: `failed: ${error.message ?? error}` }),
+    );
+  }
 }
 
 async function run({ id, code }) {
+  running += 1;
   try {
     if (runner === null) throw new Error("the engine is not loaded yet: await window.pib.ready first");
     post({ type: "result", id, json: await runner.run_json(code) });
   } catch (error) {
     post({ type: "result", id, json: JSON.stringify({ ok: false, error: error.message ?? String(error) }) });
+  } finally {
+    running -= 1;
+    lastRunEnded = performance.now();
   }
 }
 

@@ -21,6 +21,12 @@ export function startEngine({ onStage = () => {} } = {}) {
     environment: null,
     python: null,
     stages: {},
+    // Once ready: ready_ms (navigation to ready), stages (ms each), http_cache (per stage,
+    // whether its downloads came from the browser's HTTP cache), snapshot (the runtime's memory
+    // snapshot) and bytecode (numpy's and the engine's): "loaded" from an earlier visit, or
+    // "absent", "stale", "unavailable" or "failed: ..."; snapshot_store and bytecode_store:
+    // "storing", then "stored" or "failed: ...", null when nothing needed storing.
+    startup: null,
     ready: null,
     // Events Python posts from the worker ({type: "event", name, json}), as CustomEvents.
     events: new EventTarget(),
@@ -59,7 +65,21 @@ export function startEngine({ onStage = () => {} } = {}) {
         onStage(data);
       } else if (data.type === "ready") {
         Object.assign(pib, { backend: data.backend, environment: data.environment, python: data.python });
+        const stages = Object.fromEntries(Object.entries(pib.stages).map(([name, { ms }]) => [name, ms]));
+        pib.startup = {
+          ready_ms: Math.round(performance.now()),
+          stages,
+          http_cache: data.httpCache,
+          snapshot: data.snapshot,
+          snapshot_store: data.makeSnapshot ? "storing" : null,
+          bytecode: data.bytecode,
+          bytecode_store: data.storeBytecode ? "storing" : null,
+        };
         resolve(pib);
+      } else if (data.type === "snapshot-stored") {
+        pib.startup.snapshot_store = data.outcome;
+      } else if (data.type === "bytecode-stored") {
+        pib.startup.bytecode_store = data.outcome;
       } else if (data.type === "boot-error") {
         fail(new Error(data.error));
         reject(failure);

@@ -1,0 +1,84 @@
+"""A second visit in the same browser profile reuses the first visit's work: the runtime and both
+wheels come from the HTTP cache and Python's bytecode from the Cache API (as the worker reports),
+bytecode stored for another build is refused and replaced, and the engine trains like CPython's."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from playwright.sync_api import Playwright
+
+from py_in_browser.testing import workloads
+from tests_e2e.browsers import CHROMIUM, CHROMIUM_ARGS
+from tests_e2e.conftest import BOOT_TIMEOUT_MS
+
+STAGES = {"runtime", "numpy", "engine", "init"}
+XOR = {"epochs": 20}
+TRAIN = f"from py_in_browser.testing import workloads\nawait workloads.run_xor(**{XOR!r})"
+READY = f"""async () => {{
+  await Promise.race([window.pib.ready, new Promise((_, reject) =>
+    setTimeout(() => reject(new Error("pib.ready timed out")), {BOOT_TIMEOUT_MS}))]);
+  return window.pib.startup;
+}}"""
+# What the first visit stores after ready, for the next visit.
+STORED = "() => [window.pib.startup.snapshot_store, window.pib.startup.bytecode_store].every((s) => s !== 'storing')"
+# Bytecode-cache.js's entry, rewritten as if an earlier engine build had stored it.
+OTHER_BUILD = """async () => {
+  const header = new TextEncoder().encode(JSON.stringify({ version: "another build", files: [] }));
+  const length = new Uint8Array(4);
+  new DataView(length.buffer).setUint32(0, header.length, true);
+  const cache = await caches.open("pib-bytecode");
+  await cache.put("/current", new Response(new Blob([length, header])));
+}"""
+
+
+def visit(playwright: Playwright, profile: Path, url: str, then: str | None = None) -> Any:
+    """Opens `url` in a browser on `profile`, waits until the bytecode is stored, runs the Python
+    `then`, and closes the browser (its caches stay in the profile): pib.startup and the result."""
+    context = playwright.chromium.launch_persistent_context(
+        profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+    )
+    try:
+        page = context.new_page()
+        page.goto(url)
+        page.wait_for_function("() => window.pib !== undefined")
+        startup = page.evaluate(READY)
+        page.wait_for_function(STORED)
+        startup = page.evaluate("() => window.pib.startup")
+        value = None if then is None else page.evaluate("(c) => window.pib.runPython(c)", then)
+        if then == TRAIN:
+            page.evaluate(OTHER_BUILD)
+        return startup, value
+    finally:
+        context.close()
+
+
+def test_second_visit_reuses_downloads_and_bytecode_and_trains(
+    playwright: Playwright, server_url: str, tmp_path: Path
+) -> None:
+    url = f"{server_url}/console?backend=cpu"
+    first, _ = visit(playwright, tmp_path, url)
+    assert first["http_cache"] == {"runtime": False, "numpy": False, "engine": False}, first
+    assert (first["bytecode"], first["bytecode_store"]) == ("absent", "stored"), first
+    assert (first["snapshot"], first["snapshot_store"]) == ("absent", "stored"), first
+    assert set(first["stages"]) == STAGES and first["ready_ms"] > 0
+
+    second, got = visit(playwright, tmp_path, url, TRAIN)
+    print(f"first visit {first}\nsecond visit {second}")
+    assert second["http_cache"] == {"runtime": True, "numpy": True, "engine": True}, second
+    assert (second["bytecode"], second["bytecode_store"]) == ("loaded", None), second
+    assert (second["snapshot"], second["snapshot_store"]) == ("loaded", None), second
+    assert set(second["stages"]) == STAGES
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API owns this thread's event loop
+        expected = pool.submit(asyncio.run, workloads.run_xor(**XOR)).result()
+    np.testing.assert_allclose(got["losses"], expected["losses"], rtol=0, atol=1e-5)
+
+    # The second visit left an entry claiming another build: it is refused and stored anew.
+    third, backend = visit(playwright, tmp_path, url, "pib.get_backend()")
+    assert (third["bytecode"], third["bytecode_store"]) == ("stale", "stored"), third
+    assert third["snapshot"] == "loaded"  # the runtime did not change
+    assert backend == "cpu"
