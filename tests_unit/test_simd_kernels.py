@@ -243,13 +243,17 @@ def test_fused_pow_matches_numpy_for_every_sign_and_special(simd: WasmSimd) -> N
 
 
 @pytest.mark.parametrize("size", [1, 63, 64, 65, 200])
-def test_fused_program_reads_scalars_rows_masks_and_gates(simd: WasmSimd, size: int) -> None:
-    """An Adam-like program with every input layout (a bias row too); sizes around the 64-element block."""
+@pytest.mark.parametrize("width", [3, 8])
+def test_fused_program_reads_scalars_rows_masks_and_gates(
+    simd: WasmSimd, size: int, width: int
+) -> None:
+    """An Adam-like program with every input layout (a bias row too); sizes around the 64-element
+    block, rows whose length is a multiple of 4 (the bias is read as vectors) or not."""
     rng = np.random.default_rng(size)
-    shape = (size, 3)
+    shape = (size, width)
     full = rng.standard_normal(shape).astype(np.float32)
     rows = np.broadcast_to(rng.standard_normal((size, 1)).astype(np.float32), shape)
-    bias = np.broadcast_to(rng.standard_normal((1, 3)).astype(np.float32), shape)
+    bias = np.broadcast_to(rng.standard_normal((1, width)).astype(np.float32), shape)
     filled = np.broadcast_to(np.float32(0.25), shape)
     scalar = np.array(1.5, dtype=np.float32)
     mask = rng.uniform(size=shape) < 0.5

@@ -194,6 +194,11 @@ static void load_input(int kind, const void *data, int cols, int start, int loca
       return;
     }
     case INPUT_COLS: {  // one value per column (a bias), repeated along every row
+      if (cols % 4 == 0) {  // start is a multiple of 4, so every vector lies within one row
+        for (int v = 0, col = start % cols; v < VECS; v++, col = col + 4 == cols ? 0 : col + 4)
+          out[v] = wasm_v128_load(x + col);
+        return;
+      }
       float lanes[BLOCK];
       for (int l = 0, col = start % cols; l < BLOCK; l++, col = col + 1 == cols ? 0 : col + 1)
         lanes[l] = x[col];
