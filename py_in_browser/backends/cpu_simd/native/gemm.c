@@ -4,6 +4,8 @@
 // MC x KC block of op(A) into 6-row panels, so the 6x8 register micro-kernel (XNNPACK's shape for
 // wasm SIMD: 12 accumulators + 2 B vectors + 1 broadcast fit x86's 16 vector registers) streams
 // both from contiguous memory whatever the transposes; packing is where transposes are absorbed.
+// An untransposed A is not packed: the micro-kernel reads its MR rows in place, each one
+// sequentially, which costs the same per step and saves a copy of A (a convolution's im2col).
 // The caller lends the packing buffers (`work`, gemm_work_floats() floats) so the module needs no
 // allocator of its own and touches no memory but what it is handed.
 
@@ -20,19 +22,12 @@ static inline float a_at(const float *a, int trans, int m, int k, int i, int p) 
   return trans ? a[p * m + i] : a[i * k + p];
 }
 
-// Packs rows [i0, i0+mc) x columns [p0, p0+kc) of op(A) as MR-row panels, k-major, zero padded.
+// Packs rows [i0, i0+mc) x columns [p0, p0+kc) of op(A) as MR-row panels, k-major, zero padded
+// (for a transposed A: gemm_one reads an untransposed one in place).
 static void pack_a(const float *a, int trans, int m, int k, int i0, int mc, int p0, int kc,
                    float *out) {
   for (int ip = 0; ip < mc; ip += MR) {
     int rows = mc - ip < MR ? mc - ip : MR;
-    if (!trans && rows == MR) {
-      const float *r0 = a + (i0 + ip) * k + p0;
-      for (int p = 0; p < kc; p++) {
-        for (int r = 0; r < MR; r++) out[r] = r0[r * k + p];
-        out += MR;
-      }
-      continue;
-    }
     for (int p = 0; p < kc; p++) {
       for (int r = 0; r < MR; r++)
         out[r] = r < rows ? a_at(a, trans, m, k, i0 + ip + r, p0 + p) : 0.0f;
@@ -67,20 +62,25 @@ static void pack_b(const float *b, int trans, int k, int n, int p0, int kc, int 
   }
 }
 
-// acc (MR x NR) = packed A panel . packed B panel over kc; then C tile = acc (+ C when `add`).
+// acc (MR x NR) = an A panel . packed B panel over kc; then C tile = acc (+ C when `add`).
+// The A panel is MR rows of A read in place (row r at a + r * lda, one float per step) or a
+// packed panel (lda = 1, MR floats per step: `a_step`); both give the same sums in the same order.
 // The accumulators stay in registers (MR * 2 of them, plus 2 for B and 1 for A's broadcast).
-static void micro_kernel(int kc, const float *ap, const float *bp, float *c, int ldc, int rows,
-                         int cols, int add) {
+static void micro_kernel(int kc, const float *ap, int lda, int a_step, const float *bp, float *c,
+                         int ldc, int rows, int cols, int add) {
   v128_t acc[MR][2];
+  const float *ar[MR];
+  // Rows past the edge re-read the last real row: their sums are never stored.
+  for (int r = 0; r < MR; r++) ar[r] = ap + (r < rows ? r : rows - 1) * lda;
   for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = wasm_f32x4_splat(0);
   for (int p = 0; p < kc; p++) {
     v128_t b0 = wasm_v128_load(bp), b1 = wasm_v128_load(bp + 4);
     for (int r = 0; r < MR; r++) {
-      v128_t a = wasm_v128_load32_splat(ap + r);
+      v128_t a = wasm_v128_load32_splat(ar[r]);
       acc[r][0] = wasm_f32x4_add(acc[r][0], wasm_f32x4_mul(a, b0));
       acc[r][1] = wasm_f32x4_add(acc[r][1], wasm_f32x4_mul(a, b1));
+      ar[r] += a_step;
     }
-    ap += MR;
     bp += NR;
   }
   if (rows == MR && cols == NR) {
@@ -163,13 +163,20 @@ static void gemm_one(int m, int n, int k, const float *a, int trans_a, const flo
       pack_b(b, trans_b, k, n, p0, kc, j0, nc, packed_b);
       for (int i0 = 0; i0 < m; i0 += MC) {
         int mc = m - i0 < MC ? m - i0 : MC;
-        pack_a(a, trans_a, m, k, i0, mc, p0, kc, packed_a);
+        // A untransposed is read in place (its rows are already k-contiguous); packing it
+        // would copy all of it once more (im2col's rows, for a convolution).
+        if (trans_a) pack_a(a, trans_a, m, k, i0, mc, p0, kc, packed_a);
         for (int jr = 0; jr < nc; jr += NR) {
           int cols = nc - jr < NR ? nc - jr : NR;
           for (int ir = 0; ir < mc; ir += MR) {
             int rows = mc - ir < MR ? mc - ir : MR;
-            micro_kernel(kc, packed_a + ir * kc, packed_b + jr * kc, c + (i0 + ir) * n + j0 + jr,
-                         n, rows, cols, p0 > 0);
+            float *tile = c + (i0 + ir) * n + j0 + jr;
+            if (trans_a)
+              micro_kernel(kc, packed_a + ir * kc, 1, MR, packed_b + jr * kc, tile, n, rows, cols,
+                           p0 > 0);
+            else
+              micro_kernel(kc, a + (long)(i0 + ir) * k + p0, k, 1, packed_b + jr * kc, tile, n,
+                           rows, cols, p0 > 0);
           }
         }
       }
