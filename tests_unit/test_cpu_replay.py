@@ -56,11 +56,12 @@ def softmax_mlp() -> tuple[pib.Sequential, np.ndarray, np.ndarray]:
 
 
 def small_cnn() -> tuple[pib.Sequential, np.ndarray, np.ndarray]:
-    """W3 shrunk: convolution, max pooling, dense; Adam."""
+    """W3 shrunk: convolution, max pooling, dense; Adam. 5 filters: a merged bias and relu
+    (epilogues.py) runs over whole vectors and a tail."""
     rng = np.random.default_rng(3)
     model = pib.Sequential(
         [
-            layers.Conv2D(3, 3, activation="relu", padding="same", input_shape=(6, 6, 2)),
+            layers.Conv2D(5, 3, activation="relu", padding="same", input_shape=(6, 6, 2)),
             layers.MaxPool2D(2),
             layers.Flatten(),
             layers.Dense(2),

@@ -90,6 +90,35 @@ def test_gemm_reads_strided_views(simd: WasmSimd) -> None:
     _close(out, _reference(a, b, False, False))
 
 
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize(("m", "n", "k"), GEMM_SHAPES)
+def test_gemm_epilogue_gives_the_bits_of_gemm_then_bias_add_and_relu(
+    simd: WasmSimd, m: int, n: int, k: int, relu: bool
+) -> None:
+    """The call a recording merges a layer's matmul, bias add and relu into (epilogues.py) gives
+    the bits of the three calls an eager step makes; a NaN in A and an infinite bias included."""
+    rng = np.random.default_rng(m * 1000 + n * 10 + k + 1)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    if k:
+        a[0, 0] = np.nan
+    bias[-1] = -np.inf
+    kernels = simd.kernels
+    c = kernels.gemm(a, b, False, False)
+    assert c is not None
+    want = kernels.fused(
+        (("add", (("input", 0), ("input", 1))),), [c, np.broadcast_to(bias, c.shape)]
+    )
+    if relu:
+        assert want is not None
+        want = kernels.fused((("relu", (("input", 0),)),), [want])
+    got = kernels.empty((m, n))
+    kernels._run("gemm_epilogue", 1, m, n, k, a, m * k, 0, b, k * n, 0, bias, int(relu), got,
+                 kernels._work)  # fmt: skip
+    np.testing.assert_array_equal(got, want)
+
+
 def test_gemm_leaves_other_dtypes_to_numpy(simd: WasmSimd) -> None:
     a = np.ones((2, 2), dtype=np.float64)
     assert simd.kernels.gemm(a, a, False, False) is None

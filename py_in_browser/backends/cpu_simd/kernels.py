@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -44,6 +45,7 @@ SIGNATURES: dict[str, tuple[str, str]] = {
     "compare": ("iiipipio", ""),
     "select": ("iipipipio", ""),
     "replay": ("mimi", ""),
+    "gemm_epilogue": ("iiiipiipiipioo", ""),
 }
 # The calls a recorded step may contain, in the order of native/replay.c's CALL_* ids.
 REPLAYED = (
@@ -61,8 +63,22 @@ REPLAYED = (
     "max_rows",
     "compare",
     "select",
+    "gemm_epilogue",
 )
 Pair = tuple[int, int]
+
+
+Region = tuple[int, int]  # [first, last + 1) bytes in the module's memory
+
+
+@dataclass
+class Call:
+    """One call of an export, as a recording (recording.py) keeps it."""
+
+    name: str
+    args: tuple[Any, ...]  # as SimdKernels passed them: ints, arrays, lists of arrays
+    values: list[int]  # the int32 values and addresses the export received
+    tables: list[np.ndarray]  # the pointer tables made for the call (their addresses are values)
 
 
 class CallSink(Protocol):

@@ -9,7 +9,8 @@ The log keeps every array it saw alive, so the addresses it recorded stay valid 
 
 A replay (native/replay.c) copies the new batch and the current state into the recorded input and
 state arrays, then makes the recorded calls again on the same addresses: the same kernels on the
-same data, so a replayed step gives the bits of the eager step it recorded.
+same data, so a replayed step gives the bits of the eager step it recorded (a layer's matmul, bias
+add and relu are merged into one call that gives their bits: epilogues.py).
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from .kernels import REPLAYED, SIGNATURES, SimdKernels
-
-Region = tuple[int, int]  # [first, last + 1) bytes in the module's memory
+from . import epilogues
+from .kernels import REPLAYED, SIGNATURES, Call, Region, SimdKernels
 
 
 def extent(kernels: SimdKernels, x: np.ndarray) -> Region:
@@ -33,14 +33,6 @@ def extent(kernels: SimdKernels, x: np.ndarray) -> Region:
     low = sum((n - 1) * s for n, s in zip(x.shape, x.strides, strict=True) if s < 0)
     high = sum((n - 1) * s for n, s in zip(x.shape, x.strides, strict=True) if s > 0)
     return start + low, start + high + x.itemsize
-
-
-@dataclass
-class Call:
-    name: str
-    args: tuple[Any, ...]  # as SimdKernels passed them: ints, arrays, lists of arrays
-    values: list[int]  # the int32 values and addresses the export received
-    tables: list[np.ndarray]  # the pointer tables made for the call (their addresses are values)
 
 
 @dataclass
@@ -122,9 +114,11 @@ def build(
             return name(x)
         return ("const", x.dtype.str, x.shape, np.ascontiguousarray(x).tobytes())
 
+    afters = [after for _, after in state]
+    kept = [extent(kernels, x) for x in (*afters, *outputs) if isinstance(x, np.ndarray)]
     steps: list[Any] = []
     words: list[int] = []
-    for call in log.calls:
+    for call in epilogues.merge(log.calls, lambda x: extent(kernels, x), kept):
         named: list[Any] = []
         for kind, arg in zip(SIGNATURES[call.name][0], call.args, strict=True):
             if kind == "a":
@@ -137,7 +131,6 @@ def build(
                 named.append(arg)
         steps.append((call.name, *named))
         words += [REPLAYED.index(call.name), len(call.values), *call.values]
-    afters = [after for _, after in state]
     replayable = (
         log.problem is None
         and _dense_and_apart(kernels, [*inputs, *before])

@@ -145,21 +145,43 @@ static void gemm_rows(int m, int n, int k, const float *a, int trans_a, const fl
   }
 }
 
-static void gemm_one(int m, int n, int k, const float *a, int trans_a, const float *b, int trans_b,
-                     float *c, float *work) {
-  float *packed_b = work, *packed_a = work + KC * NC;
-  if (k == 0) {
-    for (int i = 0; i < m * n; i++) c[i] = 0.0f;
-    return;
+// What a recording merged into a gemm from the elementwise ops after it (epilogues.py): C + bias
+// (one value per column), then relu when asked. The same instructions as fused.c's add and relu,
+// in the same operand order, so the merged call gives the bits of the separate ones; applied to
+// a tile of C right after its last k block is summed, while it is still in cache.
+typedef struct {
+  const float *bias;
+  int relu;
+} epilogue_t;
+
+static void apply_epilogue(const epilogue_t *e, float *c, const float *bias, int count) {
+  int q = 0;
+  for (; q + 4 <= count; q += 4) {
+    v128_t v = wasm_f32x4_add(wasm_v128_load(c + q), wasm_v128_load(bias + q));
+    wasm_v128_store(c + q, e->relu ? wasm_f32x4_max(v, wasm_f32x4_splat(0.0f)) : v);
   }
-  if (m < MR) {
-    gemm_rows(m, n, k, a, trans_a, b, trans_b, c);
+  for (; q < count; q++) {
+    v128_t v = wasm_f32x4_add(wasm_f32x4_splat(c[q]), wasm_f32x4_splat(bias[q]));
+    c[q] = wasm_f32x4_extract_lane(e->relu ? wasm_f32x4_max(v, wasm_f32x4_splat(0.0f)) : v, 0);
+  }
+}
+
+static void gemm_one(int m, int n, int k, const float *a, int trans_a, const float *b, int trans_b,
+                     float *c, float *work, const epilogue_t *e) {
+  float *packed_b = work, *packed_a = work + KC * NC;
+  if (k == 0 || m < MR) {
+    if (k == 0)
+      for (int i = 0; i < m * n; i++) c[i] = 0.0f;
+    else
+      gemm_rows(m, n, k, a, trans_a, b, trans_b, c);
+    if (e)
+      for (int i = 0; i < m; i++) apply_epilogue(e, c + (long)i * n, e->bias, n);
     return;
   }
   for (int j0 = 0; j0 < n; j0 += NC) {
     int nc = n - j0 < NC ? n - j0 : NC;
     for (int p0 = 0; p0 < k; p0 += KC) {
-      int kc = k - p0 < KC ? k - p0 : KC;
+      int kc = k - p0 < KC ? k - p0 : KC, last = p0 + kc == k;
       pack_b(b, trans_b, k, n, p0, kc, j0, nc, packed_b);
       for (int i0 = 0; i0 < m; i0 += MC) {
         int mc = m - i0 < MC ? m - i0 : MC;
@@ -177,6 +199,9 @@ static void gemm_one(int m, int n, int k, const float *a, int trans_a, const flo
             else
               micro_kernel(kc, a + (long)(i0 + ir) * k + p0, k, 1, packed_b + jr * kc, tile, n,
                            rows, cols, p0 > 0);
+            if (e && last)
+              for (int r = 0; r < rows; r++)
+                apply_epilogue(e, tile + r * n, e->bias + j0 + jr, cols);
           }
         }
       }
@@ -192,5 +217,15 @@ EXPORT int gemm_work_floats(void) { return KC * NC + MC * KC; }
 EXPORT void gemm(int batch, int m, int n, int k, const float *a, int a_step, int trans_a,
                  const float *b, int b_step, int trans_b, float *c, float *work) {
   for (int i = 0; i < batch; i++)
-    gemm_one(m, n, k, a + i * a_step, trans_a, b + i * b_step, trans_b, c + i * m * n, work);
+    gemm_one(m, n, k, a + i * a_step, trans_a, b + i * b_step, trans_b, c + i * m * n, work, 0);
+}
+
+// gemm, then C + bias (n floats) and relu when `relu` (epilogue_t): the calls a recording merges
+// (epilogues.py), only ever made by a replay.
+EXPORT void gemm_epilogue(int batch, int m, int n, int k, const float *a, int a_step, int trans_a,
+                          const float *b, int b_step, int trans_b, const float *bias, int relu,
+                          float *c, float *work) {
+  epilogue_t e = {bias, relu};
+  for (int i = 0; i < batch; i++)
+    gemm_one(m, n, k, a + i * a_step, trans_a, b + i * b_step, trans_b, c + i * m * n, work, &e);
 }

@@ -6,6 +6,8 @@
 #include "simd.h"
 
 void gemm(int, int, int, int, const float *, int, int, const float *, int, int, float *, float *);
+void gemm_epilogue(int, int, int, int, const float *, int, int, const float *, int, int,
+                   const float *, int, float *, float *);
 void im2col(const window_t *, const float *, float *);
 void col2im(const window_t *, const float *, float *);
 void max_pool2d(const window_t *, const float *, float *);
@@ -24,7 +26,7 @@ void select(int, int, const unsigned char *, int, const void *, int, const void 
 enum {
   CALL_GEMM, CALL_IM2COL, CALL_COL2IM, CALL_MAX_POOL2D, CALL_MAX_POOL2D_GRAD, CALL_AVG_POOL2D,
   CALL_AVG_POOL2D_GRAD, CALL_FUSED, CALL_COPY, CALL_COPY_STRIDED, CALL_SUM_ROWS, CALL_MAX_ROWS,
-  CALL_COMPARE, CALL_SELECT,
+  CALL_COMPARE, CALL_SELECT, CALL_GEMM_EPILOGUE,
 };
 
 #define P(k) ((void *)a[k])
@@ -49,7 +51,11 @@ EXPORT void replay(const int *copies, int count, const int *words, int length) {
       case CALL_SUM_ROWS: sum_rows(a[0], a[1], P(2), P(3)); break;
       case CALL_MAX_ROWS: max_rows(a[0], a[1], P(2), P(3)); break;
       case CALL_COMPARE: compare(a[0], a[1], a[2], P(3), a[4], P(5), a[6], P(7)); break;
-      default: select(a[0], a[1], P(2), a[3], P(4), a[5], P(6), a[7], P(8)); break;  // CALL_SELECT
+      case CALL_SELECT: select(a[0], a[1], P(2), a[3], P(4), a[5], P(6), a[7], P(8)); break;
+      default:  // CALL_GEMM_EPILOGUE
+        gemm_epilogue(a[0], a[1], a[2], a[3], P(4), a[5], a[6], P(7), a[8], a[9], P(10), a[11],
+                      P(12), P(13));
+        break;
     }
   }
 }
