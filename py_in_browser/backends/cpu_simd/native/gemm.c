@@ -4,8 +4,9 @@
 // MC x KC block of op(A) into 6-row panels, so the 6x8 register micro-kernel (XNNPACK's shape for
 // wasm SIMD: 12 accumulators + 2 B vectors + 1 broadcast fit x86's 16 vector registers) streams
 // both from contiguous memory whatever the transposes; packing is where transposes are absorbed.
-// An untransposed A is not packed: the micro-kernel reads its MR rows in place, each one
-// sequentially, which costs the same per step and saves a copy of A (a convolution's im2col).
+// An untransposed A of short rows is not packed: the micro-kernel reads its MR rows in place,
+// each one sequentially, which costs the same per step and saves a copy of A (a convolution's
+// im2col).
 // The caller lends the packing buffers (`work`, gemm_work_floats() floats) so the module needs no
 // allocator of its own and touches no memory but what it is handed.
 
@@ -22,12 +23,19 @@ static inline float a_at(const float *a, int trans, int m, int k, int i, int p) 
   return trans ? a[p * m + i] : a[i * k + p];
 }
 
-// Packs rows [i0, i0+mc) x columns [p0, p0+kc) of op(A) as MR-row panels, k-major, zero padded
-// (for a transposed A: gemm_one reads an untransposed one in place).
+// Packs rows [i0, i0+mc) x columns [p0, p0+kc) of op(A) as MR-row panels, k-major, zero padded.
 static void pack_a(const float *a, int trans, int m, int k, int i0, int mc, int p0, int kc,
                    float *out) {
   for (int ip = 0; ip < mc; ip += MR) {
     int rows = mc - ip < MR ? mc - ip : MR;
+    if (!trans && rows == MR) {
+      const float *r0 = a + (i0 + ip) * k + p0;
+      for (int p = 0; p < kc; p++) {
+        for (int r = 0; r < MR; r++) out[r] = r0[r * k + p];
+        out += MR;
+      }
+      continue;
+    }
     for (int p = 0; p < kc; p++) {
       for (int r = 0; r < MR; r++)
         out[r] = r < rows ? a_at(a, trans, m, k, i0 + ip + r, p0 + p) : 0.0f;
@@ -178,6 +186,10 @@ static void gemm_one(int m, int n, int k, const float *a, int trans_a, const flo
       for (int i = 0; i < m; i++) apply_epilogue(e, c + (long)i * n, e->bias, n);
     return;
   }
+  // An untransposed A of short rows (at most one k block: a convolution's im2col, a small
+  // dense layer) is read in place, saving a copy of it. Longer rows are packed: MR row streams
+  // a large power of two apart share cache sets (a 1024-wide A ran 4x slower in place).
+  int packs_a = trans_a || k > KC;
   for (int j0 = 0; j0 < n; j0 += NC) {
     int nc = n - j0 < NC ? n - j0 : NC;
     for (int p0 = 0; p0 < k; p0 += KC) {
@@ -185,15 +197,13 @@ static void gemm_one(int m, int n, int k, const float *a, int trans_a, const flo
       pack_b(b, trans_b, k, n, p0, kc, j0, nc, packed_b);
       for (int i0 = 0; i0 < m; i0 += MC) {
         int mc = m - i0 < MC ? m - i0 : MC;
-        // A untransposed is read in place (its rows are already k-contiguous); packing it
-        // would copy all of it once more (im2col's rows, for a convolution).
-        if (trans_a) pack_a(a, trans_a, m, k, i0, mc, p0, kc, packed_a);
+        if (packs_a) pack_a(a, trans_a, m, k, i0, mc, p0, kc, packed_a);
         for (int jr = 0; jr < nc; jr += NR) {
           int cols = nc - jr < NR ? nc - jr : NR;
           for (int ir = 0; ir < mc; ir += MR) {
             int rows = mc - ir < MR ? mc - ir : MR;
             float *tile = c + (i0 + ir) * n + j0 + jr;
-            if (trans_a)
+            if (packs_a)
               micro_kernel(kc, packed_a + ir * kc, 1, MR, packed_b + jr * kc, tile, n, rows, cols,
                            p0 > 0);
             else
