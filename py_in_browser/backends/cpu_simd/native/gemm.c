@@ -28,14 +28,6 @@ static void pack_a(const float *a, int trans, int m, int k, int i0, int mc, int 
                    float *out) {
   for (int ip = 0; ip < mc; ip += MR) {
     int rows = mc - ip < MR ? mc - ip : MR;
-    if (!trans && rows == MR) {
-      const float *r0 = a + (i0 + ip) * k + p0;
-      for (int p = 0; p < kc; p++) {
-        for (int r = 0; r < MR; r++) out[r] = r0[r * k + p];
-        out += MR;
-      }
-      continue;
-    }
     for (int p = 0; p < kc; p++) {
       for (int r = 0; r < MR; r++)
         out[r] = r < rows ? a_at(a, trans, m, k, i0 + ip + r, p0 + p) : 0.0f;
