@@ -403,14 +403,38 @@ def test_vec4_gemm_with_a_transposed(gpu: WgpuNativeBackend, a_stored, b_shape) 
 
 
 def test_vec4_gemm_of_few_rows_splits_long_k(gpu: WgpuNativeBackend) -> None:
-    # A dense layer at batch 1 (8x64 tiles, 1 row per invocation) and a short-K few-row case.
+    # A dense layer at batch 2 (8x64 tiles, 1 row per invocation) and a short-K few-row case.
     attrs = {"transpose_a": False, "transpose_b": False}
-    a, b = normal(1, 8192, seed=15), normal(8192, 64, seed=16)
-    spec = OutSpec((1, 64), "float32", (a.shape, b.shape), ("float32",) * 2)
+    a, b = normal(2, 8192, seed=15), normal(8192, 64, seed=16)
+    spec = OutSpec((2, 64), "float32", (a.shape, b.shape), ("float32",) * 2)
     product, _sum = kernels.plan("matmul", attrs, spec).dispatches
     assert product.key == "gemm_vec4:1x2"
     assert_matches_cpu(gpu, "matmul", [a, b], **attrs)
     assert_matches_cpu(gpu, "matmul", [normal(5, 40), normal(40, 132)], **attrs)
+
+
+@pytest.mark.parametrize(
+    "a_shape, b_shape, transpose_a",
+    [
+        ((1, 8192), (8192, 64), False),  # I3's first dense layer at batch 1
+        ((1, 64), (64, 4), False),  # its last: fewer columns than a workgroup covers
+        ((3, 1, 20), (3, 20, 12), False),  # batched, K shorter than the lanes
+        ((2, 36, 1), (2, 36, 132), True),  # A transposed: one column is the same vector
+    ],
+)
+def test_gemv_for_one_row_of_c(gpu: WgpuNativeBackend, a_shape, b_shape, transpose_a) -> None:
+    """One row of C is one dispatch of gemv.wgsl (K split across the workgroup), no split-K."""
+    a, b = normal(*a_shape, seed=19), normal(*b_shape, seed=20)
+    attrs = {"transpose_a": transpose_a, "transpose_b": False}
+    spec = OutSpec((*a_shape[:-2], 1, b_shape[-1]), "float32", (a_shape, b_shape), ("float32",) * 2)
+    (only,) = kernels.plan("matmul", attrs, spec).dispatches
+    assert only.key.startswith("gemv:")
+    assert_matches_cpu(gpu, "matmul", [a, b], **attrs)
+    capped = WgpuNativeBackend(gpu.device, DeviceLimits(resident_workgroups=3))
+    assert_matches_cpu(capped, "matmul", [a, b], **attrs)
+    # A transposed B or unaligned K keep the tiled kernels.
+    flipped = np.swapaxes(b, -1, -2).copy()
+    assert_matches_cpu(gpu, "matmul", [a, flipped], transpose_a=transpose_a, transpose_b=True)
 
 
 def test_vec4_gemm_of_a_large_square_product(gpu: WgpuNativeBackend) -> None:

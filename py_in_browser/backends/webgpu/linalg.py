@@ -1,4 +1,5 @@
-"""matmul and the convolutions as tiled GEMMs on gemm.wgsl (convolutions as implicit GEMMs)."""
+"""matmul and the convolutions as tiled GEMMs on gemm.wgsl (convolutions as implicit GEMMs);
+products of one row on gemv.wgsl."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ MAX_SPLITS = 64
 VEC4_ROWS = 4
 VEC4_VECS = 2
 VEC4_TILE_K = 32
+
+# gemv.wgsl: vec4 columns of C per workgroup (the other 64 / GEMV_COLS4 invocations split K).
+GEMV_COLS4 = 2
 
 
 # How an invocation stages its A_LOADS vec4s of a slab (r: slab row, c: vec4 column): rows of A
@@ -120,6 +124,20 @@ def _vec4_layout(g: Gemm, load_a: str, load_b: str) -> str | None:
     return None
 
 
+def _is_gemv(g: Gemm, load_a: str, load_b: str) -> bool:
+    """C of one row from row-major operands whose rows are whole vec4s (with one row, A's
+    transposed layout is the same vector)."""
+    return (
+        (load_a, load_b) == ("strided_a", "strided_b")
+        and g.m == 1
+        and g.a_col == 1
+        and g.b_col == 1
+        and g.k % 4 == 0
+        and g.n % 4 == 0
+        and g.a_batch % 4 == 0
+    )
+
+
 @dataclass(frozen=True)
 class Gemm:
     """The params of gemm.wgsl, in its Params struct's field order (counts come from m, n, k)."""
@@ -164,6 +182,12 @@ def gemm_plan(
     codegen.require_float32(op, out)
     if g.m * g.n * g.batches == 0:
         return KernelPlan(())
+    if _is_gemv(g, load_a, load_b):
+        tiles_n = math.ceil(g.n // 4 / GEMV_COLS4)
+        wgsl = codegen.render(
+            "gemv.wgsl", TILE_LOOP=codegen.template("tile_loop.wgsl"), COLUMN_VECS=str(GEMV_COLS4)
+        )
+        return _product_and_sum(op, g, f"gemv:{GEMV_COLS4}", wgsl, (1, tiles_n, 1, g.k), limits)
     layout = _vec4_layout(g, load_a, load_b)
     if layout is not None:
         row_count = VEC4_ROWS if g.m >= 8 * VEC4_ROWS else 1

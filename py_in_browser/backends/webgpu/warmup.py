@@ -63,6 +63,8 @@ def _calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
     plain = {"transpose_a": False, "transpose_b": False}
     for m, n in ((64, 4), (64, 16), (64, 64), (16, 64), (4, 64)):
         calls.append(("matmul", plain, OutSpec((m, n), _F32, ((m, 8), (8, n)), (_F32, _F32))))
+    # One row of C (a dense layer's forward pass at batch 1: inference) takes gemv.wgsl.
+    calls.append(("matmul", plain, OutSpec((1, 8), _F32, ((1, 8), (8, 8)), (_F32, _F32))))
     conv = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
     for channels in (32, 16, 8):
         x, w, y = (2, 8, 8, channels), (3, 3, channels, channels), (2, 8, 8, channels)
