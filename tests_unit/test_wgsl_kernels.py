@@ -487,6 +487,30 @@ def test_conv2d_and_gradients_match_cpu(
     assert_matches_cpu(gpu, "conv2d_backprop_filter", [x, g], filter_shape=w.shape, **geo)
 
 
+@pytest.mark.parametrize(
+    "x_shape, w_shape, strides, pads",
+    [
+        ((2, 9, 8, 3), (3, 3, 3, 20), (1, 1), ((1, 1), (1, 1))),  # RGB, 5 vec4s: a partial group
+        ((1, 7, 6, 1), (3, 2, 1, 8), (2, 1), ((0, 1), (1, 0))),  # strided, asymmetric pads
+        ((1, 5, 5, 4), (1, 1, 4, 4), (1, 1), ((0, 0), (0, 0))),  # 1x1 filters
+    ],
+)
+def test_conv2d_of_few_input_channels_is_direct(
+    gpu: WgpuNativeBackend, x_shape, w_shape, strides, pads
+) -> None:
+    """A first layer's conv2d (few input channels, output channels whole vec4s) runs on
+    conv_direct.wgsl, one invocation per pixel; more input channels keep the implicit GEMM."""
+    x, w = normal(*x_shape, seed=21), normal(*w_shape, seed=22)
+    geo = {"strides": strides, "pads": pads}
+    y_shape, _ = ops.infer("conv2d", [x.shape, w.shape], ["float32"] * 2, geo)
+    spec = OutSpec(y_shape, "float32", (x.shape, w.shape), ("float32",) * 2)
+    (only,) = kernels.plan("conv2d", geo, spec).dispatches
+    assert only.key.startswith("conv_direct:")
+    assert_matches_cpu(gpu, "conv2d", [x, w], **geo)
+    wide = OutSpec((1, 5, 5, 4), "float32", ((1, 5, 5, 8), (1, 1, 8, 4)), ("float32",) * 2)
+    assert kernels.plan("conv2d", geo, wide).dispatches[0].key.startswith("gemm:")
+
+
 def test_filter_gradient_of_a_big_batch_uses_split_k(gpu: WgpuNativeBackend) -> None:
     x, g = normal(8, 32, 32, 3, seed=8), normal(8, 32, 32, 4, seed=9)
     attrs = {"filter_shape": (3, 3, 3, 4), "strides": (1, 1), "pads": ((1, 1), (1, 1))}

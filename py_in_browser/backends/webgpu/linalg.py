@@ -42,6 +42,11 @@ VEC4_ROWS = 4
 VEC4_VECS = 2
 VEC4_TILE_K = 32
 
+# conv_direct.wgsl: conv2d of inputs with this many channels or fewer (RGB images), whose
+# output channels are whole vec4s; each invocation computes DIRECT_CONV_VECS vec4s of them.
+DIRECT_CONV_MAX_IN = 4
+DIRECT_CONV_VECS = 4
+
 # gemv.wgsl: vec4 columns of C per workgroup (the other 64 / GEMV_COLS4 invocations split K).
 GEMV_COLS4 = 2
 
@@ -285,11 +290,33 @@ def _geometry(
     }
 
 
+def _plan_direct_conv2d(
+    op: str, geo: dict[str, int], pixels: int, limits: DeviceLimits
+) -> KernelPlan:
+    """conv_direct.wgsl: one invocation per output pixel and DIRECT_CONV_VECS vec4s of its
+    output channels."""
+    out_c4 = geo["out_c"] // 4
+    groups = math.ceil(out_c4 / DIRECT_CONV_VECS)
+    invocations = pixels * groups
+    words = [invocations, groups, geo["in_h"], geo["in_w"], geo["in_c"], geo["out_h"]]
+    words += [geo["out_w"], out_c4, geo["k_h"], geo["k_w"], geo["stride_h"], geo["stride_w"]]
+    words += [geo["pad_top"], geo["pad_left"]]
+    wgsl = codegen.render("conv_direct.wgsl", VECS=str(DIRECT_CONV_VECS))
+    workgroups = codegen.grid(op, codegen.groups_for(invocations), limits)
+    bindings = [codegen.INPUT_0, BufferRef("input", 1), codegen.OUTPUT]
+    key = f"conv_direct:{DIRECT_CONV_VECS}"
+    return KernelPlan((codegen.dispatch(key, wgsl, bindings, words, workgroups),))
+
+
 def plan_conv2d(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:
-    """Output pixels x taps (im2col, never materialised) @ filters as (taps, out channels)."""
+    """Output pixels x taps (im2col, never materialised) @ filters as (taps, out channels); an
+    input of at most DIRECT_CONV_MAX_IN channels (a first layer) is convolved directly."""
     x, w = out.in_shapes
     y = out.shape
     geo = _geometry(attrs, x, w, y)
+    if x[3] <= DIRECT_CONV_MAX_IN and y[3] % 4 == 0 and codegen.numel(y) and codegen.numel(x):
+        codegen.require_float32(op, out)
+        return _plan_direct_conv2d(op, geo, y[0] * y[1] * y[2], limits)
     g = Gemm(y[0] * y[1] * y[2], y[3], w[0] * w[1] * w[2], b_row=y[3], b_col=1, **geo)
     return gemm_plan(op, out, g, "im2col_a", "strided_b", limits)
 

@@ -71,6 +71,9 @@ def _calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
         calls.append(("conv2d", conv, OutSpec(y, _F32, (x, w), (_F32, _F32))))
         calls.append(("conv2d_backprop_filter", conv, OutSpec(w, _F32, (x, y), (_F32, _F32))))
         calls.append(("conv2d_backprop_input", conv, OutSpec(x, _F32, (y, w), (_F32, _F32))))
+    # A first layer on RGB images: conv2d of 3 input channels is direct (conv_direct.wgsl).
+    x, w, y = (2, 8, 8, 3), (3, 3, 3, 16), (2, 8, 8, 16)
+    calls.append(("conv2d", conv, OutSpec(y, _F32, (x, w), (_F32, _F32))))
     pool = {"pool_size": (2, 2), "strides": (2, 2), "pads": ((0, 0), (0, 0))}
     calls.append(("max_pool2d", pool, OutSpec((2, 4, 4, 8), _F32, ((2, 8, 8, 8),), (_F32,))))
     grad = OutSpec((2, 8, 8, 8), _F32, ((2, 8, 8, 8), (2, 4, 4, 8), (2, 4, 4, 8)), (_F32,) * 3)
