@@ -456,7 +456,8 @@ def test_gemms_with_fewer_workgroups_than_tiles_loop_over_them(gpu: WgpuNativeBa
     assert_matches_cpu(capped, "matmul", [normal(5, 6000), normal(6000, 3, seed=3)], **plain)
     transposed = {"transpose_a": True, "transpose_b": False}
     assert_matches_cpu(capped, "matmul", [normal(64, 96), normal(64, 128, seed=4)], **transposed)
-    x, w = normal(2, 9, 9, 3, seed=5), normal(3, 3, 3, 8, seed=6)
+    # 6 output channels: not whole vec4s, so conv2d is the implicit GEMM too.
+    x, w = normal(2, 9, 9, 3, seed=5), normal(3, 3, 3, 6, seed=6)
     geo = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
     assert_matches_cpu(capped, "conv2d", [x, w], **geo)
     y = run_primitive(CPU, "conv2d", [x, w], **geo)
@@ -493,12 +494,13 @@ def test_conv2d_and_gradients_match_cpu(
         ((2, 9, 8, 3), (3, 3, 3, 20), (1, 1), ((1, 1), (1, 1))),  # RGB, 5 vec4s: a partial group
         ((1, 7, 6, 1), (3, 2, 1, 8), (2, 1), ((0, 1), (1, 0))),  # strided, asymmetric pads
         ((1, 5, 5, 4), (1, 1, 4, 4), (1, 1), ((0, 0), (0, 0))),  # 1x1 filters
+        ((2, 6, 6, 16), (3, 3, 16, 32), (1, 1), ((1, 1), (1, 1))),  # a small CNN's second layer
     ],
 )
 def test_conv2d_of_few_input_channels_is_direct(
     gpu: WgpuNativeBackend, x_shape, w_shape, strides, pads
 ) -> None:
-    """A first layer's conv2d (few input channels, output channels whole vec4s) runs on
+    """conv2d of few input channels (up to 16) with output channels in whole vec4s runs on
     conv_direct.wgsl, one invocation per pixel; more input channels keep the implicit GEMM."""
     x, w = normal(*x_shape, seed=21), normal(*w_shape, seed=22)
     geo = {"strides": strides, "pads": pads}
@@ -507,7 +509,7 @@ def test_conv2d_of_few_input_channels_is_direct(
     (only,) = kernels.plan("conv2d", geo, spec).dispatches
     assert only.key.startswith("conv_direct:")
     assert_matches_cpu(gpu, "conv2d", [x, w], **geo)
-    wide = OutSpec((1, 5, 5, 4), "float32", ((1, 5, 5, 8), (1, 1, 8, 4)), ("float32",) * 2)
+    wide = OutSpec((1, 5, 5, 4), "float32", ((1, 5, 5, 32), (1, 1, 32, 4)), ("float32",) * 2)
     assert kernels.plan("conv2d", geo, wide).dispatches[0].key.startswith("gemm:")
 
 

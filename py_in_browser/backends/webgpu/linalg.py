@@ -42,9 +42,12 @@ VEC4_ROWS = 4
 VEC4_VECS = 2
 VEC4_TILE_K = 32
 
-# conv_direct.wgsl: conv2d of inputs with this many channels or fewer (RGB images), whose
-# output channels are whole vec4s; each invocation computes DIRECT_CONV_VECS vec4s of them.
-DIRECT_CONV_MAX_IN = 4
+# conv_direct.wgsl: conv2d of inputs with this many channels or fewer (RGB images, a small
+# CNN's second layer), whose output channels are whole vec4s; each invocation computes
+# DIRECT_CONV_VECS vec4s of them. On lavapipe it beat the implicit GEMM 3x at 3 input channels
+# and 2.5-4x at 16 (32x32x16 -> 32 channels, batch 1 and 8): few taps leave the GEMM's
+# shared-memory reuse little to win against its staging and barriers.
+DIRECT_CONV_MAX_IN = 16
 DIRECT_CONV_VECS = 4
 
 # gemv.wgsl: vec4 columns of C per workgroup (the other 64 / GEMV_COLS4 invocations split K).
@@ -310,7 +313,7 @@ def _plan_direct_conv2d(
 
 def plan_conv2d(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:
     """Output pixels x taps (im2col, never materialised) @ filters as (taps, out channels); an
-    input of at most DIRECT_CONV_MAX_IN channels (a first layer) is convolved directly."""
+    input of at most DIRECT_CONV_MAX_IN channels is convolved directly."""
     x, w = out.in_shapes
     y = out.shape
     geo = _geometry(attrs, x, w, y)

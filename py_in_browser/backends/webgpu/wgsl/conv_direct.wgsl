@@ -1,10 +1,11 @@
-// conv2d of an input with few channels (a first layer on RGB images: K = 3 x 3 x 3 = 27 taps)
-// computed directly: each invocation owns one output pixel and VECS vec4s of its output
-// channels, walks the filter window over the input (skipping taps in the padding) and reads the
-// filters (HWIO) as vec4s along the output channels. As an implicit GEMM the 27 taps would fill
-// two 16-wide K slabs of which 5 of 32 columns are padding, each element staged through shared
-// memory with its im2col index arithmetic; here there is no shared memory and no barrier, so a
-// software adapter runs the workgroups without synchronising them.
+// conv2d of an input with few channels (a first layer on RGB images: K = 3 x 3 x 3 = 27 taps;
+// a small CNN's second layer: 144) computed directly: each invocation owns one output pixel and
+// VECS vec4s of its output channels, walks the filter window over the input (skipping taps in
+// the padding) and reads the filters (HWIO) as vec4s along the output channels. As an implicit
+// GEMM the 27 taps would fill two 16-wide K slabs of which 5 of 32 columns are padding, each
+// element staged through shared memory with its im2col index arithmetic; here there is no
+// shared memory and no barrier, so a software adapter runs the workgroups without
+// synchronising them.
 {{COMMON}}
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
