@@ -116,9 +116,10 @@ def test_op_table_compiles_few_pipelines(active_gpu: WgpuNativeBackend) -> None:
     runtime._state["backend"] = fresh
     for case in CASES:
         run_case(case)
-    # Broadcast operands add a variant per (op, which inputs are views), and each fused program
-    # one per gradient program: still a few dozen.
-    assert 0 < len(fresh.pipelines) <= 64, sorted(fresh.pipelines)
+    # Broadcast operands add a variant per (op, how each input is read: in place, as a repeated
+    # row or by a strided walk), and each fused program one per gradient program: still a few
+    # dozen.
+    assert 0 < len(fresh.pipelines) <= 80, sorted(fresh.pipelines)
 
 
 def test_warm_up_kernels_compile_and_cover_training(gpu: WgpuNativeBackend) -> None:
