@@ -335,6 +335,7 @@ CASES: list[OpCase] = [
     _C("matmul_2d", "matmul", ((3, 4), (4, 5))),
     _C("matmul_batched", "matmul", ((2, 3, 4), (2, 4, 5))),
     _C("matmul_broadcast_batch", "matmul", ((2, 3, 4), (4, 2))),
+    _C("matmul_row", "matmul", ((1, 8), (8, 12))),  # one row of C: webgpu's GEMV
     _C("reshape", "reshape", ((2, 6),), {"shape": (3, -1)}),
     _C("transpose", "transpose", ((2, 3, 4),), {"perm": (2, 0, 1)}),
     _C("slice", "slice", ((4, 5),), {"begin": (1, 2), "size": (2, 3)}),
@@ -352,6 +353,8 @@ CASES: list[OpCase] = [
         {"padding": "same", "strides": 2},
     ),
     _C("conv2d_valid_stride2", "conv2d", ((1, 7, 7, 1), (3, 3, 1, 2)), {"strides": (2, 1)}),
+    # RGB in, whole vec4s of channels out: webgpu's direct convolution.
+    _C("conv2d_rgb_same", "conv2d", ((1, 5, 5, 3), (3, 3, 3, 8)), {"padding": "same"}),
     _C("max_pool2d", "max_pool2d", ((2, 4, 6, 2),), kinds=("distinct",)),
     _C(
         "max_pool2d_same",

@@ -96,8 +96,10 @@ BLOCK = 4 + 2 * codegen.MAX_RANK
 
 
 def input_mode(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> tuple[str, list[int]]:
-    """How an input's elements are found from the output index i: "c" at i itself, "b" by a
-    strided walk over its merged axes (no axes for a scalar); and its params block."""
+    """How an input's elements are found from the output index i: "c" at i itself, "r" at i
+    modulo its length (a row repeated down the output: a layer's bias, one value per output
+    channel), "b" by a strided walk over its merged axes (no axes for a scalar); and its params
+    block (merged dims and strides; "r" reads the row length from it)."""
     if strides is None:
         return "c", []
     axes: list[tuple[int, int]] = []
@@ -111,12 +113,24 @@ def input_mode(shape: tuple[int, ...], strides: tuple[int, ...] | None) -> tuple
     if len(axes) == 1 and axes[0][1] == 1:
         return "c", []
     block = [len(axes), 0, 0, 0, *codegen.axis_table([d for d, _ in axes])]
-    return "b", block + codegen.axis_table([st for _, st in axes])
+    block += codegen.axis_table([st for _, st in axes])
+    # One modulo instead of the walk's division and modulo per axis: on a software GPU the walk
+    # made a conv layer's bias add cost as much as the convolution.
+    row = len(axes) == 2 and axes[0][1] == 0 and axes[1][1] == 1
+    return ("r" if row else "b"), block
+
+
+def input_index(mode: str, base: int) -> str:
+    """The WGSL index into an input for output index i, its params block at word `base`."""
+    if mode == "c":
+        return "i"
+    if mode == "r":
+        return f"i % word({base + 5}u)"  # the block's second merged dim: the row length
+    return f"strided_offset(i, {base}u)"
 
 
 def _load(k: int, mode: str) -> str:
-    index = "i" if mode == "c" else f"strided_offset(i, {4 + BLOCK * k}u)"
-    return f"let {_NAMES[k]} = in_{k}[{index}];"
+    return f"let {_NAMES[k]} = in_{k}[{input_index(mode, 4 + BLOCK * k)}];"
 
 
 def plan_elementwise(
@@ -141,8 +155,9 @@ def plan_elementwise(
     plain = modes == "c" * arity
     if plain:
         words = [count]
-    # Contiguous inputs: PER_INVOCATION elements per invocation (strided loads stay one each).
-    per = PER_INVOCATION if plain else 1
+    # Contiguous and row inputs: PER_INVOCATION elements per invocation (strided walks stay
+    # one each).
+    per = 1 if "b" in modes else PER_INVOCATION
     loads = "\n    ".join(_load(k, modes[k]) for k in range(arity))
     key = f"elementwise:{op}:{','.join(types)}->{out_type}"
     if not plain:

@@ -62,7 +62,7 @@ def plan_fused(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimit
     strides = attrs.get("input_strides") or (None,) * len(types)
     modes = [elementwise.input_mode(out.shape, st) for st in strides]
     strided = any(
-        mode == "b" for (mode, _), shape in zip(modes, out.in_shapes, strict=True) if shape
+        mode != "c" for (mode, _), shape in zip(modes, out.in_shapes, strict=True) if shape
     )
     blocks = [w for _, block in modes for w in (block or [0] * elementwise.BLOCK)]
     constants_at = _CONSTANTS_AT + (len(blocks) if strided else 0)
@@ -71,9 +71,10 @@ def plan_fused(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimit
         # automatic layout and the bind group would no longer match it.
         if shape == ():
             hoisted.append(f"let x{k} = in_{k}[0];")
-        elif modes[k][0] == "b":
+        elif modes[k][0] != "c":
             offset = _CONSTANTS_AT + elementwise.BLOCK * k
-            loads.append(f"let x{k} = in_{k}[strided_offset(i, {offset}u)];")
+            index = elementwise.input_index(modes[k][0], offset)
+            loads.append(f"let x{k} = in_{k}[{index}];")
         else:
             loads.append(f"let x{k} = in_{k}[i];")
     constants: list[int] = []

@@ -1,4 +1,5 @@
-"""matmul and the convolutions as tiled GEMMs on gemm.wgsl (convolutions as implicit GEMMs)."""
+"""matmul and the convolutions as tiled GEMMs on gemm.wgsl (convolutions as implicit GEMMs);
+products of one row on gemv.wgsl."""
 
 from __future__ import annotations
 
@@ -40,6 +41,17 @@ MAX_SPLITS = 64
 VEC4_ROWS = 4
 VEC4_VECS = 2
 VEC4_TILE_K = 32
+
+# conv_direct.wgsl: conv2d of inputs with this many channels or fewer (RGB images, a small
+# CNN's second layer), whose output channels are whole vec4s; each invocation computes
+# DIRECT_CONV_VECS vec4s of them. On lavapipe it beat the implicit GEMM 3x at 3 input channels
+# and 2.5-4x at 16 (32x32x16 -> 32 channels, batch 1 and 8): few taps leave the GEMM's
+# shared-memory reuse little to win against its staging and barriers.
+DIRECT_CONV_MAX_IN = 16
+DIRECT_CONV_VECS = 4
+
+# gemv.wgsl: vec4 columns of C per workgroup (the other 64 / GEMV_COLS4 invocations split K).
+GEMV_COLS4 = 2
 
 
 # How an invocation stages its A_LOADS vec4s of a slab (r: slab row, c: vec4 column): rows of A
@@ -120,6 +132,20 @@ def _vec4_layout(g: Gemm, load_a: str, load_b: str) -> str | None:
     return None
 
 
+def _is_gemv(g: Gemm, load_a: str, load_b: str) -> bool:
+    """C of one row from row-major operands whose rows are whole vec4s (with one row, A's
+    transposed layout is the same vector)."""
+    return (
+        (load_a, load_b) == ("strided_a", "strided_b")
+        and g.m == 1
+        and g.a_col == 1
+        and g.b_col == 1
+        and g.k % 4 == 0
+        and g.n % 4 == 0
+        and g.a_batch % 4 == 0
+    )
+
+
 @dataclass(frozen=True)
 class Gemm:
     """The params of gemm.wgsl, in its Params struct's field order (counts come from m, n, k)."""
@@ -164,6 +190,12 @@ def gemm_plan(
     codegen.require_float32(op, out)
     if g.m * g.n * g.batches == 0:
         return KernelPlan(())
+    if _is_gemv(g, load_a, load_b):
+        tiles_n = math.ceil(g.n // 4 / GEMV_COLS4)
+        wgsl = codegen.render(
+            "gemv.wgsl", TILE_LOOP=codegen.template("tile_loop.wgsl"), COLUMN_VECS=str(GEMV_COLS4)
+        )
+        return _product_and_sum(op, g, f"gemv:{GEMV_COLS4}", wgsl, (1, tiles_n, 1, g.k), limits)
     layout = _vec4_layout(g, load_a, load_b)
     if layout is not None:
         row_count = VEC4_ROWS if g.m >= 8 * VEC4_ROWS else 1
@@ -261,11 +293,33 @@ def _geometry(
     }
 
 
+def _plan_direct_conv2d(
+    op: str, geo: dict[str, int], pixels: int, limits: DeviceLimits
+) -> KernelPlan:
+    """conv_direct.wgsl: one invocation per output pixel and DIRECT_CONV_VECS vec4s of its
+    output channels."""
+    out_c4 = geo["out_c"] // 4
+    groups = math.ceil(out_c4 / DIRECT_CONV_VECS)
+    invocations = pixels * groups
+    words = [invocations, groups, geo["in_h"], geo["in_w"], geo["in_c"], geo["out_h"]]
+    words += [geo["out_w"], out_c4, geo["k_h"], geo["k_w"], geo["stride_h"], geo["stride_w"]]
+    words += [geo["pad_top"], geo["pad_left"]]
+    wgsl = codegen.render("conv_direct.wgsl", VECS=str(DIRECT_CONV_VECS))
+    workgroups = codegen.grid(op, codegen.groups_for(invocations), limits)
+    bindings = [codegen.INPUT_0, BufferRef("input", 1), codegen.OUTPUT]
+    key = f"conv_direct:{DIRECT_CONV_VECS}"
+    return KernelPlan((codegen.dispatch(key, wgsl, bindings, words, workgroups),))
+
+
 def plan_conv2d(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:
-    """Output pixels x taps (im2col, never materialised) @ filters as (taps, out channels)."""
+    """Output pixels x taps (im2col, never materialised) @ filters as (taps, out channels); an
+    input of at most DIRECT_CONV_MAX_IN channels is convolved directly."""
     x, w = out.in_shapes
     y = out.shape
     geo = _geometry(attrs, x, w, y)
+    if x[3] <= DIRECT_CONV_MAX_IN and y[3] % 4 == 0 and codegen.numel(y) and codegen.numel(x):
+        codegen.require_float32(op, out)
+        return _plan_direct_conv2d(op, geo, y[0] * y[1] * y[2], limits)
     g = Gemm(y[0] * y[1] * y[2], y[3], w[0] * w[1] * w[2], b_row=y[3], b_col=1, **geo)
     return gemm_plan(op, out, g, "im2col_a", "strided_b", limits)
 

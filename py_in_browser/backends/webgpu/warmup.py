@@ -18,7 +18,8 @@ from .plan import DeviceLimits
 _F32 = "float32"
 _UNARY = ("relu", "exp", "log", "sigmoid", "sqrt", "neg", "tanh")
 _SQUARE = (8, 8)
-_ROW = (0, 1)  # a (1, 8) row broadcast over (8, 8): bias adds, scalars after reshape
+_ROW = (0, 1)  # a (1, 8) row repeated over (8, 8): bias adds (elementwise.py's "r" inputs)
+_COLUMN = (1, 0)  # an (8, 1) column broadcast over (8, 8): a strided walk (per-row scalars)
 
 
 def _spec(shape: tuple[int, ...], out_dtype: str, *in_dtypes: str) -> OutSpec:
@@ -27,14 +28,15 @@ def _spec(shape: tuple[int, ...], out_dtype: str, *in_dtypes: str) -> OutSpec:
 
 def _calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
     c: tuple[int, ...] | None = None  # a contiguous input
-    b: tuple[int, ...] | None = _ROW  # a broadcast one
+    b: tuple[int, ...] | None = _COLUMN  # a broadcast one
+    r: tuple[int, ...] | None = _ROW  # a repeated row
     calls: list[tuple[str, dict[str, Any], OutSpec]] = []
     strides: tuple[tuple[int, ...] | None, ...]
     for op, variants in (
-        ("mul", ((c, c), (c, b), (b, c))),
-        ("add", ((c, c), (c, b))),
-        ("sub", ((c, c), (c, b), (b, c))),
-        ("div", ((c, c), (c, b))),
+        ("mul", ((c, c), (c, b), (b, c), (c, r))),
+        ("add", ((c, c), (c, b), (c, r))),
+        ("sub", ((c, c), (c, b), (b, c), (c, r))),
+        ("div", ((c, c), (c, b), (c, r))),
         ("pow", ((c, c),)),
         ("maximum", ((c, c), (c, b))),
     ):
@@ -46,7 +48,7 @@ def _calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
         calls.append(("less", _strided(strides), _spec(_SQUARE, "bool", _F32, _F32)))
     for strides in ((c, c), (c, b)):
         calls.append(("equal", _strided(strides), _spec(_SQUARE, "bool", _F32, _F32)))
-    for strides in ((c, c), (b, b)):
+    for strides in ((c, c), (b, r)):  # (b, r): labels against a range row (one-hot)
         calls.append(("equal", _strided(strides), _spec(_SQUARE, "bool", "int32", "int32")))
     where = _spec(_SQUARE, _F32, "bool", _F32, _F32)
     for strides in ((c, c, c), (b, c, c), (c, c, b)):
@@ -63,12 +65,17 @@ def _calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
     plain = {"transpose_a": False, "transpose_b": False}
     for m, n in ((64, 4), (64, 16), (64, 64), (16, 64), (4, 64)):
         calls.append(("matmul", plain, OutSpec((m, n), _F32, ((m, 8), (8, n)), (_F32, _F32))))
+    # One row of C (a dense layer's forward pass at batch 1: inference) takes gemv.wgsl.
+    calls.append(("matmul", plain, OutSpec((1, 8), _F32, ((1, 8), (8, 8)), (_F32, _F32))))
     conv = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
     for channels in (32, 16, 8):
         x, w, y = (2, 8, 8, channels), (3, 3, channels, channels), (2, 8, 8, channels)
         calls.append(("conv2d", conv, OutSpec(y, _F32, (x, w), (_F32, _F32))))
         calls.append(("conv2d_backprop_filter", conv, OutSpec(w, _F32, (x, y), (_F32, _F32))))
         calls.append(("conv2d_backprop_input", conv, OutSpec(x, _F32, (y, w), (_F32, _F32))))
+    # A first layer on RGB images: conv2d of 3 input channels is direct (conv_direct.wgsl).
+    x, w, y = (2, 8, 8, 3), (3, 3, 3, 16), (2, 8, 8, 16)
+    calls.append(("conv2d", conv, OutSpec(y, _F32, (x, w), (_F32, _F32))))
     pool = {"pool_size": (2, 2), "strides": (2, 2), "pads": ((0, 0), (0, 0))}
     calls.append(("max_pool2d", pool, OutSpec((2, 4, 4, 8), _F32, ((2, 8, 8, 8),), (_F32,))))
     grad = OutSpec((2, 8, 8, 8), _F32, ((2, 8, 8, 8), (2, 4, 4, 8), (2, 4, 4, 8)), (_F32,) * 3)
