@@ -109,7 +109,11 @@ class Database:
             sqlite_path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.closing(sqlite3.connect(sqlite_path)) as connection:
                 connection.execute("PRAGMA journal_mode=WAL")
-        self._migrate()
+        try:
+            self._migrate()
+        except BaseException:
+            self.close()  # a refused schema must not leave the pool's threads behind
+            raise
 
     @property
     def blob_type(self) -> str:
