@@ -193,7 +193,10 @@ def gemm_plan(
     if _is_gemv(g, load_a, load_b):
         tiles_n = math.ceil(g.n // 4 / GEMV_COLS4)
         wgsl = codegen.render(
-            "gemv.wgsl", TILE_LOOP=codegen.template("tile_loop.wgsl"), COLUMN_VECS=str(GEMV_COLS4)
+            "gemv.wgsl",
+            TILE_LOOP=codegen.template("tile_loop.wgsl"),
+            VECTOR_GEMM_IO=codegen.template("vec4_gemm_io.wgsl"),
+            COLUMN_VECS=str(GEMV_COLS4),
         )
         return _product_and_sum(op, g, f"gemv:{GEMV_COLS4}", wgsl, (1, tiles_n, 1, g.k), limits)
     layout = _vec4_layout(g, load_a, load_b)
@@ -207,6 +210,7 @@ def gemm_plan(
         wgsl = codegen.render(
             "gemm_vec4.wgsl",
             TILE_LOOP=codegen.template("tile_loop.wgsl"),
+            VECTOR_GEMM_IO=codegen.template("vec4_gemm_io.wgsl"),
             ROWS=str(row_count),
             VECS=str(VEC4_VECS),
             **vec4_body(row_count, VEC4_VECS, layout == "a_transposed"),

@@ -7,20 +7,8 @@
 // split-K scratch.
 {{COMMON}}
 
-@group(0) @binding(0) var<storage, read> a: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> b: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> c: array<vec4<f32>>;
-
-// The same Params as gemm.wgsl (only the leading fields and the strides are read here); counts
-// and strides in floats, all multiples of 4. tiles_m is C's row count, tiles_n its vec4 column
-// groups (COLS4 each).
-struct Params {
-  m: u32, n: u32, k: u32, tiles_m: u32,
-  tiles_n: u32, batches: u32, splits: u32, k_per_split: u32,
-  a_batch: u32, a_row: u32, a_col: u32, b_batch: u32,
-  b_row: u32, b_col: u32,
-}
-@group(0) @binding(3) var<uniform> p: Params;
+{{VECTOR_GEMM_IO}}
+// Here tiles_m is C's row count and tiles_n its vec4 column groups (COLS4 each).
 
 const COLS4: u32 = {{COLUMN_VECS}}u;
 const LANES: u32 = 64u / COLS4;
