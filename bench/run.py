@@ -22,7 +22,7 @@ from bench.server import REPO_ROOT, dev_server, ensure_ready
 from bench.stats import FAILED, TIMEOUT, UNAVAILABLE, SideResult, row
 from tests_e2e.browsers import CHROMIUM, CHROMIUM_ARGS
 
-STALE_WHEEL = "no such engine build"
+STALE_BUILD = "no such engine build"
 SOFTWARE_GPUS = ("swiftshader", "llvmpipe", "lavapipe", "softpipe", "microsoft basic render")
 
 
@@ -228,10 +228,10 @@ class Run:
         page = BenchPage(self.browser, self.base_url, ours)
         self.log(f"[{ours}] loading /bench/?backend={ours} (our engine boots in its worker)")
         ours_boot = await page.open()
-        if STALE_WHEEL in str(ours_boot.get("error")):
-            # The engine's sources changed between /api/engine and the wheel download (someone is
+        if STALE_BUILD in str(ours_boot.get("error")):
+            # The engine's sources changed between /api/engine and the bundle download (someone is
             # editing py_in_browser/): a reload picks up the new build. Anything else is reported.
-            self.log(f"[{ours}] the engine wheel changed while loading; reloading once")
+            self.log(f"[{ours}] the engine build changed while loading; reloading once")
             ours_boot = await page.open()
         self.log(f"[{ours}] ours: {_start_text(ours_boot)}")
         if not self.results["meta"]["header_lines"]:

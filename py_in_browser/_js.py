@@ -1,7 +1,7 @@
 """The only module that imports `js` and `pyodide.ffi`: JS bridge loading and buffer crossing.
 
 Everything else in the engine imports in CPython; browser-only code asks `in_browser()` first and
-receives its JS objects from here. Bridges are self-contained ES modules shipped in the wheel.
+receives its JS objects from here. Bridges are self-contained ES modules shipped in the package.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def in_browser() -> bool:
 
 
 async def load_bridge(package: str, filename: str) -> Any:
-    """Import the ES module `filename` of `package` (shipped in the wheel) in the engine's worker.
+    """Import the ES module `filename` of `package` (shipped in the package) in the engine's worker.
 
     The worker exposes `pibImportModule(source)` (web/js/engine-worker.js), which imports the text
     through a same-origin blob: URL, so bridges need no route of their own on the server.

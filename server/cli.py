@@ -9,7 +9,7 @@ import socket
 import sys
 from pathlib import Path
 
-from server.engine_wheel import ensure_engine_wheel
+from server.engine_bundle import ensure_engine_bundle
 from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
 from server.settings import Paths
 from server.simd_build import SimdBuildError, ensure_simd_module
@@ -23,8 +23,8 @@ def setup(paths: Paths) -> None:
     except SimdBuildError as exc:
         print(f"simd: the cpu SIMD kernels did not build, the cpu backend will use numpy:\n{exc}")
     ensure_web_libraries(paths)
-    wheel = ensure_engine_wheel(paths)
-    print(f"engine: {wheel.path} (sources {wheel.digest})")
+    bundle = ensure_engine_bundle(paths)
+    print(f"engine: {bundle.path} (sources {bundle.digest})")
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser(
         "setup",
-        help="fetch and verify Pyodide + numpy and the pages' libraries, build the engine wheel",
+        help="fetch and verify Pyodide + numpy and the pages' libraries, build the engine bundle",
     )
     serve_parser = commands.add_parser("serve", help="run the dev server (runs setup when needed)")
     serve_parser.add_argument(

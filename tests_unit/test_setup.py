@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from server import runtime_setup
+from server.package_bundle import read_bundle, wheel_members
 from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
-from server.settings import NUMPY_CARRIER_MEMBER, NUMPY_WHEEL, Paths
+from server.settings import NUMPY_BUNDLE, NUMPY_CARRIER_MEMBER, NUMPY_WHEEL, Paths
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +32,9 @@ def copy_of(paths: Paths, tmp_path: Path) -> Paths:
 def test_fresh_cache_is_complete_and_verified(verified_cache: Paths) -> None:
     assert runtime_problems(verified_cache) == []
     assert (verified_cache.runtime / NUMPY_WHEEL).stat().st_size > 1_000_000
+    # The bundle the worker installs holds the wheel's files unchanged.
+    bundled = read_bundle((verified_cache.runtime / NUMPY_BUNDLE).read_bytes())
+    assert bundled == dict(wheel_members(verified_cache.runtime / NUMPY_WHEEL))
     # Only what the page needs is kept: no 77 MB carrier wheel, no npm tarball.
     assert not list(verified_cache.cache.rglob("provisa*")) and not list(
         verified_cache.cache.rglob("*.tgz")

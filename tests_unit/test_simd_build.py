@@ -1,16 +1,16 @@
-"""Set-up's build of the cpu SIMD module: cached by content, shipped in the engine wheel, and a
-broken build leaves a working wheel without it (the page then records why and uses numpy)."""
+"""Set-up's build of the cpu SIMD module: cached by content, shipped in the engine bundle, and a
+broken build leaves a working bundle without it (the page then records why and uses numpy)."""
 
 from __future__ import annotations
 
 import shutil
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from server import simd_build
-from server.engine_wheel import DIST_NAME, ensure_engine_wheel
+from server.engine_bundle import PACKAGE_NAME, ensure_engine_bundle
+from server.package_bundle import read_bundle
 from server.settings import REPO_ROOT, Paths
 from server.simd_build import PACKAGE_PATH, SimdBuildError, ensure_simd_module
 
@@ -48,16 +48,15 @@ def test_module_is_a_side_module_cached_by_content(
     assert not module.path.parent.exists()  # the stale build is gone
 
 
-def test_engine_wheel_ships_the_module_but_not_its_sources(sources: Paths) -> None:
-    wheel = ensure_engine_wheel(sources)
-    assert wheel.simd is not None
-    with zipfile.ZipFile(wheel.path) as archive:
-        names = archive.namelist()
-        assert archive.read(f"{DIST_NAME}/{PACKAGE_PATH}") == wheel.simd.path.read_bytes()
-    assert not [name for name in names if name.endswith((".c", ".h"))]
+def test_engine_bundle_ships_the_module_but_not_its_sources(sources: Paths) -> None:
+    bundle = ensure_engine_bundle(sources)
+    assert bundle.simd is not None
+    files = read_bundle(bundle.path.read_bytes())
+    assert files[f"{PACKAGE_NAME}/{PACKAGE_PATH}"] == bundle.simd.path.read_bytes()
+    assert not [name for name in files if name.endswith((".c", ".h"))]
 
 
-def test_a_broken_build_is_reported_cached_and_leaves_a_wheel_without_it(
+def test_a_broken_build_is_reported_cached_and_leaves_a_bundle_without_it(
     sources: Paths, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (_native(sources) / "broken.c").write_text("int broken(void) { return undeclared; }\n")
@@ -70,8 +69,8 @@ def test_a_broken_build_is_reported_cached_and_leaves_a_wheel_without_it(
     monkeypatch.setattr(simd_build, "_compile", no_compiler)
     with pytest.raises(SimdBuildError, match="undeclared"):
         ensure_simd_module(sources)
-    wheel = ensure_engine_wheel(sources)
-    assert wheel.simd is None
-    with zipfile.ZipFile(wheel.path) as archive:
-        assert f"{DIST_NAME}/{PACKAGE_PATH}" not in archive.namelist()
-        assert f"{DIST_NAME}/backends/cpu_simd/loader.py" in archive.namelist()
+    bundle = ensure_engine_bundle(sources)
+    assert bundle.simd is None
+    files = read_bundle(bundle.path.read_bytes())
+    assert f"{PACKAGE_NAME}/{PACKAGE_PATH}" not in files
+    assert f"{PACKAGE_NAME}/backends/cpu_simd/loader.py" in files

@@ -1,29 +1,14 @@
 // Python bytecode of numpy's and the engine's modules, kept between visits in the Cache API.
 //
-// Neither wheel ships .pyc files, so every visit compiled some 160 modules from source (about a
+// Neither package ships .pyc files, so every visit compiled some 160 modules from source (about a
 // third of the numpy and engine stages). The first visit lets Python write its __pycache__ as it
 // imports, and the worker stores those files after ready; later visits put them back before
 // importing. Python accepts a .pyc only when its recorded source mtime and size match: the
-// sources are given the same fixed mtime on every visit (unpacking would stamp the current time).
+// sources get the same fixed mtime on every visit (package-bundle.js).
 // The entry records the versions it was built from and is replaced when any differs.
 import { readEntry, writeEntry } from "./startup-cache.js";
 
 const CACHE_NAME = "pib-bytecode";
-const SOURCE_MTIME_S = 946684800; // 2000-01-01, for every source file on every visit
-
-// Gives every .py file under `roots` the fixed mtime, so .pyc files written on an earlier visit
-// (for the same versions) match them.
-export function pinSourceTimes(pyodide, roots) {
-  pyodide.runPython(
-    `import os
-for root in ${JSON.stringify(roots)}:
-    for folder, _, names in os.walk(root):
-        for name in names:
-            if name.endswith(".py"):
-                os.utime(os.path.join(folder, name), (${SOURCE_MTIME_S}, ${SOURCE_MTIME_S}))`,
-  );
-}
-
 function pycFiles(FS, root) {
   const found = [];
   const walk = (folder) => {

@@ -1,6 +1,7 @@
-// The engine's Web Worker: loads Pyodide, numpy and the py_in_browser wheel, then runs page code.
-import { pinSourceTimes, restoreBytecode, saveBytecode } from "./bytecode-cache.js";
+// The engine's Web Worker: loads Pyodide, numpy and the py_in_browser package, then runs page code.
+import { restoreBytecode, saveBytecode } from "./bytecode-cache.js";
 import { probeGPU } from "./gpu-probe.js";
+import { fetchBundle, installBundle } from "./package-bundle.js";
 import { startRuntime, storeSnapshot } from "./runtime-snapshot.js";
 
 let runner = null; // py_in_browser._worker, once the engine is loaded
@@ -17,7 +18,7 @@ self.pibInbox = new Map();
 // here before code sent after it runs.
 self.pibBitmaps = new Map();
 
-// The engine's JS bridges ship inside its wheel; py_in_browser/_js.py imports them through this.
+// The engine's JS bridges ship inside its package; py_in_browser/_js.py imports them through this.
 self.pibImportModule = async (source) => {
   const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
   try {
@@ -52,21 +53,20 @@ async function fetchOk(url) {
   return response;
 }
 
-// The server rebuilds the wheel when the engine's sources change; an edit between asking for the
+// The server rebuilds the engine's bundle when its sources change; an edit between asking for the
 // current build and downloading it makes that build vanish, so ask once more.
-async function fetchEngineWheel(engine) {
-  const response = await fetch(engine.wheel_url);
-  if (response.status === 404) {
-    const current = await (await fetchOk("/api/engine")).json();
-    return (await fetchOk(current.wheel_url)).arrayBuffer();
+async function fetchEngineBundle(engine) {
+  try {
+    return await fetchBundle(engine.bundle_url);
+  } catch (error) {
+    if (!String(error.message).includes("HTTP 404")) throw error;
+    return fetchBundle((await (await fetchOk("/api/engine")).json()).bundle_url);
   }
-  if (!response.ok) throw new Error(`${engine.wheel_url}: HTTP ${response.status} ${await response.text()}`);
-  return response.arrayBuffer();
 }
 
 // Whether every download of a stage came from the browser's HTTP cache (resource timing: nothing
 // transferred), so a second visit shows what it reused; null when a file was not fetched. The
-// first fetch of a URL counts: loadPackage fetches numpy again, from the cache the prefetch filled.
+// first fetch of a URL counts.
 function fromHttpCache(urls) {
   const entries = urls.map((url) => performance.getEntriesByName(new URL(url, self.location.href).href)[0]);
   if (entries.some((entry) => entry === undefined)) return null;
@@ -84,26 +84,21 @@ async function stage(name, work) {
 async function boot({ backend }) {
   const environmentPromise = probeGPU();
   const engine = await (await fetchOk("/api/engine")).json();
-  // The wheels download while the runtime compiles and starts Python, not after it: numpy's into
-  // the HTTP cache, where loadPackage finds it (it loads numpy's shared libraries as it unpacks).
-  const numpyWheel = fetchOk(engine.numpy_url).then((response) => response.arrayBuffer());
-  const engineWheel = fetchEngineWheel(engine);
-  numpyWheel.catch(() => {}); // awaited below; a failure surfaces there, not as an unhandled rejection
-  engineWheel.catch(() => {});
+  // The bundles download while the runtime compiles and starts Python, not after it.
+  const numpyBundle = fetchBundle(engine.numpy_bundle_url);
+  const engineBundle = fetchEngineBundle(engine);
+  numpyBundle.catch(() => {}); // awaited below; a failure surfaces there, not as an unhandled rejection
+  engineBundle.catch(() => {});
   const { pyodide, snapshot } = await stage("runtime", () => startRuntime(engine.runtime_url));
-  await stage("numpy", async () => {
-    await numpyWheel;
-    await pyodide.loadPackage("numpy", { messageCallback: () => {} });
-  });
   const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
+  await stage("numpy", async () => installBundle(pyodide, await numpyBundle, sitePackages));
   const roots = ["numpy", "py_in_browser"].map((name) => `${sitePackages}/${name}`);
   // What the stored bytecode must have been compiled from: these sources on this runtime.
-  const bytecodeVersion = `${engine.digest} ${engine.numpy_url} ${pyodide.version}`;
+  const bytecodeVersion = `${engine.digest} ${engine.numpy_bundle_url} ${pyodide.version}`;
   let bytecode = null; // "loaded", "absent", "stale" or "unavailable" (bytecode-cache.js)
   let storeBytecode = false;
   await stage("engine", async () => {
-    pyodide.unpackArchive(await engineWheel, "wheel", { extractDir: sitePackages });
-    pinSourceTimes(pyodide, roots);
+    installBundle(pyodide, await engineBundle, sitePackages);
     bytecode = await restoreBytecode(pyodide, bytecodeVersion);
     // Python writes __pycache__ only when asked; what it writes now is stored after ready.
     storeBytecode = bytecode === "absent" || bytecode === "stale";
@@ -117,8 +112,8 @@ async function boot({ backend }) {
   const environment = await environmentPromise;
   const httpCache = {
     runtime: fromHttpCache(["pyodide.asm.wasm", "pyodide.asm.js", "python_stdlib.zip"].map((f) => engine.runtime_url + f)),
-    numpy: fromHttpCache([engine.numpy_url]),
-    engine: fromHttpCache([engine.wheel_url]),
+    numpy: fromHttpCache([engine.numpy_bundle_url]),
+    engine: fromHttpCache([engine.bundle_url]),
   };
   // A snapshot that failed to restore is replaced too.
   const makeSnapshot = snapshot !== "loaded" && snapshot !== "unavailable";
