@@ -89,17 +89,22 @@ async function boot({ backend }) {
   const engineBundle = fetchEngineBundle(engine);
   numpyBundle.catch(() => {}); // awaited below; a failure surfaces there, not as an unhandled rejection
   engineBundle.catch(() => {});
-  const { pyodide, snapshot } = await stage("runtime", () => startRuntime(engine.runtime_url));
+  // What the stored snapshot and bytecode must have been made from: this runtime and these sources.
+  const version = `${engine.runtime_url} ${engine.numpy_bundle_url} ${engine.digest}`;
+  const { pyodide, snapshot } = await stage("runtime", () =>
+    startRuntime({ indexURL: engine.runtime_url, version, bundles: [numpyBundle, engineBundle] }),
+  );
+  // A restored runtime has both packages installed and imported already.
+  const restored = snapshot === "loaded";
   const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
-  await stage("numpy", async () => installBundle(pyodide, await numpyBundle, sitePackages));
+  await stage("numpy", async () => restored || installBundle(pyodide, await numpyBundle, sitePackages));
   const roots = ["numpy", "py_in_browser"].map((name) => `${sitePackages}/${name}`);
-  // What the stored bytecode must have been compiled from: these sources on this runtime.
-  const bytecodeVersion = `${engine.digest} ${engine.numpy_bundle_url} ${pyodide.version}`;
   let bytecode = null; // "loaded", "absent", "stale" or "unavailable" (bytecode-cache.js)
   let storeBytecode = false;
   await stage("engine", async () => {
-    installBundle(pyodide, await engineBundle, sitePackages);
-    bytecode = await restoreBytecode(pyodide, bytecodeVersion);
+    if (!restored) installBundle(pyodide, await engineBundle, sitePackages);
+    // Modules imported after the snapshot's imports (by init, by page code) use it too.
+    bytecode = await restoreBytecode(pyodide, version);
     // Python writes __pycache__ only when asked; what it writes now is stored after ready.
     storeBytecode = bytecode === "absent" || bytecode === "stale";
     if (storeBytecode) pyodide.runPython("import sys; sys.dont_write_bytecode = False");
@@ -130,12 +135,16 @@ async function boot({ backend }) {
   });
   if (makeSnapshot) {
     whenIdle(() =>
-      storeSnapshot(engine.runtime_url).then((outcome) => post({ type: "snapshot-stored", outcome })),
+      storeSnapshot({
+        indexURL: engine.runtime_url,
+        version,
+        bundleURLs: [engine.numpy_bundle_url, engine.bundle_url],
+      }).then((outcome) => post({ type: "snapshot-stored", outcome })),
     );
   }
   if (storeBytecode) {
     // After ready, so the first visit does not wait for it; the page hears when it is stored.
-    saveBytecode(pyodide, roots, bytecodeVersion).then(
+    saveBytecode(pyodide, roots, version).then(
       () => post({ type: "bytecode-stored", outcome: "stored" }),
       (error) => post({ type: "bytecode-stored", outcome: `failed: ${error.message ?? error}` }),
     );

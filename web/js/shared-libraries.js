@@ -1,0 +1,104 @@
+// Reattaches the shared libraries a restored memory snapshot's Python state uses.
+//
+// A Pyodide 0.27 snapshot is the runtime's memory image; the code of the shared libraries loaded
+// before it (numpy's extension modules, the cpu SIMD kernels) lives in WebAssembly instances of
+// their own, which the image does not hold, and the image refers to their functions by slots in
+// the function table. Emscripten's dlopen records, in each library's handle in wasm memory, the
+// memory and table bases it gave the library, and a load through that handle reuses them (its way
+// of loading one library in several threads). So reloading every library through its handle, in
+// the original order, puts its own functions back in their slots; the slots dlsym appended for
+// exported functions (each PyInit_*, every kernel ctypes calls) are put back by name; and as
+// instantiating re-applies a library's initial data, its data region is then written back from
+// the image.
+
+// The handle fields emscripten's dlopen fills (struct dso in its libc): byte offsets.
+const MEMORY_BASE = 12;
+const MEMORY_SIZE = 16;
+const TABLE_BASE = 20;
+const TABLE_SIZE = 24;
+
+function layout(module, handle) {
+  return {
+    memoryBase: module.HEAPU32[(handle + MEMORY_BASE) >>> 2],
+    memorySize: module.HEAP32[(handle + MEMORY_SIZE) >>> 2],
+    tableBase: module.HEAPU32[(handle + TABLE_BASE) >>> 2],
+    tableSize: module.HEAP32[(handle + TABLE_SIZE) >>> 2],
+  };
+}
+
+// Every exported function of the loaded libraries, by function: [library index, export name].
+function exportedFunctions(module, handles) {
+  const byFunction = new Map();
+  handles.forEach((handle, index) => {
+    for (const [name, value] of Object.entries(module.LDSO.loadedLibsByHandle[handle].exports)) {
+      if (typeof value === "function" && !byFunction.has(value)) byFunction.set(value, [index, name]);
+    }
+  });
+  return byFunction;
+}
+
+// What relinking needs, read from the runtime before its snapshot is taken: every library's
+// handle in load order, the slots outside the libraries' own ranges (dlsym's and the GOT's) by
+// the export they hold, the table length, and the value of every GOT entry. Throws when a slot
+// holds a function no library exports (relinking could not put it back).
+export function describeLibraries(pyodide) {
+  const module = pyodide._module;
+  const { LDSO, GOT, wasmTable } = module;
+  const byDso = new Map(Object.entries(LDSO.loadedLibsByHandle).map(([handle, dso]) => [dso, Number(handle)]));
+  const handles = Object.values(LDSO.loadedLibsByName)
+    .map((dso) => byDso.get(dso))
+    .filter((handle) => handle !== undefined && handle !== 0); // 0: the runtime itself
+  const owned = handles.map((handle) => layout(module, handle)).filter(({ tableSize }) => tableSize > 0);
+  const functions = exportedFunctions(module, handles);
+  const slots = [];
+  for (let slot = owned[0]?.tableBase ?? wasmTable.length; slot < wasmTable.length; slot++) {
+    if (owned.some(({ tableBase, tableSize }) => slot >= tableBase && slot < tableBase + tableSize)) continue;
+    const holder = functions.get(wasmTable.get(slot));
+    if (holder === undefined) throw new Error(`table slot ${slot} holds a function no library exports`);
+    slots.push([slot, ...holder]);
+  }
+  const got = Object.fromEntries(Object.entries(GOT).map(([symbol, global]) => [symbol, global.value]));
+  return { handles, slots, tableLength: wasmTable.length, got };
+}
+
+// Reloads the libraries `described` lists into a runtime just restored from the snapshot it was
+// read with. Throws when the function table does not come out as it was: the restored state would
+// call the wrong functions, so the caller starts the runtime afresh instead.
+export function relinkLibraries(pyodide, described) {
+  const module = pyodide._module;
+  const { HEAP8, GOT, wasmTable, dlopenInternal, LDSO } = module;
+  const expected = ([, index, name]) => LDSO.loadedLibsByHandle[described.handles[index]].exports[name];
+  const pending = [...described.slots];
+  // Appends the recorded slots below `length` that relinking has not made again itself (dlsym's;
+  // the GOT's come back as each library loads), once their libraries are loaded.
+  const fillTo = (length) => {
+    while (pending.length > 0 && pending[0][0] < length && pending[0][0] <= wasmTable.length) {
+      const record = pending.shift();
+      if (record[0] === wasmTable.length) {
+        wasmTable.grow(1);
+        wasmTable.set(record[0], expected(record));
+      }
+    }
+  };
+  for (const handle of described.handles) {
+    const { memoryBase, memorySize, tableBase, tableSize } = layout(module, handle);
+    if (tableSize > 0) {
+      fillTo(tableBase);
+      if (wasmTable.length !== tableBase) {
+        throw new Error(`the function table has ${wasmTable.length} slots where a library starts at ${tableBase}`);
+      }
+    }
+    const live = HEAP8.slice(memoryBase, memoryBase + memorySize);
+    if (!dlopenInternal(handle, { loadAsync: false })) throw new Error(`relinking the library at handle ${handle} failed`);
+    HEAP8.set(live, memoryBase);
+  }
+  fillTo(described.tableLength);
+  const moved = Object.entries(described.got).filter(([symbol, value]) => GOT[symbol]?.value !== value);
+  const wrong = described.slots.filter((record) => wasmTable.get(record[0]) !== expected(record));
+  if (wasmTable.length !== described.tableLength || moved.length > 0 || wrong.length > 0) {
+    throw new Error(
+      `relinked table differs: ${wasmTable.length} slots (was ${described.tableLength}), ` +
+        `${wrong.length} slots hold other functions, ${moved.length} symbols moved`,
+    );
+  }
+}
