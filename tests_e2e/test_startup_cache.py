@@ -1,6 +1,8 @@
 """A second visit in the same browser profile reuses the first visit's work: the runtime and both
-wheels come from the HTTP cache and Python's bytecode from the Cache API (as the worker reports),
-bytecode stored for another build is refused and replaced, and the engine trains like CPython's."""
+packages come from the HTTP cache, the runtime with numpy and the engine imported from a memory
+snapshot and Python's bytecode from the Cache API (as the worker reports), and the engine trains
+like CPython's. Bytecode stored for another build is refused and replaced, and so is a snapshot
+whose shared libraries do not relink into the function table they were recorded with."""
 
 from __future__ import annotations
 
@@ -26,13 +28,24 @@ READY = f"""async () => {{
 }}"""
 # What the first visit stores after ready, for the next visit.
 STORED = "() => [window.pib.startup.snapshot_store, window.pib.startup.bytecode_store].every((s) => s !== 'storing')"
-# Bytecode-cache.js's entry, rewritten as if an earlier engine build had stored it.
-OTHER_BUILD = """async () => {
-  const header = new TextEncoder().encode(JSON.stringify({ version: "another build", files: [] }));
-  const length = new Uint8Array(4);
-  new DataView(length.buffer).setUint32(0, header.length, true);
-  const cache = await caches.open("pib-bytecode");
-  await cache.put("/current", new Response(new Blob([length, header])));
+# Bytecode-cache.js's entry rewritten as if an earlier engine build had stored it, and the
+# snapshot's record of the function table made one slot longer than the libraries relink to.
+SPOIL_CACHES = """async () => {
+  const rewrite = async (name, edit) => {
+    const cache = await caches.open(name);
+    const bytes = new Uint8Array(await (await cache.match("/current")).arrayBuffer());
+    const length = new DataView(bytes.buffer).getUint32(0, true);
+    const header = JSON.parse(new TextDecoder().decode(bytes.subarray(4, 4 + length)));
+    const encoded = new TextEncoder().encode(JSON.stringify(edit(header)));
+    const prefix = new Uint8Array(4);
+    new DataView(prefix.buffer).setUint32(0, encoded.length, true);
+    await cache.put("/current", new Response(new Blob([prefix, encoded, bytes.subarray(4 + length)])));
+  };
+  await rewrite("pib-bytecode", (header) => ({ ...header, version: "another build" }));
+  await rewrite("pib-runtime-snapshot", (header) => {
+    header.libraries.tableLength += 1;
+    return header;
+  });
 }"""
 
 
@@ -51,13 +64,13 @@ def visit(playwright: Playwright, profile: Path, url: str, then: str | None = No
         startup = page.evaluate("() => window.pib.startup")
         value = None if then is None else page.evaluate("(c) => window.pib.runPython(c)", then)
         if then == TRAIN:
-            page.evaluate(OTHER_BUILD)
+            page.evaluate(SPOIL_CACHES)
         return startup, value
     finally:
         context.close()
 
 
-def test_second_visit_reuses_downloads_and_bytecode_and_trains(
+def test_second_visit_reuses_downloads_snapshot_and_bytecode_and_trains(
     playwright: Playwright, server_url: str, tmp_path: Path
 ) -> None:
     url = f"{server_url}/console?backend=cpu"
@@ -77,8 +90,10 @@ def test_second_visit_reuses_downloads_and_bytecode_and_trains(
         expected = pool.submit(asyncio.run, workloads.run_xor(**XOR)).result()
     np.testing.assert_allclose(got["losses"], expected["losses"], rtol=0, atol=1e-5)
 
-    # The second visit left an entry claiming another build: it is refused and stored anew.
+    # The second visit spoiled both entries: each is refused, the engine starts afresh, and both
+    # are stored anew.
     third, backend = visit(playwright, tmp_path, url, "pib.get_backend()")
     assert (third["bytecode"], third["bytecode_store"]) == ("stale", "stored"), third
-    assert third["snapshot"] == "loaded"  # the runtime did not change
+    assert third["snapshot"].startswith("failed: relinked table differs"), third
+    assert third["snapshot_store"] == "stored", third
     assert backend == "cpu"
