@@ -17,21 +17,30 @@ export async function fetchBundle(url) {
   return new Uint8Array(await response.arrayBuffer());
 }
 
+// The bundle's files: a Map from path (relative to site-packages) to bytes.
+export function bundleFiles(bytes) {
+  const { header, body } = unframe(bytes);
+  const files = new Map();
+  let offset = 0;
+  for (const [name, size] of header.files) {
+    files.set(name, body.subarray(offset, offset + size));
+    offset += size;
+  }
+  return files;
+}
+
 // Writes the bundle's files under `folder` (site-packages).
 export function installBundle(pyodide, bytes, folder) {
   const { FS } = pyodide;
-  const { header, body } = unframe(bytes);
   const made = new Set();
-  let offset = 0;
-  for (const [name, size] of header.files) {
+  for (const [name, contents] of bundleFiles(bytes)) {
     const path = `${folder}/${name}`;
     const parent = path.slice(0, path.lastIndexOf("/"));
     if (!made.has(parent)) {
       FS.mkdirTree(parent);
       made.add(parent);
     }
-    FS.writeFile(path, body.subarray(offset, offset + size));
+    FS.writeFile(path, contents);
     if (name.endsWith(".py")) FS.utime(path, SOURCE_MTIME_MS, SOURCE_MTIME_MS);
-    offset += size;
   }
 }

@@ -16,6 +16,8 @@ const MEMORY_BASE = 12;
 const MEMORY_SIZE = 16;
 const TABLE_BASE = 20;
 const TABLE_SIZE = 24;
+const FLAGS = 4;
+const RTLD_GLOBAL = 256;
 
 function layout(module, handle) {
   return {
@@ -38,10 +40,10 @@ function exportedFunctions(module, handles) {
 }
 
 // What relinking needs, read from the runtime before its snapshot is taken: every library's
-// handle in load order, the slots outside the libraries' own ranges (dlsym's and the GOT's) by
+// handle and path in load order, the slots outside the libraries' own ranges (dlsym's and the GOT's) by
 // the export they hold, the table length, and the value of every GOT entry. Throws when a slot
 // holds a function no library exports (relinking could not put it back).
-export function describeLibraries(pyodide) {
+export function describeLibraries(pyodide, sitePackages) {
   const module = pyodide._module;
   const { LDSO, GOT, wasmTable } = module;
   const byDso = new Map(Object.entries(LDSO.loadedLibsByHandle).map(([handle, dso]) => [dso, Number(handle)]));
@@ -58,15 +60,27 @@ export function describeLibraries(pyodide) {
     slots.push([slot, ...holder]);
   }
   const got = Object.fromEntries(Object.entries(GOT).map(([symbol, global]) => [symbol, global.value]));
-  return { handles, slots, tableLength: wasmTable.length, got };
+  const paths = handles.map((handle) => LDSO.loadedLibsByHandle[handle].name);
+  return { handles, paths, sitePackages, slots, tableLength: wasmTable.length, got };
 }
 
-// Reloads the libraries `described` lists into a runtime just restored from the snapshot it was
-// read with. Throws when the function table does not come out as it was: the restored state would
-// call the wrong functions, so the caller starts the runtime afresh instead.
-export function relinkLibraries(pyodide, described) {
+// The libraries `described` lists, compiled (WebAssembly.Module promises, in its order) from
+// `files` (path relative to site-packages -> bytes): off the worker's thread, while the runtime
+// itself starts.
+export function compileLibraries(described, files) {
+  return described.paths.map((path) => {
+    const bytes = files.get(path.slice(described.sitePackages.length + 1));
+    return bytes === undefined ? Promise.reject(new Error(`no file ${path} to relink`)) : WebAssembly.compile(bytes);
+  });
+}
+
+// Reloads the libraries `described` lists (`compiled` by compileLibraries) into a runtime just
+// restored from the snapshot it was read with. Throws when the function table does not come out
+// as it was: the restored state would call the wrong functions, so the caller starts the runtime
+// afresh instead.
+export async function relinkLibraries(pyodide, described, compiled) {
   const module = pyodide._module;
-  const { HEAP8, GOT, wasmTable, dlopenInternal, LDSO } = module;
+  const { HEAP8, HEAP32, GOT, wasmTable, dlopenInternal, LDSO, loadWebAssemblyModule, preloadedWasm } = module;
   const expected = ([, index, name]) => LDSO.loadedLibsByHandle[described.handles[index]].exports[name];
   const pending = [...described.slots];
   // Appends the recorded slots below `length` that relinking has not made again itself (dlsym's;
@@ -80,7 +94,7 @@ export function relinkLibraries(pyodide, described) {
       }
     }
   };
-  for (const handle of described.handles) {
+  for (const [index, handle] of described.handles.entries()) {
     const { memoryBase, memorySize, tableBase, tableSize } = layout(module, handle);
     if (tableSize > 0) {
       fillTo(tableBase);
@@ -89,7 +103,14 @@ export function relinkLibraries(pyodide, described) {
       }
     }
     const live = HEAP8.slice(memoryBase, memoryBase + memorySize);
-    if (!dlopenInternal(handle, { loadAsync: false })) throw new Error(`relinking the library at handle ${handle} failed`);
+    // Instantiated here from the compiled module; dlopen then finds it among the preloaded ones
+    // and only does its bookkeeping (the handle's flags say global or local, as when first loaded).
+    const path = described.paths[index];
+    const flags = { global: Boolean(HEAP32[(handle + FLAGS) >>> 2] & RTLD_GLOBAL), nodelete: true, loadAsync: false };
+    preloadedWasm[path] = loadWebAssemblyModule(await compiled[index], flags, path, {}, handle);
+    const loaded = dlopenInternal(handle, { loadAsync: false });
+    delete preloadedWasm[path];
+    if (!loaded) throw new Error(`relinking ${path} failed`);
     HEAP8.set(live, memoryBase);
   }
   fillTo(described.tableLength);

@@ -13,7 +13,7 @@ self.onmessage = async ({ data: { indexURL, version, bundleURLs } }) => {
     const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
     for (const url of bundleURLs) installBundle(pyodide, await fetchBundle(url), sitePackages);
     pyodide.pyimport("py_in_browser._worker").import_engine();
-    const libraries = describeLibraries(pyodide);
+    const libraries = describeLibraries(pyodide, sitePackages);
     await writeEntry(SNAPSHOT_CACHE, { version, libraries }, [pyodide.makeMemorySnapshot()]);
     self.postMessage("stored");
   } catch (error) {

@@ -5,15 +5,26 @@ import { frame, unframe } from "./framed.js";
 
 const ENTRY = "/current"; // one entry per cache: a newer build replaces the old one
 
-// {state: "loaded", header, body} with the entry's bytes, or {state} "absent", "stale" or
-// "unavailable" (no Cache API here: not a secure context).
-export async function readEntry(cacheName, version) {
+// The entry whatever versions it was made from, so reading can start before they are known:
+// {state: "found", header, body}, or {state} "absent" or "unavailable" (no Cache API here: not a
+// secure context).
+export async function openEntry(cacheName) {
   if (typeof caches === "undefined") return { state: "unavailable" };
   const response = await (await caches.open(cacheName)).match(ENTRY);
   if (response === undefined) return { state: "absent" };
-  const { header, body } = unframe(new Uint8Array(await response.arrayBuffer()));
-  if (header.version !== version) return { state: "stale" };
-  return { state: "loaded", header, body };
+  return { state: "found", ...unframe(new Uint8Array(await response.arrayBuffer())) };
+}
+
+// An opened entry checked against `version`: {state: "loaded", header, body}, or {state} "stale"
+// (made from other versions), "absent" or "unavailable".
+export function checkEntry(entry, version) {
+  if (entry.state !== "found") return entry;
+  return entry.header.version === version ? { ...entry, state: "loaded" } : { state: "stale" };
+}
+
+// The entry, checked against `version` (checkEntry's states).
+export async function readEntry(cacheName, version) {
+  return checkEntry(await openEntry(cacheName), version);
 }
 
 // Stores `parts` (typed arrays) under `header` ({version, ...}), replacing any older entry.
