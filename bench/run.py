@@ -200,9 +200,8 @@ class Run:
                 "load_average_start": os.getloadavg(),
                 "header_lines": [],
                 "how": {},
-                "startup": "ours ready: page script start to pib.ready on a cold HTTP cache (Pyodide "
-                "restored from the server's snapshot with numpy and the engine imported, or started "
-                "afresh where the server has none; + backend); TF.js ready: tf.setBackend + tf.ready (tf.min.js already "
+                "startup": "ours ready: page script start to pib.ready on a cold HTTP cache (Pyodide + "
+                "numpy + engine + backend); TF.js ready: tf.setBackend + tf.ready (tf.min.js already "
                 "loaded). First step: from ready, build the model and finish one synced training step. "
                 "First/second visit: navigation to pib.ready on /console in one persistent profile, "
                 "the browser closed between visits (HTTP and wasm code caches kept).",

@@ -1,6 +1,5 @@
 """Start-up across visits: our engine loaded in one persistent Chromium profile, first with empty
-caches (cold: the runtime restored from the server's snapshot), then again after closing the
-browser (warm: HTTP cache and wasm code cache filled).
+caches (cold), then again after closing the browser (warm: HTTP cache and wasm code cache filled).
 
 The bench page's own start-up row uses a fresh incognito-like context, which is always cold; a
 user's second visit is only measurable in a profile that outlives the browser, as here.
