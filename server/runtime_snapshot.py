@@ -9,7 +9,6 @@ making it fails (recorded, not retried for that build), first visits start Pytho
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import shutil
 import subprocess
@@ -87,6 +86,7 @@ class SnapshotMaker:
         return None
 
     def _make(self, bundle: EngineBundle) -> None:
-        # A newer engine build may replace this one's folder meanwhile: nobody asks for it then.
-        with contextlib.suppress(FileNotFoundError):
+        try:
             make_snapshot(self._paths, bundle)
+        except FileNotFoundError:
+            pass  # a newer engine build replaced this one's folder meanwhile: nobody asks for it
