@@ -82,11 +82,7 @@ class SnapshotMaker:
         with self._lock:
             if bundle.digest not in self._started:
                 self._started.add(bundle.digest)
-                threading.Thread(target=self._make, args=(bundle,), daemon=True).start()
+                threading.Thread(
+                    target=make_snapshot, args=(self._paths, bundle), daemon=True
+                ).start()
         return None
-
-    def _make(self, bundle: EngineBundle) -> None:
-        try:
-            make_snapshot(self._paths, bundle)
-        except FileNotFoundError:
-            pass  # a newer engine build replaced this one's folder meanwhile: nobody asks for it
