@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from server.engine_bundle import ensure_engine_bundle
-from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
 from server.runtime_snapshot import FAILED as SNAPSHOT_FAILED
 from server.runtime_snapshot import make_snapshot
+from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
 from server.settings import Paths
 from server.simd_build import SimdBuildError, ensure_simd_module
 from server.web_libraries import ensure_web_libraries, web_library_problems

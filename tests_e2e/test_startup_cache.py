@@ -1,28 +1,20 @@
-"""Start-up reuses work: a first visit restores the server's memory snapshot (numpy and the engine
-imported, made with Node) and trains like CPython. Where the server's snapshot is not to be had,
-the browser makes its own after ready, and a second visit in the same profile restores it, with
-the runtime and both packages from the HTTP cache and Python's bytecode from the Cache API (as the
-worker reports), and trains like CPython. Bytecode stored for another build is refused and
-replaced, and so is a snapshot whose shared libraries do not relink into the function table they
-were recorded with."""
+"""A second visit in the same browser profile reuses the first visit's work: the runtime and both
+packages come from the HTTP cache, the runtime with numpy and the engine imported from a memory
+snapshot and Python's bytecode from the Cache API (as the worker reports), and the engine trains
+like CPython's. Bytecode stored for another build is refused and replaced, and so is a snapshot
+whose shared libraries do not relink into the function table they were recorded with."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 from playwright.sync_api import Playwright
 
 from py_in_browser.testing import workloads
-from server.background import background_dev_server
-from server.settings import Paths
 from tests_e2e.browsers import CHROMIUM, CHROMIUM_ARGS
 from tests_e2e.conftest import BOOT_TIMEOUT_MS
 
@@ -57,16 +49,9 @@ SPOIL_CACHES = """async () => {
 }"""
 
 
-def visit(
-    playwright: Playwright,
-    profile: Path,
-    url: str,
-    then: str | None = None,
-    spoil: bool = False,
-) -> Any:
-    """Opens `url` in a browser on `profile`, waits until what it stores is stored, runs the Python
-    `then`, spoils the stored entries if asked, and closes the browser (its caches stay in the
-    profile): pib.startup and the result."""
+def visit(playwright: Playwright, profile: Path, url: str, then: str | None = None) -> Any:
+    """Opens `url` in a browser on `profile`, waits until the bytecode is stored, runs the Python
+    `then`, and closes the browser (its caches stay in the profile): pib.startup and the result."""
     context = playwright.chromium.launch_persistent_context(
         profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
     )
@@ -78,60 +63,32 @@ def visit(
         page.wait_for_function(STORED)
         startup = page.evaluate("() => window.pib.startup")
         value = None if then is None else page.evaluate("(c) => window.pib.runPython(c)", then)
-        if spoil:
+        if then == TRAIN:
             page.evaluate(SPOIL_CACHES)
         return startup, value
     finally:
         context.close()
 
 
-def cpython_xor() -> Any:
-    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API owns this thread's event loop
-        return pool.submit(asyncio.run, workloads.run_xor(**XOR)).result()
-
-
-def test_first_visit_restores_the_servers_snapshot_and_trains(
+def test_second_visit_reuses_downloads_snapshot_and_bytecode_and_trains(
     playwright: Playwright, server_url: str, tmp_path: Path
 ) -> None:
-    first, got = visit(playwright, tmp_path, f"{server_url}/console?backend=cpu", TRAIN)
-    assert first["http_cache"] == {"runtime": False, "numpy": False, "engine": False}, first
-    assert (first["snapshot"], first["snapshot_store"]) == ("served", None), first
-    np.testing.assert_allclose(got["losses"], cpython_xor()["losses"], rtol=0, atol=1e-5)
-
-
-@pytest.fixture(scope="module")
-def nodeless_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A dev server on a machine without Node: it makes no snapshot (first visits start Python
-    themselves). Its cache links the set-up runtime's files rather than fetching them again."""
-    cache = tmp_path_factory.mktemp("cache")
-    for name in ("runtime", "simd", "web-libraries"):
-        shutil.copytree(Paths.default().cache / name, cache / name, copy_function=os.link)
-    path = os.pathsep.join(
-        folder
-        for folder in os.environ["PATH"].split(os.pathsep)
-        if not (Path(folder) / "node").exists()
-    )
-    with background_dev_server(env={"PIB_CACHE_DIR": str(cache), "PATH": path}) as url:
-        yield url
-
-
-def test_second_visit_restores_the_browsers_snapshot_and_bytecode_and_trains(
-    playwright: Playwright, nodeless_server_url: str, tmp_path: Path
-) -> None:
-    url = f"{nodeless_server_url}/console?backend=cpu"
+    url = f"{server_url}/console?backend=cpu"
     first, _ = visit(playwright, tmp_path, url)
     assert first["http_cache"] == {"runtime": False, "numpy": False, "engine": False}, first
     assert (first["bytecode"], first["bytecode_store"]) == ("absent", "stored"), first
     assert (first["snapshot"], first["snapshot_store"]) == ("absent", "stored"), first
     assert set(first["stages"]) == STAGES and first["ready_ms"] > 0
 
-    second, got = visit(playwright, tmp_path, url, TRAIN, spoil=True)
+    second, got = visit(playwright, tmp_path, url, TRAIN)
     print(f"first visit {first}\nsecond visit {second}")
     assert second["http_cache"] == {"runtime": True, "numpy": True, "engine": True}, second
     assert (second["bytecode"], second["bytecode_store"]) == ("loaded", None), second
     assert (second["snapshot"], second["snapshot_store"]) == ("loaded", None), second
     assert set(second["stages"]) == STAGES
-    np.testing.assert_allclose(got["losses"], cpython_xor()["losses"], rtol=0, atol=1e-5)
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API owns this thread's event loop
+        expected = pool.submit(asyncio.run, workloads.run_xor(**XOR)).result()
+    np.testing.assert_allclose(got["losses"], expected["losses"], rtol=0, atol=1e-5)
 
     # The second visit spoiled both entries: each is refused, the engine starts afresh, and both
     # are stored anew.
