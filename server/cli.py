@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 
 from server.engine_bundle import ensure_engine_bundle
-from server.runtime_snapshot import FAILED as SNAPSHOT_FAILED
-from server.runtime_snapshot import make_snapshot
 from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
 from server.settings import Paths
 from server.simd_build import SimdBuildError, ensure_simd_module
@@ -27,12 +25,6 @@ def setup(paths: Paths) -> None:
     ensure_web_libraries(paths)
     bundle = ensure_engine_bundle(paths)
     print(f"engine: {bundle.path} (sources {bundle.digest})")
-    snapshot = make_snapshot(paths, bundle)
-    if snapshot is None:
-        reason = (bundle.path.parent / SNAPSHOT_FAILED).read_text()
-        print(f"snapshot: not made, first visits start Python themselves:\n{reason}")
-    else:
-        print(f"snapshot: {snapshot} (first visits restore it)")
 
 
 def _check_port_free(host: str, port: int) -> None:

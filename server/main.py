@@ -18,11 +18,11 @@ from server.registry.config import RegistryConfig
 from server.request_limits import RequestBodyLimits
 from server.routers import models, training
 from server.runtime_setup import runtime_problems
-from server.runtime_snapshot import SNAPSHOT_NAME, SnapshotMaker, build_version
-from server.settings import NUMPY_BUNDLE, PYODIDE_VERSION, RUNTIME_PREFIX, WEB_LIBRARIES, Paths
+from server.settings import NUMPY_BUNDLE, PYODIDE_VERSION, WEB_LIBRARIES, Paths
 from server.static import IMMUTABLE, REVALIDATE, resolve_inside, serve_file
 from server.web_libraries import library_folder, web_library_problems
 
+RUNTIME_PREFIX = f"/runtime/pyodide/{PYODIDE_VERSION}"
 # Cross-origin isolation (SharedArrayBuffer, precise timers) needs COOP + COEP on every response.
 SECURITY_HEADERS = [
     (b"cross-origin-opener-policy", b"same-origin"),
@@ -100,7 +100,6 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
     app.include_router(models.router)
     app.include_router(training.router)
     bundle_lock = threading.Lock()
-    snapshots = SnapshotMaker(paths)
 
     def engine_bundle() -> EngineBundle:
         with bundle_lock:
@@ -117,30 +116,21 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
         }
 
     @app.get("/api/engine")
-    def engine() -> dict[str, str | None]:
+    def engine() -> dict[str, str]:
         bundle = engine_bundle()
-        snapshot = snapshots.ready(bundle)
         return {
             "bundle_url": f"/engine/{bundle.digest}/{BUNDLE_NAME}",
             "digest": bundle.digest,
-            "version": build_version(bundle.digest),
             "runtime_url": f"{RUNTIME_PREFIX}/",
             "numpy_bundle_url": f"{RUNTIME_PREFIX}/{NUMPY_BUNDLE}",
-            # Null until the server has made this build's snapshot (runtime_snapshot.py).
-            "snapshot_url": None
-            if snapshot is None
-            else f"/engine/{bundle.digest}/{SNAPSHOT_NAME}",
         }
 
     @app.api_route("/engine/{digest}/{name}", methods=["GET", "HEAD"], include_in_schema=False)
     def engine_file(request: Request, digest: str, name: str) -> Response:
         bundle = engine_bundle()
-        if digest != bundle.digest or name not in (BUNDLE_NAME, SNAPSHOT_NAME):
+        if digest != bundle.digest or name != BUNDLE_NAME:
             raise HTTPException(404, "no such engine build; ask /api/engine for the current one")
-        path = bundle.path.with_name(name)
-        if not path.is_file():
-            raise HTTPException(404, "this build's snapshot is not made yet")
-        return serve_file(request, path, IMMUTABLE)
+        return serve_file(request, bundle.path, IMMUTABLE)
 
     @app.api_route(
         RUNTIME_PREFIX + "/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False

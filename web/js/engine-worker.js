@@ -90,13 +90,13 @@ async function boot({ backend }) {
   const engineBundle = fetchEngineBundle(engine);
   numpyBundle.catch(() => {}); // awaited below; a failure surfaces there, not as an unhandled rejection
   engineBundle.catch(() => {});
-  // What a snapshot and the stored bytecode must have been made from: this runtime and these sources.
-  const { version } = engine;
+  // What the stored snapshot and bytecode must have been made from: this runtime and these sources.
+  const version = `${engine.runtime_url} ${engine.numpy_bundle_url} ${engine.digest}`;
   const { pyodide, snapshot } = await stage("runtime", () =>
-    startRuntime({ indexURL: engine.runtime_url, version, bundles: [numpyBundle, engineBundle], stored, served: engine.snapshot_url }),
+    startRuntime({ indexURL: engine.runtime_url, version, bundles: [numpyBundle, engineBundle], stored }),
   );
   // A restored runtime has both packages installed and imported already.
-  const restored = snapshot === "loaded" || snapshot === "served";
+  const restored = snapshot === "loaded";
   const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
   await stage("numpy", async () => restored || installBundle(pyodide, await numpyBundle, sitePackages));
   const roots = ["numpy", "py_in_browser"].map((name) => `${sitePackages}/${name}`);
@@ -121,8 +121,8 @@ async function boot({ backend }) {
     numpy: fromHttpCache([engine.numpy_bundle_url]),
     engine: fromHttpCache([engine.bundle_url]),
   };
-  // The browser makes its own where neither restored (one that failed to restore is replaced too).
-  const makeSnapshot = !restored && snapshot !== "unavailable";
+  // A snapshot that failed to restore is replaced too.
+  const makeSnapshot = snapshot !== "loaded" && snapshot !== "unavailable";
   post({
     type: "ready",
     backend: chosen,

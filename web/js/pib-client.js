@@ -23,8 +23,7 @@ export function startEngine({ onStage = () => {} } = {}) {
     stages: {},
     // Once ready: ready_ms (navigation to ready), stages (ms each), http_cache (per stage,
     // whether its downloads came from the browser's HTTP cache), snapshot (the runtime's memory
-    // snapshot, numpy and the engine imported: "served" when the server's was restored) and
-    // bytecode (numpy's and the engine's): "loaded" from an earlier visit, or
+    // snapshot, numpy and the engine imported) and bytecode (numpy's and the engine's): "loaded" from an earlier visit, or
     // "absent", "stale", "unavailable" or "failed: ..."; snapshot_store and bytecode_store:
     // "storing", then "stored" or "failed: ...", null when nothing needed storing.
     startup: null,

@@ -1,16 +1,13 @@
-// The engine right after its imports, as a Pyodide memory snapshot.
+// The engine right after its imports, as a Pyodide memory snapshot kept between visits.
 //
 // Starting the interpreter and importing numpy and the engine is most of start-up; restoring a
 // snapshot taken after those imports skips all of it. The snapshot is the runtime's memory image
 // plus what shared-libraries.js needs to reattach numpy's extension modules and the SIMD kernels.
-// The server makes one per engine build (server/runtime_snapshot.py), for first visits. Where it
-// offers none, or its one does not restore here, the browser makes its own and keeps it between
-// visits: an instance started with _makeSnapshot wraps every JS object Python touches in a
-// recording proxy (WebGPU calls through it fail), so a throwaway instance in a worker of its own
-// makes it once the engine is idle after ready, never the engine's.
+// An instance started with _makeSnapshot wraps every JS object Python touches in a recording proxy
+// (WebGPU calls through it fail), so the snapshot is made by a throwaway instance in a worker of
+// its own once the engine is idle after ready, never by the engine's.
 import { bundleFiles, installBundle } from "./package-bundle.js";
 import { compileLibraries, relinkLibraries } from "./shared-libraries.js";
-import { unframe } from "./framed.js";
 import { checkEntry, openEntry } from "./startup-cache.js";
 
 export const SNAPSHOT_CACHE = "pib-runtime-snapshot";
@@ -30,32 +27,17 @@ async function compileFromBundles(libraries, bundles) {
   return compiled;
 }
 
-// The server's snapshot as an opened entry (startup-cache.js), from the HTTP cache after a first
-// download.
-async function fetchServed(url) {
-  const response = await fetch(url);
-  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
-  return { state: "found", ...unframe(new Uint8Array(await response.arrayBuffer())) };
-}
-
-// {pyodide, snapshot}: snapshot "loaded" when restored from the browser's own, "served" from the
-// server's, else why neither ("absent", "stale", "unavailable", or "failed: ..." when restoring
-// threw and the runtime started afresh). `build` ({indexURL, version, bundles, stored, served})
-// names the Pyodide build, the version a snapshot must have been made for (/api/engine's: the
-// runtime's and the packages' builds), the packages' bundles (promises of their bytes), the
-// browser's stored entry (openSnapshot's promise) and the server's snapshot URL (or null). A
-// restored runtime has the packages installed and imported; otherwise the caller does both.
-export async function startRuntime({ indexURL, version, bundles, stored, served }) {
+// {pyodide, snapshot}: snapshot "loaded" when restored, else why not ("absent", "stale",
+// "unavailable", or "failed: ..." when restoring threw and the runtime started afresh).
+// `build` ({indexURL, version, bundles, stored}) names the Pyodide build, the version the entry
+// must have been made for (the runtime's and the packages' builds), the packages' bundles
+// (promises of their bytes) and the stored entry (openSnapshot's promise). A restored runtime has
+// the packages installed and imported; otherwise the caller does both.
+export async function startRuntime({ indexURL, version, bundles, stored }) {
   const { loadPyodide } = await import(`${indexURL}pyodide.mjs`);
-  const fresh = async (snapshot) => ({ pyodide: await loadPyodide({ indexURL }), snapshot });
+  const entry = checkEntry(await stored, version);
+  if (entry.state !== "loaded") return { pyodide: await loadPyodide({ indexURL }), snapshot: entry.state };
   try {
-    let entry = checkEntry(await stored, version);
-    let source = "loaded";
-    if (entry.state !== "loaded" && served) {
-      entry = checkEntry(await fetchServed(served), version);
-      source = "served";
-    }
-    if (entry.state !== "loaded") return fresh(entry.state);
     const { libraries } = entry.header;
     const compiled = compileFromBundles(libraries, bundles);
     // A copy: Pyodide reads the snapshot as 32-bit words, which need an aligned start.
@@ -64,9 +46,9 @@ export async function startRuntime({ indexURL, version, bundles, stored, served 
     await relinkLibraries(pyodide, libraries, await compiled);
     // Every restore starts from the same state: reseed Python's random module if it is loaded.
     pyodide.runPython("import sys\nif 'random' in sys.modules:\n    sys.modules['random'].seed()");
-    return { pyodide, snapshot: source };
+    return { pyodide, snapshot: "loaded" };
   } catch (error) {
-    return fresh(`failed: ${error.message ?? error}`);
+    return { pyodide: await loadPyodide({ indexURL }), snapshot: `failed: ${error.message ?? error}` };
   }
 }
 

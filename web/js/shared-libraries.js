@@ -98,11 +98,6 @@ export async function relinkLibraries(pyodide, described, compiled) {
     const { memoryBase, memorySize, tableBase, tableSize } = layout(module, handle);
     if (tableSize > 0) {
       fillTo(tableBase);
-      // The server's snapshots leave empty slots before the first library (the runtime's own
-      // count differs between Node and browsers, server/runtime_snapshot.mjs), so it may start
-      // further on than this runtime's last slot; every later one must start exactly where its
-      // predecessors and their slots end.
-      if (index === 0 && wasmTable.length < tableBase) wasmTable.grow(tableBase - wasmTable.length);
       if (wasmTable.length !== tableBase) {
         throw new Error(`the function table has ${wasmTable.length} slots where a library starts at ${tableBase}`);
       }
