@@ -404,13 +404,13 @@ FILTER_GRADIENTS = """
 from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 from py_in_browser.ops import call
 rng = np.random.default_rng(4)
-split = webgl2_rewrites.split_filter_gradient
+split = getattr(webgl2_rewrites, RULE)
 taken = []
 def spy(*args):
     result = split(*args)
     taken.append(result is not None)
     return result
-webgl2_rewrites.split_filter_gradient = spy
+setattr(webgl2_rewrites, RULE, spy)
 try:
     got = []
     for x_shape, w_shape, stride, pads in CASES:
@@ -422,12 +422,17 @@ try:
                   strides=(stride, stride), pads=pads)
         got.append([x, g, await dw.numpy()])
 finally:
-    webgl2_rewrites.split_filter_gradient = split
+    setattr(webgl2_rewrites, RULE, split)
 {"got": got, "taken": taken}
 """
 FILTER_CASES = [  # (x NHWC, filter HWIO, stride, pads): 3 input channels (RGBA-packed), 8
     ((2, 16, 16, 3), (3, 3, 3, 16), 1, ((1, 1), (1, 1))),
     ((3, 7, 6, 8), (3, 2, 8, 4), 2, ((1, 0), (0, 1))),
+]
+PRODUCT_CASES = [  # blocks-sized: 3 input channels (a zero row pads the patches), 16, stride 2
+    ((4, 32, 32, 3), (3, 3, 3, 16), 1, ((1, 1), (1, 1))),
+    ((2, 16, 16, 16), (3, 3, 16, 32), 1, ((1, 1), (1, 1))),
+    ((4, 32, 32, 8), (3, 3, 8, 16), 2, ((1, 0), (1, 0))),
 ]
 
 
@@ -444,12 +449,19 @@ def _filter_gradient(x: np.ndarray, g: np.ndarray, w_shape: tuple[int, ...], str
     return dw
 
 
-def test_filter_gradients_are_summed_in_parts_like_numpy(engine_page: EnginePage) -> None:
+@pytest.mark.parametrize(
+    ("rule", "cases"),
+    [("split_filter_gradient", FILTER_CASES), ("filter_gradient_as_product", PRODUCT_CASES)],
+)
+def test_filter_gradients_are_summed_in_parts_like_numpy(
+    engine_page: EnginePage, rule: str, cases: list[Any]
+) -> None:
     """Few filter texels over many gradient rows: partial sums over slices of the rows, then
-    a sum over the slices (rewrites.split_filter_gradient), against numpy."""
-    result = engine_page.run(f"CASES = {FILTER_CASES!r}\n{FILTER_GRADIENTS}")
-    assert result["taken"] == [True] * len(FILTER_CASES)
-    for (_, w_shape, stride, pads), (x, g, got) in zip(FILTER_CASES, result["got"], strict=True):
+    a sum over the slices (rewrites.split_filter_gradient); larger ones as a block product of
+    the input's patches and the gradient (rewrites.filter_gradient_as_product); against numpy."""
+    result = engine_page.run(f"CASES = {cases!r}\nRULE = {rule!r}\n{FILTER_GRADIENTS}")
+    assert result["taken"] == [True] * len(cases)
+    for (_, w_shape, stride, pads), (x, g, got) in zip(cases, result["got"], strict=True):
         want = _filter_gradient(np.asarray(x), np.asarray(g), w_shape, stride, pads)
         np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-4)
 

@@ -217,8 +217,8 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         if base != kind:
             return f"#define TEXEL_KERNEL\n{_frag('math')}\n{function}{_per_texel(count)}", count
         return f"{_frag('math')}\n{function}{_per_element(count)}", count
-    if kind == "transpose4":
-        return "#define TEXEL_KERNEL\n" + _frag("transpose4"), 1
+    if kind in ("transpose4", "patches4"):
+        return "#define TEXEL_KERNEL\n" + _frag(kind), 1
     if kind == "fill4":  # a one-element tensor everywhere
         return "#define TEXEL_KERNEL\nvec4 value4(int t) { return vec4(x0v(ivec2(0)).x); }\n", 1
     if kind == "copy4":  # same elements, same channels, another texture shape (reshape, copy)
@@ -289,6 +289,7 @@ def warmup_keys() -> list[str]:
         "fill4",
         "copy4",
         "transpose4",
+        "patches4",
     ]
     keys += [f"pool4:{p}" for p in _POOL_DEFINES]
     return keys
