@@ -494,7 +494,16 @@ class Trainer:
                 self._forward_replayer = ForwardReplayer(self.model, backend)
             return self._forward_replayer
         model = self.model
-        return tidy(lambda xb: model(xb if isinstance(xb, Tensor) else tensor(xb), training=False))
+
+        def forward(xb: Any) -> Tensor:
+            backend.forward_only = True  # see Backend.forward_only
+            try:
+                out: Tensor = model(xb if isinstance(xb, Tensor) else tensor(xb), training=False)
+            finally:
+                backend.forward_only = False
+            return out
+
+        return tidy(forward)
 
     def reset(self) -> None:
         """Drops the DeviceStep and its recordings (compile changes what a step computes)."""

@@ -71,6 +71,10 @@ class Backend:
     # there (optimizers.py raises smaller ones): 0 for float32 storage; float16 storage sets its own.
     storage_format = "float32"
     min_epsilon = 0.0
+    # A hint set while predict's forward pass runs: no gradient will read the intermediates, so
+    # a backend may fuse ops whose unfused results it would otherwise also have to keep (webgl2
+    # pools inside its convolution kernel). Results stay correct either way.
+    forward_only = False
 
     def __init__(self, limits: dict[str, Any] | None = None) -> None:
         self.limits = dict(limits or {})

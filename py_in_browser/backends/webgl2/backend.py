@@ -174,7 +174,7 @@ class WebGL2Backend(Backend):
 
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> Handle:
         dtypes.check_result(op, out)
-        fused = epilogues.fuse(self.memory, self.queue, op, inputs, out)
+        fused = epilogues.fuse(self.memory, self.queue, op, inputs, attrs, out, self.forward_only)
         if fused is not None:
             return fused
         rewritten = rewrites.rewrite(self, op, inputs, attrs, out)

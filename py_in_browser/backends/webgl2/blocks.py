@@ -47,22 +47,33 @@ def _names(rows: int, cols: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(rows) for j in range(cols)]
 
 
-def _block(rows: int, cols: int, uniforms: str, body: str, bias_column: str | None = None) -> str:
+def _block(
+    rows: int,
+    cols: int,
+    uniforms: str,
+    body: str,
+    bias_column: str | None = None,
+    out_rows: int | None = None,
+) -> str:
     """write_block around `body`, which adds to the accumulators c<i>_<j> (row i, texel column j
     of the block); target i * cols + j gets c<i>_<j>. With `bias_column` (the body's variable
     holding the block's first texel column), input 2 is a bias of one value per output column,
-    added to every row (epilogues.py fuses a layer's bias this way)."""
-    outputs = "".join(f"layout(location = {t}) out vec4 o_{t};\n" for t in range(1, rows * cols))
+    added to every row (epilogues.py fuses a layer's bias this way). With `out_rows`, the body
+    leaves the block's results in out_rows rows of p<i>_<j> instead (a pooled block)."""
+    out_rows = rows if out_rows is None else out_rows
+    result = "c" if out_rows == rows else "p"
+    targets = out_rows * cols
+    outputs = "".join(f"layout(location = {t}) out vec4 o_{t};\n" for t in range(1, targets))
     clear = "".join(f"  vec4 c{i}_{j} = vec4(0.0);\n" for i, j in _names(rows, cols))
     bias = ""
     if bias_column is not None:
         bias = "".join(
             f"  vec4 bias{j} = texelFetch(u_x2, texel_at({bias_column} + {j}, u_l2.x), 0);\n"
             for j in range(cols)
-        ) + "".join(f"  c{i}_{j} += bias{j};\n" for i, j in _names(rows, cols))
+        ) + "".join(f"  {result}{i}_{j} += bias{j};\n" for i, j in _names(out_rows, cols))
     writes = "".join(
-        f"  {'o_value' if t == 0 else f'o_{t}'} = c{i}_{j};\n"
-        for t, (i, j) in enumerate(_names(rows, cols))
+        f"  {'o_value' if t == 0 else f'o_{t}'} = {result}{i}_{j};\n"
+        for t, (i, j) in enumerate(_names(out_rows, cols))
     )
     return (
         f"#define BLOCK_KERNEL\n{uniforms}{outputs}void write_block(ivec2 p) {{\n"
@@ -112,7 +123,9 @@ def matmul_source(variant: str, rows: int, cols: int, bias: bool = False) -> str
     return _block(rows, cols, uniforms, body, "col" if bias else None)
 
 
-def conv2d_source(variant: str, rows: int, cols: int, bias: bool = False) -> str:
+def conv2d_source(
+    variant: str, rows: int, cols: int, bias: bool = False, pool: bool = False
+) -> str:
     """Program "conv2d_block:<vec|scalar|c1|c2|c3>_<rows>x<cols>" (NHWC input, HWIO filters, as
     conv2d4.frag): the block is `rows` neighbouring output pixels of one output row (the output
     width is a multiple of rows) x `cols` texels of output channels. Target texel index
@@ -120,10 +133,12 @@ def conv2d_source(variant: str, rows: int, cols: int, bias: bool = False) -> str
     vec: input channels a multiple of 4, read a texel at a time; scalar: one element each;
     c<n> (n = 1, 2, 3 input channels, column stride 1: a first layer on images): the block's
     rows * n input values of a tap are neighbours in the RGBA-packed input, read as a window of
-    4 texels (rows * n + 3 <= 16 elements) instead of one element at a time."""
+    4 texels (rows * n + 3 <= 16 elements) instead of one element at a time.
+    With `pool` (".maxpool"), the convolution's 2 x 2 max-pool, stride 2 (see _conv_loops):
+    rows / 2 pooled pixels x `cols` texels per fragment, at the pooled output's block index."""
     pixels = range(rows)
     if variant.startswith("c"):
-        return _conv2d_window_source(int(variant[1:]), rows, cols, bias)
+        return _conv2d_window_source(int(variant[1:]), rows, cols, bias, pool)
     where = "".join(
         f"      int iw{i} = iw + {i} * u_stride.y;\n"
         f"      bool in{i} = iw{i} >= 0 && iw{i} < u_x.z;\n"
@@ -148,7 +163,14 @@ def conv2d_source(variant: str, rows: int, cols: int, bias: bool = False) -> str
         update = "".join(f"        c{i}_{j} += v{i} * w{j}_0;\n" for i, j in _names(rows, cols))
         loop = f"      for (int ci = 0; ci < u_w.z; ++ci) {{\n{fetch_x}{fetch_w}{update}      }}\n"
     tap = f"{where}      ivec2 pw = texel_at((kh * u_w.y + kw) * u_w.z * co4n + co4, ww);\n{loop}"
-    return _block(rows, cols, CONV_UNIFORMS, _conv_loops(rows, cols, tap), "co4" if bias else None)
+    return _conv_block(rows, cols, tap, bias, pool)
+
+
+def _conv_block(rows: int, cols: int, tap: str, bias: bool, pool: bool) -> str:
+    loops = _conv_loops(rows, cols, tap, pool)
+    return _block(
+        rows, cols, CONV_UNIFORMS, loops, "co4" if bias else None, rows // 2 if pool else None
+    )
 
 
 CONV_UNIFORMS = (
@@ -168,18 +190,21 @@ def _filter_fetches(channels: int, cols: int) -> str:
     )
 
 
-def _conv_loops(rows: int, cols: int, tap: str) -> str:
+def _conv_loops(rows: int, cols: int, tap: str, pool: bool = False) -> str:
     """The block's output pixels and the loops over the filter taps around `tap`, which sees
-    n, ih, xrow (the input row's first pixel), iw (the first pixel's input column), co4n."""
-    return (
-        "  int index = p.y * u_out.x + p.x;\n"
-        "  if (index * 4 >= u_out_size) return;  // past the last texel of a squarish target\n"
-        "  int co4n = u_w.w / 4;\n"
-        f"  int blocks = co4n / {cols};\n"
-        f"  int co4 = (index % blocks) * {cols};\n"
-        f"  int pix = (index / blocks) * {rows};\n"
+    n, ih, xrow (the input row's first pixel), iw (the first pixel's input column), co4n.
+    With `pool`, the fragment is rows / 2 pixels of the 2 x 2 max-pooled output (u_out_size
+    counts its elements): the loops run for the 2 output rows under them and leave the pool's
+    maxima in p<i>_<j>, taken in the window order of pool4.frag (row by row)."""
+    places = (
+        f"  int pix = (index / blocks) * {rows // 2};  // pooled pixels\n"
+        "  int pw = pix % (u_o.y / 2);\n  int t = pix / (u_o.y / 2);\n"
+        "  int ow = 2 * pw;\n  int oh0 = 2 * (t % (u_o.x / 2));\n  int n = t / (u_o.x / 2);\n"
+        if pool
+        else f"  int pix = (index / blocks) * {rows};\n"
         "  int ow = pix % u_o.y;\n  int t = pix / u_o.y;\n  int oh = t % u_o.x;\n  int n = t / u_o.x;\n"
-        "  int wx = u_l0.x;\n  int ww = u_l1.x;\n  ivec2 sw = texel_step(co4n, ww);\n"
+    )
+    loops = (
         "  for (int kh = 0; kh < u_w.x; ++kh) {\n"
         "    int ih = oh * u_stride.x - u_pad.x + kh;\n"
         "    if (ih < 0 || ih >= u_x.y) continue;\n"
@@ -188,9 +213,36 @@ def _conv_loops(rows: int, cols: int, tap: str) -> str:
         "      int iw = ow * u_stride.y - u_pad.y + kw;\n"
         f"{tap}    }}\n  }}\n"
     )
+    if pool:
+        names = _names(rows, cols)
+        first = "".join(f"  vec4 r{i}_{j} = vec4(0.0);\n" for i, j in names)
+        keep = "".join(
+            f"      r{i}_{j} = c{i}_{j};\n      c{i}_{j} = vec4(0.0);\n" for i, j in names
+        )
+        pooled = "".join(
+            f"  vec4 p{a}_{j} = max_nan4(max_nan4(max_nan4(max_nan4(vec4(-INF), "
+            f"r{2 * a}_{j}), r{2 * a + 1}_{j}), c{2 * a}_{j}), c{2 * a + 1}_{j});\n"
+            for a in range(rows // 2)
+            for j in range(cols)
+        )
+        loops = (
+            f"{first}  for (int h = 0; h < 2; ++h) {{\n    int oh = oh0 + h;\n"
+            + loops.replace("\n  ", "\n    ").replace("  for (int kh", "    for (int kh", 1)
+            + f"    if (h == 0) {{\n{keep}    }}\n  }}\n{pooled}"
+        )
+    return (
+        "  int index = p.y * u_out.x + p.x;\n"
+        "  if (index * 4 >= u_out_size) return;  // past the last texel of a squarish target\n"
+        "  int co4n = u_w.w / 4;\n"
+        f"  int blocks = co4n / {cols};\n"
+        f"  int co4 = (index % blocks) * {cols};\n"
+        f"{places}"
+        "  int wx = u_l0.x;\n  int ww = u_l1.x;\n  ivec2 sw = texel_step(co4n, ww);\n"
+        f"{loops}"
+    )
 
 
-def _conv2d_window_source(channels: int, rows: int, cols: int, bias: bool) -> str:
+def _conv2d_window_source(channels: int, rows: int, cols: int, bias: bool, pool: bool) -> str:
     """The c<n> variant: pixel i's channel ci is element o + i * n + ci of the 16-element window
     of texels q0..q3 from texel floor(f / 4), f the first pixel's flat index and o = f % 4;
     s<j> holds window elements o + 4j .. o + 4j + 3 (selected by o, no dynamic indexing).
@@ -236,7 +288,7 @@ def _conv2d_window_source(channels: int, rows: int, cols: int, bias: bool) -> st
         "      ivec2 pw = texel_at((kh * u_w.y + kw) * u_w.z * co4n + co4, ww);\n"
         f"{fetch_w}{update}"
     )
-    return _block(rows, cols, CONV_UNIFORMS, _conv_loops(rows, cols, tap), "co4" if bias else None)
+    return _conv_block(rows, cols, tap, bias, pool)
 
 
 def interleave_source(rows: int, cols: int, relu: bool = False) -> str:

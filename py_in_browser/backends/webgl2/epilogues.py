@@ -43,6 +43,7 @@ class Blocked:
     biased: bool
     relu: bool
     stamps: tuple[tuple[int, int], ...]  # (texture id, pool generation) of the block inputs
+    bias: Handle | None = None  # the bias fused in (its stamp is among the stamps)
 
 
 def stamps(pool: TexturePool, handles: Sequence[Handle]) -> tuple[tuple[int, int], ...]:
@@ -106,13 +107,27 @@ def dead_draws(
     return dead
 
 
-def fuse(memory: Any, queue: Any, op: str, inputs: list[Handle], out: OutSpec) -> Handle | None:
+def fuse(
+    memory: Any,
+    queue: Any,
+    op: str,
+    inputs: list[Handle],
+    attrs: dict[str, Any],
+    out: OutSpec,
+    forward_only: bool,
+) -> Handle | None:
     """y + bias or relu(y) as a fused draw where y is an interleave output still fusable
-    (memory.blocked), else None. `memory`, `queue`: the backend's TextureMemory and DrawQueue."""
-    if memory.half or op not in ("add", "relu") or out.dtype != "float32":
+    (memory.blocked), and in a forward pass (`forward_only`, the backend's hint) a convolution's
+    2 x 2 max-pool (see pooled); else None. `memory`, `queue`: the backend's TextureMemory and
+    DrawQueue."""
+    if memory.half or op not in ("add", "relu", "max_pool2d") or out.dtype != "float32":
         return None
     record = memory.blocked.get(inputs[0].texture.id)
-    if record is None or record.relu or not still_valid(memory.pool, record):
+    if record is None or not still_valid(memory.pool, record):
+        return None
+    if op == "max_pool2d":
+        return pooled(memory, queue, record, attrs, out) if forward_only else None
+    if record.relu:
         return None
     if op == "add":
         if record.biased or not is_column_bias(inputs[0], inputs[1], out):
@@ -154,7 +169,46 @@ def fuse(memory: Any, queue: Any, op: str, inputs: list[Handle], out: OutSpec) -
             label=record.label,
             biased=record.biased or op == "add",
             relu=op == "relu",
-            stamps=record.stamps,
+            stamps=stamps(memory.pool, [*record.inputs, inputs[1]])
+            if op == "add"
+            else record.stamps,
+            bias=inputs[1] if op == "add" else record.bias,
         ),
     )
+    return handle
+
+
+def pooled(
+    memory: Any, queue: Any, record: Blocked, attrs: dict[str, Any], out: OutSpec
+) -> Handle | None:
+    """A convolution's relu(y + bias) (or y, y + bias), then its 2 x 2 max-pool of stride 2, as
+    one block draw that pools what it computes (blocks.conv2d_source's ".maxpool") and an
+    interleave of a quarter of the texels: the full-size interleave and the pool's pass go. Max
+    commutes with adding a bias and with relu, so the numbers are the same. Only in a forward
+    pass: where training reads y (relu's and the pool's gradients), the unpooled draws would
+    run as well, and the convolution twice."""
+    variant, _, shape = record.block_key.partition(":")[2].rpartition("_")
+    rows, cols = (int(d) for d in shape.split("x"))
+    _, oh, ow, co = out.in_shapes[0]
+    plain = tuple(attrs["pool_size"]) == (2, 2) and tuple(attrs["strides"]) == (2, 2)
+    plain = plain and all(tuple(p) == (0, 0) for p in attrs["pads"])
+    if record.label != "conv2d" or not plain or oh % 2 or ow % 2 or rows % 2:
+        return None
+    bias = [record.bias] if record.biased and record.bias is not None else []
+    if record.biased and not bias:
+        return None
+    out_rows = rows // 2
+    block = (math.prod(out.shape[:-1]) // out_rows, co // cols)
+    targets = [memory.allocate(block, out.dtype, False) for _ in range(out_rows * cols)]
+    key = f"conv2d_block:{variant}_{shape}.maxpool" + (".bias" if bias else "")
+    uniforms = record.uniforms
+    queue.draw(key, targets[0], [*record.inputs, *bias], uniforms, "conv2d", False, targets[1:])
+    handle = memory.allocate(out.shape, out.dtype, False)
+    interleave = f"block_interleave:{out_rows}x{cols}" + (".relu" if record.relu else "")
+    cols4 = [("u_cols4", "i", [float(co // 4)])]
+    queue.draw(interleave, handle, targets, cols4, "conv2d", False)
+    for target in targets:
+        memory.free(target)
+    queue.mark_droppable(record.interleave)
+    queue.mark_droppable(record.block)
     return handle

@@ -239,13 +239,17 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
     if kind in ("strided", "random_uniform", "image_rgb"):
         return _frag(kind), 1
     if kind in ("matmul_block", "conv2d_block", "block_interleave"):  # "nn_4x2", "4x2.relu"
-        arg, _, epilogue = arg.partition(".")  # ".bias" (blocks), ".relu" (interleave)
+        # ".bias", ".maxpool", ".maxpool.bias" (blocks), ".relu" (interleave)
+        arg, _, epilogue = arg.partition(".")
         variant, _, shape = arg.rpartition("_")
         rows, cols = (int(d) for d in shape.split("x"))
         if kind == "block_interleave":
             return blocks.interleave_source(rows, cols, epilogue == "relu"), rows * cols
-        source = blocks.matmul_source if kind == "matmul_block" else blocks.conv2d_source
-        return source(variant, rows, cols, epilogue == "bias"), 3 if epilogue else 2
+        bias = epilogue.endswith("bias")
+        if kind == "conv2d_block":
+            pool = epilogue.startswith("maxpool")
+            return blocks.conv2d_source(variant, rows, cols, bias, pool), 3 if bias else 2
+        return blocks.matmul_source(variant, rows, cols, bias), 3 if bias else 2
     if kind in VECTOR_KERNELS:  # "matmul4:nn", "conv2d4:vec", ...: whole-texel kernels
         defines = "".join(f"#define {d}\n" for d in VECTOR_KERNELS[kind][arg])
         return f"#define TEXEL_KERNEL\n{defines}{_frag(kind)}", 2
