@@ -359,6 +359,71 @@ def test_a_layers_bias_and_relu_run_inside_its_block_kernels(engine_page: Engine
     check_epilogues(engine_page)
 
 
+POOLED = """
+import json
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+rng = np.random.default_rng(6)
+x = rng.standard_normal((2, 8, 32, 3)).astype(np.float32)  # RGBA: 1024+ elements
+w1 = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
+w2 = rng.standard_normal((3, 3, 8, 8)).astype(np.float32)
+b1, b2 = rng.standard_normal((2, 8)).astype(np.float32)
+backend = pib.runtime.current_backend()
+backend.flush()
+sent = []
+engine_run = backend.queue.engine.run
+def spy(payload, staging):
+    sent.extend(json.loads(payload)["commands"])
+    return engine_run(payload, staging)
+backend.queue.engine.run = spy
+threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
+xs, w1s, w2s, b1s, b2s = (pib.tensor(v) for v in (x, w1, w2, b1, b2))
+def layers():  # conv1 with relu (3 channels: c3 blocks), conv2 without (8: vec blocks)
+    h = pib.max_pool2d(pib.relu(pib.conv2d(xs, w1s, padding="same") + b1s))
+    return pib.max_pool2d(pib.conv2d(h, w2s, padding="same") + b2s)
+forward = pib.tidy(layers)  # frees the intermediates, as predict does
+try:
+    unfused = await forward().numpy()
+    eager = len(sent)
+    backend.forward_only = True  # as predict sets it
+    try:
+        fused = forward()
+    finally:
+        backend.forward_only = False
+    got = await fused.numpy()
+finally:
+    webgl2_rewrites.BLOCKS_AT = threshold
+    backend.queue.engine.run = engine_run
+{"unfused": unfused, "got": got, "x": x, "w1": w1, "w2": w2, "b1": b1, "b2": b2,
+ "draws": [command[1] for command in sent[eager:] if command[0] == "draw"]}
+"""
+
+
+def _max_pool(x: np.ndarray) -> np.ndarray:
+    n, h, w, c = x.shape
+    return x.reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+
+
+def test_a_forward_pass_pools_inside_its_convolution_kernels(engine_page: EnginePage) -> None:
+    """In a forward pass (predict's hint), conv (+ bias, relu) then a 2 x 2 max-pool is one
+    block draw pooling what it computes and a quarter-size interleave: the same numbers as the
+    unfused draws, which are left out. Against numpy too."""
+    result = engine_page.run(POOLED)
+    x, w1, w2, b1, b2 = (np.asarray(result[n], np.float32) for n in ("x", "w1", "w2", "b1", "b2"))
+    pads = ((1, 1), (1, 1))
+    h = _max_pool(np.maximum(_conv2d(x, w1, (1, 1), pads) + b1, 0))
+    want = _max_pool(_conv2d(h, w2, (1, 1), pads) + b2)
+    np.testing.assert_allclose(result["unfused"], want, rtol=F32_RTOL, atol=1e-4)
+    np.testing.assert_array_equal(result["got"], result["unfused"])
+    draws = result["draws"]
+    assert [d for d in draws if "_block:" in d] == [
+        "conv2d_block:c3_4x2.maxpool.bias",
+        "conv2d_block:vec_4x2.maxpool.bias",
+    ], draws
+    assert draws.count("block_interleave:2x2.relu") == 1
+    assert draws.count("block_interleave:2x2") == 1
+    assert not any(d.startswith(("pool", "block_interleave:4x2")) for d in draws), draws
+
+
 PADDED_MATMULS = """
 from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 from py_in_browser.ops import call
