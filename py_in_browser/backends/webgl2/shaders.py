@@ -226,11 +226,13 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
     if kind == "reduce":
         return f"#define REDUCE_{arg.upper()}\n{_frag('reduce')}", 1
     if kind == "pool4":  # whole-texel pooling: 4 channels per fragment
+        arg, disjoint, _ = arg.partition("_disjoint")  # "max_grad_disjoint": windows tile
         grad = {
             "max_grad": "#define GRAD u_x1\n#define GRAD_WIDTH u_l1.x\n",
             "avg_grad": "#define GRAD u_x0\n#define GRAD_WIDTH u_l0.x\n",
         }.get(arg, "")
         defines = _POOL_DEFINES[arg].split("#define GRAD")[0] + grad
+        defines += "#define POOL_DISJOINT\n" if disjoint else ""
         return "#define TEXEL_KERNEL\n" + defines + _frag("pool4"), 2 if arg == "max_grad" else 1
     if kind == "pool":
         return _POOL_DEFINES[arg] + _frag("pool"), 2 if arg == "max_grad" else 1
@@ -295,5 +297,5 @@ def warmup_keys() -> list[str]:
         "transpose4",
         "patches4",
     ]
-    keys += [f"pool4:{p}" for p in _POOL_DEFINES]
+    keys += [f"pool4:{p}" for p in _POOL_DEFINES] + ["pool4:max_grad_disjoint"]
     return keys
