@@ -531,6 +531,59 @@ def test_filter_gradients_are_summed_in_parts_like_numpy(
         np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-4)
 
 
+INPUT_GRADIENTS = """
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+from py_in_browser.ops import call
+rng = np.random.default_rng(7)
+rule = webgl2_rewrites.input_gradient_as_conv
+taken = []
+def spy(*args):
+    result = rule(*args)
+    taken.append(result is not None)
+    return result
+webgl2_rewrites.input_gradient_as_conv = spy
+try:
+    got = []
+    for x_shape, w_shape, pads in CASES:
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        oh = x_shape[1] + sum(pads[0]) - w_shape[0] + 1
+        ow = x_shape[2] + sum(pads[1]) - w_shape[1] + 1
+        g = rng.standard_normal((x_shape[0], oh, ow, w_shape[3])).astype(np.float32)
+        dx = call("conv2d_backprop_input", pib.tensor(g), pib.tensor(w), input_shape=x_shape,
+                  strides=(1, 1), pads=pads)
+        got.append([g, w, await dx.numpy()])
+finally:
+    webgl2_rewrites.input_gradient_as_conv = rule
+{"got": got, "taken": taken}
+"""
+INPUT_CASES = [  # (x NHWC, filter HWIO, pads), stride 1: "same", "valid", uneven
+    ((4, 16, 16, 8), (3, 3, 8, 16), ((1, 1), (1, 1))),
+    ((2, 16, 16, 16), (3, 3, 16, 16), ((0, 0), (0, 0))),
+    ((4, 16, 16, 16), (3, 3, 16, 8), ((1, 0), (0, 1))),
+]
+
+
+def _input_gradient(g: np.ndarray, w: np.ndarray, x_shape: tuple[int, ...], pads: Any) -> Any:
+    """numpy: dx_padded[n, oh + kh, ow + kw, ci] += g[n, oh, ow, co] * w[kh, kw, ci, co]."""
+    n, oh, ow, _ = g.shape
+    (top, _), (left, _) = pads
+    dx = np.zeros((n, oh + w.shape[0] - 1, ow + w.shape[1] - 1, w.shape[2]))
+    for kh in range(w.shape[0]):
+        for kw in range(w.shape[1]):
+            dx[:, kh : kh + oh, kw : kw + ow] += np.einsum("nhwo,co->nhwc", g, w[kh, kw])
+    return dx[:, top : top + x_shape[1], left : left + x_shape[2]]
+
+
+def test_input_gradients_run_as_convolutions_like_numpy(engine_page: EnginePage) -> None:
+    """Stride-1 input gradients as a convolution of the gradient with the turned filter on the
+    block kernels (rewrites.input_gradient_as_conv), against numpy."""
+    result = engine_page.run(f"CASES = {INPUT_CASES!r}\n{INPUT_GRADIENTS}")
+    assert result["taken"] == [True] * len(INPUT_CASES)
+    for (x_shape, _, pads), (g, w, got) in zip(INPUT_CASES, result["got"], strict=True):
+        want = _input_gradient(np.asarray(g), np.asarray(w), x_shape, pads)
+        np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-4)
+
+
 PRIMITIVES_IN_PAGE = "from py_in_browser.ops import OPS\nsorted(OPS)"
 
 

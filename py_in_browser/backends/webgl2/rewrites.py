@@ -75,6 +75,10 @@ def rewrite(
         product = filter_gradient_as_product(backend, inputs, attrs, out)
         if product is not None:
             return product
+    if op == "conv2d_backprop_input":
+        conv = input_gradient_as_conv(backend, inputs, attrs, out)
+        if conv is not None:
+            return conv
     if op in ("reduce_sum", "reduce_max") and out.dtype in FLOAT_DTYPES:
         split = split_reduction(backend, op, inputs, attrs, out)
         if split is not None:
@@ -348,6 +352,41 @@ def filter_gradient_as_product(
         backend.free(result)
         result = sliced
     return Handle(result.texture, result.lo, out.shape, out.dtype)
+
+
+def input_gradient_as_conv(
+    backend: Drawing, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
+) -> Handle | None:
+    """dx of a stride-1 convolution is a convolution of g with the filter turned (spatially
+    flipped, input and output channels swapped: glsl/flip_filter.frag, a small draw) and the
+    padding mirrored (K - 1 - pad), which runs on conv2d's block kernels (blocks.py): 12
+    texel fetches per 128 multiply-adds, where the gather kernel (conv2d_backprop_input4)
+    fetches 5 per 16. Float32 storage (float16's low parts stay on the gather kernel)."""
+    g, w = inputs
+    kh, kw, ci, co = out.in_shapes[1]
+    (top, bottom), (left, right) = attrs["pads"]
+    mirrored = ((kh - 1 - top, kh - 1 - bottom), (kw - 1 - left, kw - 1 - right))
+    shape = blocks.shape_for(out.shape[2], ci, backend.draw_buffers)
+    if (
+        backend.memory.half
+        or out.dtype != "float32"
+        or tuple(attrs["strides"]) != (1, 1)
+        or min(min(pair) for pair in mirrored) < 0
+        or ci % 4
+        or co % 4
+        or g.repeat != 1
+        or shape is None
+        or math.prod(out.shape) * kh * kw * co < BLOCKS_AT
+    ):
+        return None
+    turned = backend.memory.allocate((kh, kw, co, ci), out.in_dtypes[1], False)
+    uniforms = [kernels.ints("u_w", [kh, kw, ci, co])]
+    backend.queue.draw("flip_filter", turned, [w], uniforms, "conv2d_backprop_input", False)
+    spec = OutSpec(out.shape, out.dtype, (out.in_shapes[0], turned.shape), out.in_dtypes)
+    geometry = {"strides": (1, 1), "pads": mirrored}
+    result = backend.run("conv2d", [g, turned], geometry, spec)
+    backend.free(turned)
+    return result
 
 
 def window_channels(channels: int, block_rows: int, uniforms: list[kernels.Uniform]) -> bool:

@@ -238,7 +238,7 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _POOL_DEFINES[arg] + _frag("pool"), 2 if arg == "max_grad" else 1
     if kind == "concat":
         return _concat(int(arg)), int(arg)
-    if kind in ("strided", "random_uniform", "image_rgb"):
+    if kind in ("strided", "random_uniform", "image_rgb", "flip_filter"):
         return _frag(kind), 1
     if kind in ("matmul_block", "conv2d_block", "block_interleave"):  # "nn_4x2", "4x2.relu"
         # ".bias", ".maxpool", ".maxpool.bias" (blocks), ".relu" (interleave)
@@ -286,7 +286,7 @@ def warmup_keys() -> list[str]:
     keys += ["where", *(f"cast:{d}" for d in ("float32", "int32", "bool")), "strided"]
     keys += [f"reduce:{r}" for r in ("sum", "max", "argmax")]
     keys += ["matmul", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"]
-    keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2", "random_uniform"]
+    keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2", "random_uniform", "flip_filter"]
     keys += [f"{kind}:{arg}" for kind, args in VECTOR_KERNELS.items() for arg in args]
     keys += [f"unary4:{op}" for op in UNARY] + [f"binary4:{op}" for op in BINARY]
     keys += [
