@@ -424,6 +424,35 @@ def test_a_forward_pass_pools_inside_its_convolution_kernels(engine_page: Engine
     assert not any(d.startswith(("pool", "block_interleave:4x2")) for d in draws), draws
 
 
+def test_predictions_are_replayed_with_the_eager_numbers(engine_page: EnginePage) -> None:
+    """predict records its forward pass (pooling fused into the convolutions: block-sized
+    layers) and replays it from the third batch of a shape: the same numbers as the eager pass
+    with replays off."""
+    outcome = engine_page.run(
+        """
+from py_in_browser import layers, replay
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+rng = np.random.default_rng(8)
+model = pib.Sequential([
+    layers.Conv2D(8, 3, activation="relu", padding="same", input_shape=(8, 32, 3)),
+    layers.MaxPool2D(2), layers.Flatten(), layers.Dense(4)], seed=8)
+x = pib.tensor(rng.uniform(-1, 1, (2, 8, 32, 3)).astype(np.float32))
+threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
+try:
+    replay.ENABLED = False
+    eager = await (await model.predict(x)).numpy()
+    replay.ENABLED = True
+    before = pib.memory()["steps_replayed"]
+    got = [await (await model.predict(x)).numpy() for _ in range(4)]
+finally:
+    replay.ENABLED = True
+    webgl2_rewrites.BLOCKS_AT = threshold
+[pib.memory()["steps_replayed"] - before, all(np.array_equal(eager, g) for g in got)]
+"""
+    )
+    assert outcome == [2, True]
+
+
 PADDED_MATMULS = """
 from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 from py_in_browser.ops import call
