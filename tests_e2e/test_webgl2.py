@@ -453,6 +453,47 @@ finally:
     assert outcome == [2, True]
 
 
+SPLIT_SUMS = """
+import json
+rng = np.random.default_rng(9)
+a = rng.standard_normal((1, 2048)).astype(np.float32)
+k = rng.standard_normal((2048, 16)).astype(np.float32)
+c = rng.standard_normal((16,)).astype(np.float32)
+backend = pib.runtime.current_backend()
+backend.flush()
+sent = []
+engine_run = backend.queue.engine.run
+def spy(payload, staging):
+    sent.extend(json.loads(payload)["commands"])
+    return engine_run(payload, staging)
+backend.queue.engine.run = spy
+try:
+    at, kt, ct = pib.tensor(a), pib.tensor(k), pib.tensor(c)
+    dense = pib.relu(pib.matmul(at, kt) + ct)  # a batch-1 Dense layer
+    raw = pib.matmul(at, kt)
+    raw_relu = pib.relu(raw)  # raw is read back below: its sum stays
+    got = [await t.numpy() for t in (dense, raw, raw_relu)]
+finally:
+    backend.queue.engine.run = engine_run
+{"got": got, "a": a, "k": k, "c": c,
+ "draws": [command[1] for command in sent if command[0] == "draw"]}
+"""
+
+
+def test_a_batch_one_layers_bias_and_relu_join_its_split_sum(engine_page: EnginePage) -> None:
+    """(1, K) @ (K, N) runs in K slices and a sum of them (rewrites.matmul_split_k); a bias and
+    relu after it are drawn with that sum (epilogues.fuse_sum), the unfused sum left out where
+    nothing reads it. Against numpy."""
+    result = engine_page.run(SPLIT_SUMS)
+    a, k, c = (np.asarray(result[n], np.float64) for n in "akc")
+    want = [np.maximum(a @ k + c, 0), a @ k, np.maximum(a @ k, 0)]
+    for got, expected in zip(result["got"], want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=F32_RTOL, atol=1e-4)
+    sums = [d for d in result["draws"] if d.startswith("sum_parts4")]
+    assert sums == ["sum_parts4:bias_relu", "sum_parts4", "sum_parts4:relu"], result["draws"]
+    assert not {"binary4:add", "unary4:relu"} & set(result["draws"])
+
+
 PADDED_MATMULS = """
 from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 from py_in_browser.ops import call

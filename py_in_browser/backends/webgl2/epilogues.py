@@ -46,11 +46,24 @@ class Blocked:
     bias: Handle | None = None  # the bias fused in (its stamp is among the stamps)
 
 
+@dataclass
+class Summed:
+    """What drew a split product's sum of parts (rewrites.matmul_split_k): that draw, the
+    partial sums it reads (kept with its output), its uniforms, and the bias fused in."""
+
+    draw: wire.Command
+    partial: Handle
+    uniforms: list[Any]
+    bias: Handle | None
+    relu: bool
+    stamps: tuple[tuple[int, int], ...]  # of the bias
+
+
 def stamps(pool: TexturePool, handles: Sequence[Handle]) -> tuple[tuple[int, int], ...]:
     return tuple((h.texture.id, pool.generation(h.texture.id)) for h in handles)
 
 
-def still_valid(pool: TexturePool, record: Blocked) -> bool:
+def still_valid(pool: TexturePool, record: Blocked | Summed) -> bool:
     """The block inputs still hold what the block draw read (same tensors, not pooled)."""
     return all(pool.generation(tex) == gen and not pool.is_free(tex) for tex, gen in record.stamps)
 
@@ -125,6 +138,8 @@ def fuse(
     record = memory.blocked.get(inputs[0].texture.id)
     if record is None or not still_valid(memory.pool, record):
         return None
+    if isinstance(record, Summed):
+        return fuse_sum(memory, queue, op, inputs, out, record)
     if op == "max_pool2d":
         return pooled(memory, queue, record, attrs, out) if forward_only else None
     if record.relu:
@@ -211,4 +226,31 @@ def pooled(
         memory.free(target)
     queue.mark_droppable(record.interleave)
     queue.mark_droppable(record.block)
+    return handle
+
+
+def fuse_sum(
+    memory: Any, queue: Any, op: str, inputs: list[Handle], out: OutSpec, record: Summed
+) -> Handle | None:
+    """y + bias, then relu, for y a split product's sum of parts: the sum drawn again with them
+    (sum_parts4:bias, sum_parts4:bias_relu or sum_parts4:relu), reading the same partial sums;
+    the draw it replaces is dropped when unread, as with the blocks."""
+    if op == "max_pool2d" or record.relu:
+        return None
+    bias = record.bias
+    if op == "add":
+        if bias is not None or not is_column_bias(inputs[0], inputs[1], out):
+            return None
+        bias = inputs[1]
+    epilogue = "_".join(part for part, on in (("bias", bias), ("relu", op == "relu")) if on)
+    handle = memory.allocate(out.shape, out.dtype, False)
+    extra = [bias] if bias is not None else []
+    key = f"sum_parts4:{epilogue}"
+    draw = queue.draw(key, handle, [record.partial, *extra], record.uniforms, "matmul", False)
+    queue.mark_droppable(record.draw)
+    memory.share(record.partial)
+    fused = Summed(
+        draw, record.partial, record.uniforms, bias, op == "relu", stamps(memory.pool, extra)
+    )
+    memory.attach(handle, [record.partial], fused)
     return handle

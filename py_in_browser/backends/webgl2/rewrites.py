@@ -218,10 +218,14 @@ def matmul_split_k(
     )
     partial = backend.memory.allocate(spec.shape, out.dtype, False)
     backend.queue.draw(key, partial, [a, b], uniforms, "matmul", pair=False)
-    total = OutSpec((1, 1, n), out.dtype, (spec.shape,), (out.dtype,))
-    summed = backend.run("reduce_sum", [partial], {"axes": (0,), "keepdims": True}, total)
-    backend.free(partial)
-    return Handle(summed.texture, summed.lo, out.shape, out.dtype)
+    # The sum of the parts, whole texels; a layer's bias and relu can join it (epilogues.py),
+    # so the partial sums live on with the result.
+    summed = backend.memory.allocate(out.shape, out.dtype, False)
+    sums = [kernels.ints("u_parts", [parts]), kernels.ints("u_texels", [n // 4])]
+    draw = backend.queue.draw("sum_parts4", summed, [partial], sums, "matmul", pair=False)
+    record = epilogues.Summed(draw, partial, sums, bias=None, relu=False, stamps=())
+    backend.memory.attach(summed, [partial], record)
+    return summed
 
 
 def blocked(

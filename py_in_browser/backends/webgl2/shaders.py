@@ -219,6 +219,9 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return f"{_frag('math')}\n{function}{_per_element(count)}", count
     if kind in ("transpose4", "patches4"):
         return "#define TEXEL_KERNEL\n" + _frag(kind), 1
+    if kind == "sum_parts4":  # arg "", "bias", "relu" or "bias_relu": the fused epilogue
+        defines = "".join(f"#define {part.upper()}\n" for part in arg.split("_") if part)
+        return f"#define TEXEL_KERNEL\n{defines}{_frag(kind)}", 2 if "bias" in arg else 1
     if kind == "fill4":  # a one-element tensor everywhere
         return "#define TEXEL_KERNEL\nvec4 value4(int t) { return vec4(x0v(ivec2(0)).x); }\n", 1
     if kind == "copy4":  # same elements, same channels, another texture shape (reshape, copy)
