@@ -345,9 +345,10 @@ def filter_gradient_as_product(
     plain = {"transpose_a": False, "transpose_b": False}
     result = backend.run("matmul", [patches, grads], plain, spec)
     backend.free(patches)
-    if parts > 1:
-        total = OutSpec((rows4, co), out.dtype, (result.shape,), (out.dtype,))
-        summed = backend.run("reduce_sum", [result], {"axes": (0,), "keepdims": False}, total)
+    if parts > 1:  # whole texels: the parts' texel t, part after part
+        summed = backend.memory.allocate((rows4, co), out.dtype, False)
+        sums = [kernels.ints("u_parts", [parts]), kernels.ints("u_texels", [rows4 * co // 4])]
+        backend.queue.draw("sum_parts4", summed, [result], sums, "conv2d_backprop_filter", False)
         backend.free(result)
         result = summed
     if rows4 != rows:  # the zero rows' sums go

@@ -299,6 +299,7 @@ def warmup_keys() -> list[str]:
         "copy4",
         "transpose4",
         "patches4",
+        "sum_parts4",
     ]
     keys += [f"pool4:{p}" for p in _POOL_DEFINES] + ["pool4:max_grad_disjoint"]
     return keys

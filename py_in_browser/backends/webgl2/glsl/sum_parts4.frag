@@ -1,5 +1,6 @@
-// The sum over P parts of a split product (rewrites.matmul_split_k), whole texels: output
-// texel t is the sum, part after part, of texel t of each part (u_texels texels apart).
+// The sum over P parts of a split product (rewrites.matmul_split_k, filter_gradient_as_product),
+// whole texels: output texel t is the sum, part after part, of texel t of each part (u_texels
+// texels apart).
 // BIAS then adds input 1 (one value per output column, epilogues.fuse_sum), RELU applies relu
 // (NaN passes, as the relu kernel).
 uniform int u_parts;
