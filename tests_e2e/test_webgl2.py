@@ -426,8 +426,8 @@ def test_a_forward_pass_pools_inside_its_convolution_kernels(engine_page: Engine
 
 def test_predictions_are_replayed_with_the_eager_numbers(engine_page: EnginePage) -> None:
     """predict records its forward pass (pooling fused into the convolutions: block-sized
-    layers) and replays it from the third batch of a shape: the same numbers as the eager pass
-    with replays off."""
+    layers) and replays it from the third batch of a shape, the input tensor lent to it: the
+    same numbers as the eager pass with replays off, and the input unchanged."""
     outcome = engine_page.run(
         """
 from py_in_browser import layers, replay
@@ -436,7 +436,8 @@ rng = np.random.default_rng(8)
 model = pib.Sequential([
     layers.Conv2D(8, 3, activation="relu", padding="same", input_shape=(8, 32, 3)),
     layers.MaxPool2D(2), layers.Flatten(), layers.Dense(4)], seed=8)
-x = pib.tensor(rng.uniform(-1, 1, (2, 8, 32, 3)).astype(np.float32))
+data = rng.uniform(-1, 1, (2, 8, 32, 3)).astype(np.float32)
+x = pib.tensor(data)  # lent to the replays (recording.lendable), not copied
 threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
 try:
     replay.ENABLED = False
@@ -447,10 +448,11 @@ try:
 finally:
     replay.ENABLED = True
     webgl2_rewrites.BLOCKS_AT = threshold
-[pib.memory()["steps_replayed"] - before, all(np.array_equal(eager, g) for g in got)]
+[pib.memory()["steps_replayed"] - before, all(np.array_equal(eager, g) for g in got),
+ np.array_equal(await x.numpy(), data)]
 """
     )
-    assert outcome == [2, True]
+    assert outcome == [2, True, True]
 
 
 SPLIT_SUMS = """
