@@ -7,9 +7,11 @@ block draw is queued again with the bias added as it writes its targets, and the
 is y + bias; relu of an interleave's output is another interleave, with relu applied. The draws
 made redundant are marked: dead_draws drops those whose results nothing reads at the next flush
 or when a recording ends (y unread and freed: neither add's nor relu's gradient reads y). Where
-something does read them, both run: the same numbers, one pass more.
+something does read them, both run: the same numbers, one pass more. In a forward pass
+(predict), a convolution's 2 x 2 max-pool joins its block draw too (pooled). A batch-1 product's
+sum of split-K parts (rewrites.matmul_split_k) takes the bias and relu the same way (fuse_sum).
 
-The block targets stay allocated while an interleave output that can still be fused lives
+The block targets (and partial sums) stay allocated while an interleave output that can still be fused lives
 (TextureMemory.attach), and a fused draw re-reads its block draw's inputs only while the pool
 has not handed their textures to another tensor (TexturePool.generation says).
 """
@@ -242,7 +244,8 @@ def fuse_sum(
         if bias is not None or not is_column_bias(inputs[0], inputs[1], out):
             return None
         bias = inputs[1]
-    epilogue = "_".join(part for part, on in (("bias", bias), ("relu", op == "relu")) if on)
+    parts = (("bias", bias is not None), ("relu", op == "relu"))
+    epilogue = "_".join(part for part, on in parts if on)
     handle = memory.allocate(out.shape, out.dtype, False)
     extra = [bias] if bias is not None else []
     key = f"sum_parts4:{epilogue}"

@@ -27,8 +27,8 @@ class TextureMemory:
         self._retained: dict[int, int] = {}  # texture id -> recordings naming it
         self._deferred: dict[int, Texture] = {}  # freed, but a recording still names it
         self._shared: dict[int, int] = {}  # texture id -> handles on it beyond the first
-        # Interleave outputs a bias or relu may still be fused into (epilogues.py), and the
-        # block targets each keeps allocated until it is freed.
+        # Interleave outputs (and split-K sums) a bias, relu or pool may still be fused into
+        # (epilogues.py), and the block targets (partial sums) each keeps until it is freed.
         self.blocked: dict[int, Blocked | Summed] = {}
         self._attached: dict[int, list[Handle]] = {}
         queue.is_free = self.pool.is_free
