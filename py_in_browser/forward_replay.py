@@ -32,13 +32,28 @@ class _Entry:
     attempts: int = 0
 
 
+def forward_pass(model: TrainableModel, backend: Backend) -> Any:
+    """predict's pass over one batch (a tensor or an array), model(x, training=False) in a tidy
+    scope, with the backend's forward_only hint set while its ops run (see Backend)."""
+
+    def forward(xb: Tensor | np.ndarray) -> Tensor:
+        backend.forward_only = True
+        try:
+            out: Tensor = model(xb if isinstance(xb, Tensor) else tensor(xb), training=False)
+        finally:
+            backend.forward_only = False
+        return out
+
+    return tidy(forward)
+
+
 class ForwardReplayer(replay.ModelReplayer):
     """Runs `model(x, training=False)` per batch, through recordings once they are verified."""
 
     def __init__(self, model: TrainableModel, backend: Backend) -> None:
         super().__init__(model, backend)  # the model's Trainer owns this
         self.entries: dict[Any, _Entry] = {}
-        self.forward = tidy(lambda x: self.model(x, training=False))
+        self.forward = forward_pass(model, backend)
 
     def __call__(self, xb: Tensor | np.ndarray) -> Tensor:
         """The model's outputs for one batch, a tensor of the caller's own."""

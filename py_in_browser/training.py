@@ -36,7 +36,7 @@ from .backends import Backend
 from .batching import max_batch_size
 from .callbacks import Callback, History, call_hook
 from .fit_state import FitState
-from .forward_replay import ForwardReplayer
+from .forward_replay import ForwardReplayer, forward_pass
 from .limits import DEFAULT_LIMITS, ModelSummary, TrainingConfig, check_cap, validate_training
 from .nn import layers as layer_lib
 from .runtime import current_backend, keep, tidy
@@ -493,8 +493,8 @@ class Trainer:
             if self._forward_replayer is None:
                 self._forward_replayer = ForwardReplayer(self.model, backend)
             return self._forward_replayer
-        model = self.model
-        return tidy(lambda xb: model(xb if isinstance(xb, Tensor) else tensor(xb), training=False))
+        forward: Callable[[Any], Tensor] = forward_pass(self.model, backend)
+        return forward
 
     def reset(self) -> None:
         """Drops the DeviceStep and its recordings (compile changes what a step computes)."""

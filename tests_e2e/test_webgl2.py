@@ -359,6 +359,143 @@ def test_a_layers_bias_and_relu_run_inside_its_block_kernels(engine_page: Engine
     check_epilogues(engine_page)
 
 
+POOLED = """
+import json
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+rng = np.random.default_rng(6)
+x = rng.standard_normal((2, 8, 32, 3)).astype(np.float32)  # RGBA: 1024+ elements
+w1 = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
+w2 = rng.standard_normal((3, 3, 8, 8)).astype(np.float32)
+b1, b2 = rng.standard_normal((2, 8)).astype(np.float32)
+backend = pib.runtime.current_backend()
+backend.flush()
+sent = []
+engine_run = backend.queue.engine.run
+def spy(payload, staging):
+    sent.extend(json.loads(payload)["commands"])
+    return engine_run(payload, staging)
+backend.queue.engine.run = spy
+threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
+xs, w1s, w2s, b1s, b2s = (pib.tensor(v) for v in (x, w1, w2, b1, b2))
+def layers():  # conv1 with relu (3 channels: c3 blocks), conv2 without (8: vec blocks)
+    h = pib.max_pool2d(pib.relu(pib.conv2d(xs, w1s, padding="same") + b1s))
+    return pib.max_pool2d(pib.conv2d(h, w2s, padding="same") + b2s)
+forward = pib.tidy(layers)  # frees the intermediates, as predict does
+try:
+    unfused = await forward().numpy()
+    eager = len(sent)
+    backend.forward_only = True  # as predict sets it
+    try:
+        fused = forward()
+    finally:
+        backend.forward_only = False
+    got = await fused.numpy()
+finally:
+    webgl2_rewrites.BLOCKS_AT = threshold
+    backend.queue.engine.run = engine_run
+{"unfused": unfused, "got": got, "x": x, "w1": w1, "w2": w2, "b1": b1, "b2": b2,
+ "draws": [command[1] for command in sent[eager:] if command[0] == "draw"]}
+"""
+
+
+def _max_pool(x: np.ndarray) -> np.ndarray:
+    n, h, w, c = x.shape
+    return x.reshape(n, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))
+
+
+def test_a_forward_pass_pools_inside_its_convolution_kernels(engine_page: EnginePage) -> None:
+    """In a forward pass (predict's hint), conv (+ bias, relu) then a 2 x 2 max-pool is one
+    block draw pooling what it computes and a quarter-size interleave: the same numbers as the
+    unfused draws, which are left out. Against numpy too."""
+    result = engine_page.run(POOLED)
+    x, w1, w2, b1, b2 = (np.asarray(result[n], np.float32) for n in ("x", "w1", "w2", "b1", "b2"))
+    pads = ((1, 1), (1, 1))
+    h = _max_pool(np.maximum(_conv2d(x, w1, (1, 1), pads) + b1, 0))
+    want = _max_pool(_conv2d(h, w2, (1, 1), pads) + b2)
+    np.testing.assert_allclose(result["unfused"], want, rtol=F32_RTOL, atol=1e-4)
+    np.testing.assert_array_equal(result["got"], result["unfused"])
+    draws = result["draws"]
+    assert [d for d in draws if "_block:" in d] == [
+        "conv2d_block:c3_4x2.maxpool.bias",
+        "conv2d_block:vec_4x2.maxpool.bias",
+    ], draws
+    assert draws.count("block_interleave:2x2.relu") == 1
+    assert draws.count("block_interleave:2x2") == 1
+    assert not any(d.startswith(("pool", "block_interleave:4x2")) for d in draws), draws
+
+
+def test_predictions_are_replayed_with_the_eager_numbers(engine_page: EnginePage) -> None:
+    """predict records its forward pass (pooling fused into the convolutions: block-sized
+    layers) and replays it from the third batch of a shape, the input tensor lent to it: the
+    same numbers as the eager pass with replays off, and the input unchanged."""
+    outcome = engine_page.run(
+        """
+from py_in_browser import layers, replay
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+rng = np.random.default_rng(8)
+model = pib.Sequential([
+    layers.Conv2D(8, 3, activation="relu", padding="same", input_shape=(8, 32, 3)),
+    layers.MaxPool2D(2), layers.Flatten(), layers.Dense(4)], seed=8)
+data = rng.uniform(-1, 1, (2, 8, 32, 3)).astype(np.float32)
+x = pib.tensor(data)  # lent to the replays (recording.lendable), not copied
+threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
+try:
+    replay.ENABLED = False
+    eager = await (await model.predict(x)).numpy()
+    replay.ENABLED = True
+    before = pib.memory()["steps_replayed"]
+    got = [await (await model.predict(x)).numpy() for _ in range(4)]
+finally:
+    replay.ENABLED = True
+    webgl2_rewrites.BLOCKS_AT = threshold
+[pib.memory()["steps_replayed"] - before, all(np.array_equal(eager, g) for g in got),
+ np.array_equal(await x.numpy(), data)]
+"""
+    )
+    assert outcome == [2, True, True]
+
+
+SPLIT_SUMS = """
+import json
+rng = np.random.default_rng(9)
+a = rng.standard_normal((1, 2048)).astype(np.float32)
+k = rng.standard_normal((2048, 16)).astype(np.float32)
+c = rng.standard_normal((16,)).astype(np.float32)
+backend = pib.runtime.current_backend()
+backend.flush()
+sent = []
+engine_run = backend.queue.engine.run
+def spy(payload, staging):
+    sent.extend(json.loads(payload)["commands"])
+    return engine_run(payload, staging)
+backend.queue.engine.run = spy
+try:
+    at, kt, ct = pib.tensor(a), pib.tensor(k), pib.tensor(c)
+    dense = pib.relu(pib.matmul(at, kt) + ct)  # a batch-1 Dense layer
+    raw = pib.matmul(at, kt)
+    raw_relu = pib.relu(raw)  # raw is read back below: its sum stays
+    got = [await t.numpy() for t in (dense, raw, raw_relu)]
+finally:
+    backend.queue.engine.run = engine_run
+{"got": got, "a": a, "k": k, "c": c,
+ "draws": [command[1] for command in sent if command[0] == "draw"]}
+"""
+
+
+def test_a_batch_one_layers_bias_and_relu_join_its_split_sum(engine_page: EnginePage) -> None:
+    """(1, K) @ (K, N) runs in K slices and a sum of them (rewrites.matmul_split_k); a bias and
+    relu after it are drawn with that sum (epilogues.fuse_sum), the unfused sum left out where
+    nothing reads it. Against numpy."""
+    result = engine_page.run(SPLIT_SUMS)
+    a, k, c = (np.asarray(result[n], np.float64) for n in "akc")
+    want = [np.maximum(a @ k + c, 0), a @ k, np.maximum(a @ k, 0)]
+    for got, expected in zip(result["got"], want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=F32_RTOL, atol=1e-4)
+    sums = [d for d in result["draws"] if d.startswith("sum_parts4")]
+    assert sums == ["sum_parts4:bias_relu", "sum_parts4", "sum_parts4:relu"], result["draws"]
+    assert not {"binary4:add", "unary4:relu"} & set(result["draws"])
+
+
 PADDED_MATMULS = """
 from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 from py_in_browser.ops import call
@@ -404,13 +541,13 @@ FILTER_GRADIENTS = """
 from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 from py_in_browser.ops import call
 rng = np.random.default_rng(4)
-split = webgl2_rewrites.split_filter_gradient
+split = getattr(webgl2_rewrites, RULE)
 taken = []
 def spy(*args):
     result = split(*args)
     taken.append(result is not None)
     return result
-webgl2_rewrites.split_filter_gradient = spy
+setattr(webgl2_rewrites, RULE, spy)
 try:
     got = []
     for x_shape, w_shape, stride, pads in CASES:
@@ -422,12 +559,17 @@ try:
                   strides=(stride, stride), pads=pads)
         got.append([x, g, await dw.numpy()])
 finally:
-    webgl2_rewrites.split_filter_gradient = split
+    setattr(webgl2_rewrites, RULE, split)
 {"got": got, "taken": taken}
 """
 FILTER_CASES = [  # (x NHWC, filter HWIO, stride, pads): 3 input channels (RGBA-packed), 8
     ((2, 16, 16, 3), (3, 3, 3, 16), 1, ((1, 1), (1, 1))),
     ((3, 7, 6, 8), (3, 2, 8, 4), 2, ((1, 0), (0, 1))),
+]
+PRODUCT_CASES = [  # blocks-sized: 3 input channels (a zero row pads the patches), 16, stride 2
+    ((4, 32, 32, 3), (3, 3, 3, 16), 1, ((1, 1), (1, 1))),
+    ((2, 16, 16, 16), (3, 3, 16, 32), 1, ((1, 1), (1, 1))),
+    ((4, 32, 32, 8), (3, 3, 8, 16), 2, ((1, 0), (1, 0))),
 ]
 
 
@@ -444,13 +586,73 @@ def _filter_gradient(x: np.ndarray, g: np.ndarray, w_shape: tuple[int, ...], str
     return dw
 
 
-def test_filter_gradients_are_summed_in_parts_like_numpy(engine_page: EnginePage) -> None:
+@pytest.mark.parametrize(
+    ("rule", "cases"),
+    [("split_filter_gradient", FILTER_CASES), ("filter_gradient_as_product", PRODUCT_CASES)],
+)
+def test_filter_gradients_are_summed_in_parts_like_numpy(
+    engine_page: EnginePage, rule: str, cases: list[Any]
+) -> None:
     """Few filter texels over many gradient rows: partial sums over slices of the rows, then
-    a sum over the slices (rewrites.split_filter_gradient), against numpy."""
-    result = engine_page.run(f"CASES = {FILTER_CASES!r}\n{FILTER_GRADIENTS}")
-    assert result["taken"] == [True] * len(FILTER_CASES)
-    for (_, w_shape, stride, pads), (x, g, got) in zip(FILTER_CASES, result["got"], strict=True):
+    a sum over the slices (rewrites.split_filter_gradient); larger ones as a block product of
+    the input's patches and the gradient (rewrites.filter_gradient_as_product); against numpy."""
+    result = engine_page.run(f"CASES = {cases!r}\nRULE = {rule!r}\n{FILTER_GRADIENTS}")
+    assert result["taken"] == [True] * len(cases)
+    for (_, w_shape, stride, pads), (x, g, got) in zip(cases, result["got"], strict=True):
         want = _filter_gradient(np.asarray(x), np.asarray(g), w_shape, stride, pads)
+        np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-4)
+
+
+INPUT_GRADIENTS = """
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+from py_in_browser.ops import call
+rng = np.random.default_rng(7)
+rule = webgl2_rewrites.input_gradient_as_conv
+taken = []
+def spy(*args):
+    result = rule(*args)
+    taken.append(result is not None)
+    return result
+webgl2_rewrites.input_gradient_as_conv = spy
+try:
+    got = []
+    for x_shape, w_shape, pads in CASES:
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        oh = x_shape[1] + sum(pads[0]) - w_shape[0] + 1
+        ow = x_shape[2] + sum(pads[1]) - w_shape[1] + 1
+        g = rng.standard_normal((x_shape[0], oh, ow, w_shape[3])).astype(np.float32)
+        dx = call("conv2d_backprop_input", pib.tensor(g), pib.tensor(w), input_shape=x_shape,
+                  strides=(1, 1), pads=pads)
+        got.append([g, w, await dx.numpy()])
+finally:
+    webgl2_rewrites.input_gradient_as_conv = rule
+{"got": got, "taken": taken}
+"""
+INPUT_CASES = [  # (x NHWC, filter HWIO, pads), stride 1: "same", "valid", uneven
+    ((4, 16, 16, 8), (3, 3, 8, 16), ((1, 1), (1, 1))),
+    ((2, 16, 16, 16), (3, 3, 16, 16), ((0, 0), (0, 0))),
+    ((4, 16, 16, 16), (3, 3, 16, 8), ((1, 0), (0, 1))),
+]
+
+
+def _input_gradient(g: np.ndarray, w: np.ndarray, x_shape: tuple[int, ...], pads: Any) -> Any:
+    """numpy: dx_padded[n, oh + kh, ow + kw, ci] += g[n, oh, ow, co] * w[kh, kw, ci, co]."""
+    n, oh, ow, _ = g.shape
+    (top, _), (left, _) = pads
+    dx = np.zeros((n, oh + w.shape[0] - 1, ow + w.shape[1] - 1, w.shape[2]))
+    for kh in range(w.shape[0]):
+        for kw in range(w.shape[1]):
+            dx[:, kh : kh + oh, kw : kw + ow] += np.einsum("nhwo,co->nhwc", g, w[kh, kw])
+    return dx[:, top : top + x_shape[1], left : left + x_shape[2]]
+
+
+def test_input_gradients_run_as_convolutions_like_numpy(engine_page: EnginePage) -> None:
+    """Stride-1 input gradients as a convolution of the gradient with the turned filter on the
+    block kernels (rewrites.input_gradient_as_conv), against numpy."""
+    result = engine_page.run(f"CASES = {INPUT_CASES!r}\n{INPUT_GRADIENTS}")
+    assert result["taken"] == [True] * len(INPUT_CASES)
+    for (x_shape, _, pads), (g, w, got) in zip(INPUT_CASES, result["got"], strict=True):
+        want = _input_gradient(np.asarray(g), np.asarray(w), x_shape, pads)
         np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-4)
 
 

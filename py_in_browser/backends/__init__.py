@@ -65,12 +65,16 @@ class Backend:
     # and implement begin_recording ... drop_recording (the protocol replay.py drives).
     supports_replay = False
     # Backends whose replays pay off for predict's forward passes too (forward_replay.py): the
-    # cpu backend, where a replay is one call instead of Python per op.
+    # cpu backend and webgl2, where a replay is one call instead of Python per op.
     replays_inference = False
     # How float tensors are stored, and the smallest epsilon an optimizer's denominator may use
     # there (optimizers.py raises smaller ones): 0 for float32 storage; float16 storage sets its own.
     storage_format = "float32"
     min_epsilon = 0.0
+    # A hint set while predict's forward pass runs: no gradient will read the intermediates, so
+    # a backend may fuse ops whose unfused results it would otherwise also have to keep (webgl2
+    # pools inside its convolution kernel). Results stay correct either way.
+    forward_only = False
 
     def __init__(self, limits: dict[str, Any] | None = None) -> None:
         self.limits = dict(limits or {})

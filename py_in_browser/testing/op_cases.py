@@ -363,6 +363,15 @@ CASES: list[OpCase] = [
         {"pool_size": 3, "strides": 2, "padding": "same"},
         kinds=("distinct",),
     ),
+    # Whole texels of channels, windows tiling a padded odd-sized input (webgl2's gradient finds
+    # each pixel's one window directly).
+    _C(
+        "max_pool2d_tiled_same",
+        "max_pool2d",
+        ((1, 5, 7, 4),),
+        {"pool_size": 2, "padding": "same"},
+        kinds=("distinct",),
+    ),
     _C("avg_pool2d", "avg_pool2d", ((2, 4, 6, 2),)),
     _C(
         "avg_pool2d_same",

@@ -47,22 +47,33 @@ def _names(rows: int, cols: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(rows) for j in range(cols)]
 
 
-def _block(rows: int, cols: int, uniforms: str, body: str, bias_column: str | None = None) -> str:
+def _block(
+    rows: int,
+    cols: int,
+    uniforms: str,
+    body: str,
+    bias_column: str | None = None,
+    out_rows: int | None = None,
+) -> str:
     """write_block around `body`, which adds to the accumulators c<i>_<j> (row i, texel column j
     of the block); target i * cols + j gets c<i>_<j>. With `bias_column` (the body's variable
     holding the block's first texel column), input 2 is a bias of one value per output column,
-    added to every row (epilogues.py fuses a layer's bias this way)."""
-    outputs = "".join(f"layout(location = {t}) out vec4 o_{t};\n" for t in range(1, rows * cols))
+    added to every row (epilogues.py fuses a layer's bias this way). With `out_rows`, the body
+    leaves the block's results in out_rows rows of p<i>_<j> instead (a pooled block)."""
+    out_rows = rows if out_rows is None else out_rows
+    result = "c" if out_rows == rows else "p"
+    targets = out_rows * cols
+    outputs = "".join(f"layout(location = {t}) out vec4 o_{t};\n" for t in range(1, targets))
     clear = "".join(f"  vec4 c{i}_{j} = vec4(0.0);\n" for i, j in _names(rows, cols))
     bias = ""
     if bias_column is not None:
         bias = "".join(
             f"  vec4 bias{j} = texelFetch(u_x2, texel_at({bias_column} + {j}, u_l2.x), 0);\n"
             for j in range(cols)
-        ) + "".join(f"  c{i}_{j} += bias{j};\n" for i, j in _names(rows, cols))
+        ) + "".join(f"  {result}{i}_{j} += bias{j};\n" for i, j in _names(out_rows, cols))
     writes = "".join(
-        f"  {'o_value' if t == 0 else f'o_{t}'} = c{i}_{j};\n"
-        for t, (i, j) in enumerate(_names(rows, cols))
+        f"  {'o_value' if t == 0 else f'o_{t}'} = {result}{i}_{j};\n"
+        for t, (i, j) in enumerate(_names(out_rows, cols))
     )
     return (
         f"#define BLOCK_KERNEL\n{uniforms}{outputs}void write_block(ivec2 p) {{\n"
@@ -112,7 +123,9 @@ def matmul_source(variant: str, rows: int, cols: int, bias: bool = False) -> str
     return _block(rows, cols, uniforms, body, "col" if bias else None)
 
 
-def conv2d_source(variant: str, rows: int, cols: int, bias: bool = False) -> str:
+def conv2d_source(
+    variant: str, rows: int, cols: int, bias: bool = False, pool: bool = False
+) -> str:
     """Program "conv2d_block:<vec|scalar|c1|c2|c3>_<rows>x<cols>" (NHWC input, HWIO filters, as
     conv2d4.frag): the block is `rows` neighbouring output pixels of one output row (the output
     width is a multiple of rows) x `cols` texels of output channels. Target texel index
@@ -120,35 +133,64 @@ def conv2d_source(variant: str, rows: int, cols: int, bias: bool = False) -> str
     vec: input channels a multiple of 4, read a texel at a time; scalar: one element each;
     c<n> (n = 1, 2, 3 input channels, column stride 1: a first layer on images): the block's
     rows * n input values of a tap are neighbours in the RGBA-packed input, read as a window of
-    4 texels (rows * n + 3 <= 16 elements) instead of one element at a time."""
-    pixels = range(rows)
+    4 texels (rows * n + 3 <= 16 elements) instead of one element at a time.
+    With `pool` (".maxpool"), the convolution's 2 x 2 max-pool, stride 2: the block covers the
+    same pixels of 2 output rows, whose taps share each filter fetch (pixel p = g * rows + i is
+    pixel i of row g), and writes rows / 2 pooled pixels x `cols` texels at the pooled output's
+    block index (see _conv_loops)."""
+    groups = 2 if pool else 1
     if variant.startswith("c"):
-        return _conv2d_window_source(int(variant[1:]), rows, cols, bias)
-    where = "".join(
+        tap = _window_tap(int(variant[1:]), rows, cols, groups)
+    else:
+        tap = _texel_tap(variant, rows, cols, groups)
+    loops = _conv_loops(rows, cols, tap, pool)
+    bias_column = "co4" if bias else None
+    return _block(
+        rows * groups, cols, CONV_UNIFORMS, loops, bias_column, rows // 2 if pool else None
+    )
+
+
+def _column_masks(rows: int, groups: int) -> str:
+    """Per pixel p = g * rows + i: in<p>, whether its input pixel is inside the input (row g's
+    row<g> from _conv_loops, column iw + i * stride)."""
+    columns = "".join(
         f"      int iw{i} = iw + {i} * u_stride.y;\n"
-        f"      bool in{i} = iw{i} >= 0 && iw{i} < u_x.z;\n"
-        f"      int xb{i} = (xrow + clamp(iw{i}, 0, u_x.z - 1)) * u_x.w;\n"
-        for i in pixels
+        f"      bool col{i} = iw{i} >= 0 && iw{i} < u_x.z;\n"
+        for i in range(rows)
+    )
+    return columns + "".join(
+        f"      bool in{g * rows + i} = row{g} && col{i};\n"
+        for g in range(groups)
+        for i in range(rows)
+    )
+
+
+def _texel_tap(variant: str, rows: int, cols: int, groups: int) -> str:
+    """The vec and scalar variants' tap: input texels (or elements) per pixel and channel step."""
+    pixels = range(rows * groups)
+    where = _column_masks(rows, groups) + "".join(
+        f"      int xb{p} = (xrow{p // rows} + clamp(iw{p % rows}, 0, u_x.z - 1)) * u_x.w;\n"
+        for p in pixels
     )
     fetch_w = _filter_fetches(4 if variant == "vec" else 1, cols)
+    names = _names(rows * groups, cols)
     if variant == "vec":
-        cursors = "".join(f"      ivec2 px{i} = texel_at(xb{i} / 4, wx);\n" for i in pixels)
+        cursors = "".join(f"      ivec2 px{p} = texel_at(xb{p} / 4, wx);\n" for p in pixels)
         fetch_x = "".join(
-            f"        vec4 v{i} = in{i} ? texelFetch(u_x0, px{i}, 0) : vec4(0.0);\n"
-            f"        px{i} = advance(px{i}, ivec2(1, 0), wx);\n"
-            for i in pixels
+            f"        vec4 v{p} = in{p} ? texelFetch(u_x0, px{p}, 0) : vec4(0.0);\n"
+            f"        px{p} = advance(px{p}, ivec2(1, 0), wx);\n"
+            for p in pixels
         )
         update = "".join(
-            f"        c{i}_{j} += v{i}.x * w{j}_0 + v{i}.y * w{j}_1 + v{i}.z * w{j}_2 + v{i}.w * w{j}_3;\n"
-            for i, j in _names(rows, cols)
+            f"        c{p}_{j} += v{p}.x * w{j}_0 + v{p}.y * w{j}_1 + v{p}.z * w{j}_2 + v{p}.w * w{j}_3;\n"
+            for p, j in names
         )
         loop = f"{cursors}      for (int ci = 0; ci < u_w.z; ci += 4) {{\n{fetch_x}{fetch_w}{update}      }}\n"
     else:
-        fetch_x = "".join(f"        float v{i} = in{i} ? x0(xb{i} + ci) : 0.0;\n" for i in pixels)
-        update = "".join(f"        c{i}_{j} += v{i} * w{j}_0;\n" for i, j in _names(rows, cols))
+        fetch_x = "".join(f"        float v{p} = in{p} ? x0(xb{p} + ci) : 0.0;\n" for p in pixels)
+        update = "".join(f"        c{p}_{j} += v{p} * w{j}_0;\n" for p, j in names)
         loop = f"      for (int ci = 0; ci < u_w.z; ++ci) {{\n{fetch_x}{fetch_w}{update}      }}\n"
-    tap = f"{where}      ivec2 pw = texel_at((kh * u_w.y + kw) * u_w.z * co4n + co4, ww);\n{loop}"
-    return _block(rows, cols, CONV_UNIFORMS, _conv_loops(rows, cols, tap), "co4" if bias else None)
+    return f"{where}      ivec2 pw = texel_at((kh * u_w.y + kw) * u_w.z * co4n + co4, ww);\n{loop}"
 
 
 CONV_UNIFORMS = (
@@ -168,75 +210,115 @@ def _filter_fetches(channels: int, cols: int) -> str:
     )
 
 
-def _conv_loops(rows: int, cols: int, tap: str) -> str:
-    """The block's output pixels and the loops over the filter taps around `tap`, which sees
-    n, ih, xrow (the input row's first pixel), iw (the first pixel's input column), co4n."""
+def _conv_loops(rows: int, cols: int, tap: str, pool: bool = False) -> str:
+    """The block's output pixels and the loops over the filter taps around `tap`, which sees,
+    per row group g, row<g> (its input row lies inside the input) and xrow<g> (that input row's
+    first pixel), and n, iw (the first pixel's input column), co4n. With `pool`, the fragment is
+    rows / 2 pixels of the 2 x 2 max-pooled output (u_out_size counts its elements) over 2 output
+    rows (groups), and leaves the pool's maxima in p<i>_<j>, taken in the window order of
+    pool4.frag (row by row)."""
+    if pool:
+        places = (
+            f"  int pix = (index / blocks) * {rows // 2};  // pooled pixels\n"
+            "  int pw = pix % (u_o.y / 2);\n  int t = pix / (u_o.y / 2);\n"
+            "  int ow = 2 * pw;\n  int oh = 2 * (t % (u_o.x / 2));\n  int n = t / (u_o.x / 2);\n"
+        )
+        input_rows = (
+            "    int ih0 = oh * u_stride.x - u_pad.x + kh;\n"
+            "    int ih1 = ih0 + u_stride.x;\n"
+            "    bool row0 = ih0 >= 0 && ih0 < u_x.y;\n"
+            "    bool row1 = ih1 >= 0 && ih1 < u_x.y;\n"
+            "    if (!row0 && !row1) continue;\n"
+            "    int xrow0 = (n * u_x.y + clamp(ih0, 0, u_x.y - 1)) * u_x.z;\n"
+            "    int xrow1 = (n * u_x.y + clamp(ih1, 0, u_x.y - 1)) * u_x.z;\n"
+        )
+        pooled = "".join(
+            f"  vec4 p{a}_{j} = max_nan4(max_nan4(max_nan4(max_nan4(vec4(-INF), "
+            f"c{2 * a}_{j}), c{2 * a + 1}_{j}), c{rows + 2 * a}_{j}), c{rows + 2 * a + 1}_{j});\n"
+            for a in range(rows // 2)
+            for j in range(cols)
+        )
+    else:
+        places = (
+            f"  int pix = (index / blocks) * {rows};\n"
+            "  int ow = pix % u_o.y;\n  int t = pix / u_o.y;\n  int oh = t % u_o.x;\n  int n = t / u_o.x;\n"
+        )
+        input_rows = (
+            "    int ih = oh * u_stride.x - u_pad.x + kh;\n"
+            "    if (ih < 0 || ih >= u_x.y) continue;\n"
+            "    const bool row0 = true;\n"
+            "    int xrow0 = (n * u_x.y + ih) * u_x.z;\n"
+        )
+        pooled = ""
     return (
         "  int index = p.y * u_out.x + p.x;\n"
         "  if (index * 4 >= u_out_size) return;  // past the last texel of a squarish target\n"
         "  int co4n = u_w.w / 4;\n"
         f"  int blocks = co4n / {cols};\n"
         f"  int co4 = (index % blocks) * {cols};\n"
-        f"  int pix = (index / blocks) * {rows};\n"
-        "  int ow = pix % u_o.y;\n  int t = pix / u_o.y;\n  int oh = t % u_o.x;\n  int n = t / u_o.x;\n"
+        f"{places}"
         "  int wx = u_l0.x;\n  int ww = u_l1.x;\n  ivec2 sw = texel_step(co4n, ww);\n"
         "  for (int kh = 0; kh < u_w.x; ++kh) {\n"
-        "    int ih = oh * u_stride.x - u_pad.x + kh;\n"
-        "    if (ih < 0 || ih >= u_x.y) continue;\n"
-        "    int xrow = (n * u_x.y + ih) * u_x.z;\n"
+        f"{input_rows}"
         "    for (int kw = 0; kw < u_w.y; ++kw) {\n"
         "      int iw = ow * u_stride.y - u_pad.y + kw;\n"
-        f"{tap}    }}\n  }}\n"
+        f"{tap}    }}\n  }}\n{pooled}"
     )
 
 
-def _conv2d_window_source(channels: int, rows: int, cols: int, bias: bool) -> str:
-    """The c<n> variant: pixel i's channel ci is element o + i * n + ci of the 16-element window
-    of texels q0..q3 from texel floor(f / 4), f the first pixel's flat index and o = f % 4;
-    s<j> holds window elements o + 4j .. o + 4j + 3 (selected by o, no dynamic indexing).
-    Pixels outside the input row read 0 (their window elements belong to other rows or lie
-    left of or past the texture, whose fetches are clamped to texel 0 or read as robust
-    out-of-range fetches)."""
+def _window_tap(channels: int, rows: int, cols: int, groups: int) -> str:
+    """The c<n> variant's tap: per row group g, pixel i's channel ci is element
+    o<g> + i * n + ci of the 16-element window of texels q<g>_0..q<g>_3 from texel
+    floor(f<g> / 4), f<g> the group's first pixel's flat index and o<g> = f<g> % 4; s<g>_<j>
+    holds window elements o<g> + 4j .. o<g> + 4j + 3 (selected by o<g>, no dynamic indexing).
+    Pixels outside the input read 0 (their window elements belong to other rows or lie left of
+    or past the texture, whose fetches are clamped to texel 0 or read as robust out-of-range
+    fetches)."""
     used = rows * channels  # window elements the block reads after o
     if used + 3 > 16:
         raise ValueError(f"conv2d_block:c{channels}: {rows} pixels span {used + 3} > 16 elements")
-    masks = "".join(f"      bool in{i} = iw + {i} >= 0 && iw + {i} < u_x.z;\n" for i in range(rows))
-    fetches = "".join(
-        f"      vec4 q{k} = texelFetch(u_x0, px, 0);\n"
-        + (f"      if (t0 + {k} >= 0) px = advance(px, ivec2(1, 0), wx);\n" if k < 3 else "")
-        for k in range(4)
-    )
-    shifts = "".join(
-        f"      vec4 s{j} = o < 2 ? (o == 0 ? q{j} : vec4(q{j}.yzw, q{j + 1}.x))\n"
-        f"                     : (o == 2 ? vec4(q{j}.zw, q{j + 1}.xy) : vec4(q{j}.w, q{j + 1}.xyz));\n"
-        for j in range(-(-used // 4))
-    )
-    window = (
-        f"      int f = (xrow + iw) * {channels};\n"
-        "      int o = f & 3;\n"
-        "      int t0 = (f - o) / 4;  // below 0 left of the input's first pixel\n"
-        "      ivec2 px = texel_at(max(t0, 0), wx);\n"
-        f"{fetches}{shifts}"
-    )
+    windows = ""
+    for g in range(groups):
+        fetches = "".join(
+            f"      vec4 q{g}_{k} = texelFetch(u_x0, px{g}, 0);\n"
+            + (
+                f"      if (t{g} + {k} >= 0) px{g} = advance(px{g}, ivec2(1, 0), wx);\n"
+                if k < 3
+                else ""
+            )
+            for k in range(4)
+        )
+        shifts = "".join(
+            f"      vec4 s{g}_{j} = o{g} < 2 ? (o{g} == 0 ? q{g}_{j} : vec4(q{g}_{j}.yzw, q{g}_{j + 1}.x))\n"
+            f"                     : (o{g} == 2 ? vec4(q{g}_{j}.zw, q{g}_{j + 1}.xy) : vec4(q{g}_{j}.w, q{g}_{j + 1}.xyz));\n"
+            for j in range(-(-used // 4))
+        )
+        windows += (
+            f"      int f{g} = (xrow{g} + iw) * {channels};\n"
+            f"      int o{g} = f{g} & 3;\n"
+            f"      int t{g} = (f{g} - o{g}) / 4;  // below 0 left of the input's first pixel\n"
+            f"      ivec2 px{g} = texel_at(max(t{g}, 0), wx);\n"
+            f"{fetches}{shifts}"
+        )
     values = "".join(
-        f"      float v{i}_{ci} = in{i} ? s{k // 4}.{'xyzw'[k % 4]} : 0.0;\n"
+        f"      float v{g * rows + i}_{ci} = in{g * rows + i} ? s{g}_{k // 4}.{'xyzw'[k % 4]} : 0.0;\n"
+        for g in range(groups)
         for i in range(rows)
         for ci in range(channels)
         for k in [i * channels + ci]
     )
     fetch_w = _filter_fetches(channels, cols).replace("        ", "      ")
     update = "".join(
-        f"      c{i}_{j} += "
-        + " + ".join(f"v{i}_{ci} * w{j}_{ci}" for ci in range(channels))
+        f"      c{p}_{j} += "
+        + " + ".join(f"v{p}_{ci} * w{j}_{ci}" for ci in range(channels))
         + ";\n"
-        for i, j in _names(rows, cols)
+        for p, j in _names(rows * groups, cols)
     )
-    tap = (
-        f"{masks}{window}{values}"
+    return (
+        f"{_column_masks(rows, groups)}{windows}{values}"
         "      ivec2 pw = texel_at((kh * u_w.y + kw) * u_w.z * co4n + co4, ww);\n"
         f"{fetch_w}{update}"
     )
-    return _block(rows, cols, CONV_UNIFORMS, _conv_loops(rows, cols, tap), "co4" if bias else None)
 
 
 def interleave_source(rows: int, cols: int, relu: bool = False) -> str:

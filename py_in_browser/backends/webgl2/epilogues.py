@@ -7,9 +7,11 @@ block draw is queued again with the bias added as it writes its targets, and the
 is y + bias; relu of an interleave's output is another interleave, with relu applied. The draws
 made redundant are marked: dead_draws drops those whose results nothing reads at the next flush
 or when a recording ends (y unread and freed: neither add's nor relu's gradient reads y). Where
-something does read them, both run: the same numbers, one pass more.
+something does read them, both run: the same numbers, one pass more. In a forward pass
+(predict), a convolution's 2 x 2 max-pool joins its block draw too (pooled). A batch-1 product's
+sum of split-K parts (rewrites.matmul_split_k) takes the bias and relu the same way (fuse_sum).
 
-The block targets stay allocated while an interleave output that can still be fused lives
+The block targets (and partial sums) stay allocated while an interleave output that can still be fused lives
 (TextureMemory.attach), and a fused draw re-reads its block draw's inputs only while the pool
 has not handed their textures to another tensor (TexturePool.generation says).
 """
@@ -43,13 +45,27 @@ class Blocked:
     biased: bool
     relu: bool
     stamps: tuple[tuple[int, int], ...]  # (texture id, pool generation) of the block inputs
+    bias: Handle | None = None  # the bias fused in (its stamp is among the stamps)
+
+
+@dataclass
+class Summed:
+    """What drew a split product's sum of parts (rewrites.matmul_split_k): that draw, the
+    partial sums it reads (kept with its output), its uniforms, and the bias fused in."""
+
+    draw: wire.Command
+    partial: Handle
+    uniforms: list[Any]
+    bias: Handle | None
+    relu: bool
+    stamps: tuple[tuple[int, int], ...]  # of the bias
 
 
 def stamps(pool: TexturePool, handles: Sequence[Handle]) -> tuple[tuple[int, int], ...]:
     return tuple((h.texture.id, pool.generation(h.texture.id)) for h in handles)
 
 
-def still_valid(pool: TexturePool, record: Blocked) -> bool:
+def still_valid(pool: TexturePool, record: Blocked | Summed) -> bool:
     """The block inputs still hold what the block draw read (same tensors, not pooled)."""
     return all(pool.generation(tex) == gen and not pool.is_free(tex) for tex, gen in record.stamps)
 
@@ -106,13 +122,29 @@ def dead_draws(
     return dead
 
 
-def fuse(memory: Any, queue: Any, op: str, inputs: list[Handle], out: OutSpec) -> Handle | None:
+def fuse(
+    memory: Any,
+    queue: Any,
+    op: str,
+    inputs: list[Handle],
+    attrs: dict[str, Any],
+    out: OutSpec,
+    forward_only: bool,
+) -> Handle | None:
     """y + bias or relu(y) as a fused draw where y is an interleave output still fusable
-    (memory.blocked), else None. `memory`, `queue`: the backend's TextureMemory and DrawQueue."""
-    if memory.half or op not in ("add", "relu") or out.dtype != "float32":
+    (memory.blocked), and in a forward pass (`forward_only`, the backend's hint) a convolution's
+    2 x 2 max-pool (see pooled); else None. `memory`, `queue`: the backend's TextureMemory and
+    DrawQueue."""
+    if memory.half or op not in ("add", "relu", "max_pool2d") or out.dtype != "float32":
         return None
     record = memory.blocked.get(inputs[0].texture.id)
-    if record is None or record.relu or not still_valid(memory.pool, record):
+    if record is None or not still_valid(memory.pool, record):
+        return None
+    if isinstance(record, Summed):
+        return fuse_sum(memory, queue, op, inputs, out, record)
+    if op == "max_pool2d":
+        return pooled(memory, queue, record, attrs, out) if forward_only else None
+    if record.relu:
         return None
     if op == "add":
         if record.biased or not is_column_bias(inputs[0], inputs[1], out):
@@ -154,7 +186,74 @@ def fuse(memory: Any, queue: Any, op: str, inputs: list[Handle], out: OutSpec) -
             label=record.label,
             biased=record.biased or op == "add",
             relu=op == "relu",
-            stamps=record.stamps,
+            stamps=stamps(memory.pool, [*record.inputs, inputs[1]])
+            if op == "add"
+            else record.stamps,
+            bias=inputs[1] if op == "add" else record.bias,
         ),
     )
+    return handle
+
+
+def pooled(
+    memory: Any, queue: Any, record: Blocked, attrs: dict[str, Any], out: OutSpec
+) -> Handle | None:
+    """A convolution's relu(y + bias) (or y, y + bias), then its 2 x 2 max-pool of stride 2, as
+    one block draw that pools what it computes (blocks.conv2d_source's ".maxpool") and an
+    interleave of a quarter of the texels: the full-size interleave and the pool's pass go. Max
+    commutes with adding a bias and with relu, so the numbers are the same. Only in a forward
+    pass: where training reads y (relu's and the pool's gradients), the unpooled draws would
+    run as well, and the convolution twice."""
+    variant, _, shape = record.block_key.partition(":")[2].rpartition("_")
+    rows, cols = (int(d) for d in shape.split("x"))
+    _, oh, ow, co = out.in_shapes[0]
+    plain = tuple(attrs["pool_size"]) == (2, 2) and tuple(attrs["strides"]) == (2, 2)
+    plain = plain and all(tuple(p) == (0, 0) for p in attrs["pads"])
+    if record.label != "conv2d" or not plain or oh % 2 or ow % 2 or rows % 2:
+        return None
+    bias = [record.bias] if record.biased and record.bias is not None else []
+    if record.biased and not bias:
+        return None
+    out_rows = rows // 2
+    block = (math.prod(out.shape[:-1]) // out_rows, co // cols)
+    targets = [memory.allocate(block, out.dtype, False) for _ in range(out_rows * cols)]
+    key = f"conv2d_block:{variant}_{shape}.maxpool" + (".bias" if bias else "")
+    uniforms = record.uniforms
+    queue.draw(key, targets[0], [*record.inputs, *bias], uniforms, "conv2d", False, targets[1:])
+    handle = memory.allocate(out.shape, out.dtype, False)
+    interleave = f"block_interleave:{out_rows}x{cols}" + (".relu" if record.relu else "")
+    cols4 = [("u_cols4", "i", [float(co // 4)])]
+    queue.draw(interleave, handle, targets, cols4, "conv2d", False)
+    for target in targets:
+        memory.free(target)
+    queue.mark_droppable(record.interleave)
+    queue.mark_droppable(record.block)
+    return handle
+
+
+def fuse_sum(
+    memory: Any, queue: Any, op: str, inputs: list[Handle], out: OutSpec, record: Summed
+) -> Handle | None:
+    """y + bias, then relu, for y a split product's sum of parts: the sum drawn again with them
+    (sum_parts4:bias, sum_parts4:bias_relu or sum_parts4:relu), reading the same partial sums;
+    the draw it replaces is dropped when unread, as with the blocks."""
+    if op == "max_pool2d" or record.relu:
+        return None
+    bias = record.bias
+    if op == "add":
+        if bias is not None or not is_column_bias(inputs[0], inputs[1], out):
+            return None
+        bias = inputs[1]
+    parts = (("bias", bias is not None), ("relu", op == "relu"))
+    epilogue = "_".join(part for part, on in parts if on)
+    handle = memory.allocate(out.shape, out.dtype, False)
+    extra = [bias] if bias is not None else []
+    key = f"sum_parts4:{epilogue}"
+    draw = queue.draw(key, handle, [record.partial, *extra], record.uniforms, "matmul", False)
+    queue.mark_droppable(record.draw)
+    memory.share(record.partial)
+    fused = Summed(
+        draw, record.partial, record.uniforms, bias, op == "relu", stamps(memory.pool, extra)
+    )
+    memory.attach(handle, [record.partial], fused)
     return handle

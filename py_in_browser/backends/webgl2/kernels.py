@@ -353,6 +353,8 @@ def vector_plan(
     key, uniforms = _pool(op, attrs, out)  # pooling: channels (innermost) a multiple of 4
     if out.shape[-1] % 4 or 0 in out.shape:
         return None
+    if key == "pool:max_grad" and tuple(attrs["strides"]) == tuple(attrs["pool_size"]):
+        return "pool4:max_grad_disjoint", uniforms  # each input pixel in one window at most
     return key.replace("pool:", "pool4:"), uniforms
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import dtypes, wire
 from .draw_queue import DrawQueue
-from .epilogues import Blocked
+from .epilogues import Blocked, Summed
 from .texture_layout import choose_layout
 from .textures import Handle, Texture, TexturePool
 
@@ -27,9 +27,9 @@ class TextureMemory:
         self._retained: dict[int, int] = {}  # texture id -> recordings naming it
         self._deferred: dict[int, Texture] = {}  # freed, but a recording still names it
         self._shared: dict[int, int] = {}  # texture id -> handles on it beyond the first
-        # Interleave outputs a bias or relu may still be fused into (epilogues.py), and the
-        # block targets each keeps allocated until it is freed.
-        self.blocked: dict[int, Blocked] = {}
+        # Interleave outputs (and split-K sums) a bias, relu or pool may still be fused into
+        # (epilogues.py), and the block targets (partial sums) each keeps until it is freed.
+        self.blocked: dict[int, Blocked | Summed] = {}
         self._attached: dict[int, list[Handle]] = {}
         queue.is_free = self.pool.is_free
 
@@ -71,7 +71,7 @@ class TextureMemory:
             if texture is not None:
                 self._shared[texture.id] = self._shared.get(texture.id, 0) + 1
 
-    def attach(self, handle: Handle, targets: list[Handle], record: Blocked) -> None:
+    def attach(self, handle: Handle, targets: list[Handle], record: Blocked | Summed) -> None:
         """Keeps `targets` allocated while handle's texture is, and remembers how it was drawn."""
         self.blocked[handle.texture.id] = record
         self._attached[handle.texture.id] = targets

@@ -15,6 +15,7 @@ from .recording import (
     Recording,
     RecordingBuilder,
     drop_dead_draws,
+    lendable,
     replay_program,
     signature,
     swappable,
@@ -73,6 +74,7 @@ class StepRecorder:
             outputs=tuple(outputs),
             textures=frozenset(ids),
             signature=signature(builder, inputs, state),
+            lendable=lendable(builder, inputs, state, outputs),
         )
 
     def replay(
@@ -82,10 +84,19 @@ class StepRecorder:
         queued with the rest, so with end_step's flush a replayed step is one JS call. A
         variable still in the textures the last replay left it in (the usual case) is swapped
         into the recorded state textures, not copied (recording.swappable says when)."""
-        for now, before, after, swap in zip(
-            state_now, recording.state_in, recording.state_out, recording.swappable, strict=True
+        lent: list[wire.Command] = []
+        for now, before, after, swap, lend in zip(
+            state_now,
+            recording.state_in,
+            recording.state_out,
+            recording.swappable,
+            recording.lendable,
+            strict=True,
         ):
             if now.texture.id == before.texture.id:
+                continue
+            if lend and self._may_lend(now, before, recording, lent):
+                lent.append([wire.SWAP, before.texture.id, now.texture.id])
                 continue
             if swap and now.texture.id == after.texture.id and _same_lo(now, after):
                 self.queue.commands.append([wire.SWAP, before.texture.id, after.texture.id])
@@ -98,7 +109,9 @@ class StepRecorder:
                 raise ValueError(f"replay: input of shape {array.shape}, recorded {handle.shape}")
             self.memory.stage_array(handle, array)  # the batch goes into the recorded inputs
         self.queue.start_profile_if_asked()
+        self.queue.commands.extend(lent)
         self.queue.commands.append([wire.REPLAY, recording.id])
+        self.queue.commands.extend(lent)  # each swap again gives the lent textures back
         self.memory.blocked.clear()  # the replay rewrites textures fused draws might re-read
         self.steps_replayed += 1
         outputs = []
@@ -107,6 +120,22 @@ class StepRecorder:
             self._copy(source, target)
             outputs.append(target)
         return outputs
+
+    @staticmethod
+    def _may_lend(
+        now: Handle, before: Handle, recording: Recording, lent: list[wire.Command]
+    ) -> bool:
+        """Whether `now` can stand in for the read-only state `before` for one replay: one
+        layout, no low parts or broadcast, not named by the recording or lent twice."""
+        return (
+            now.lo is None
+            and before.lo is None
+            and now.repeat == before.repeat == 1
+            and now.texture.layout == before.texture.layout
+            and now.texture.half == before.texture.half
+            and now.texture.id not in recording.textures
+            and all(command[2] != now.texture.id for command in lent)
+        )
 
     def _copy(self, source: Handle, target: Handle) -> None:
         """A draw copying source's elements into target (replay state in, outputs out). A

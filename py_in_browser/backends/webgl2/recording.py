@@ -38,6 +38,7 @@ class Recording:
     outputs: tuple[Any, ...]  # handles copied out after each replay (the loss)
     textures: frozenset[int]  # every texture id the commands name
     signature: Any
+    lendable: tuple[bool, ...] = ()  # per state pair: may a replay read a caller's textures
 
 
 def texture_ids(builder: RecordingBuilder) -> set[int]:
@@ -127,6 +128,30 @@ def swappable(
             and all(named[t.id] == 1 and t.id in written for t in outs)
             and all(named[t.id] == 1 for t in ins)
         )
+    return tuple(result)
+
+
+def lendable(
+    builder: RecordingBuilder, inputs: list[Any], state: list[tuple[Any, Any]], outputs: list[Any]
+) -> tuple[bool, ...]:
+    """Per state pair: whether the step only reads it (before and after are the same textures,
+    which no draw or upload of the step writes and no other role names), so that a replay may
+    lend it the caller's textures of the same layout: exchanged in for the replay and back
+    after it, two swaps instead of a copy draw (predict's input tensor, forward_replay.py)."""
+    written = {tex for tex, _ in builder.uploads}
+    for draw in builder.draws:
+        written.update((draw[wire.DRAW_TARGET], *draw[wire.DRAW_MORE_TARGETS]))
+    named: dict[int, int] = {}
+    roles = [{t.id for t in _textures(h)} for h in [*inputs, *outputs]]
+    roles += [{t.id for h in pair for t in _textures(h)} for pair in state]
+    for ids in roles:
+        for tex in ids:
+            named[tex] = named.get(tex, 0) + 1
+    result = []
+    for before, after in state:
+        held = [t.id for t in _textures(before)]
+        same = held == [t.id for t in _textures(after)]
+        result.append(same and all(named[t] == 1 and t not in written for t in held))
     return tuple(result)
 
 

@@ -32,6 +32,10 @@ BLOCK_PROGRAMS = {
 # A filter gradient of fewer output texels than this is split into partial sums over its
 # gradient rows (see split_filter_gradient), into about this many texels in all.
 SPLIT_FILTER_TEXELS = 8192
+# Filter gradients of at least BLOCKS_AT multiply-adds whose output channels fill blocks run as
+# a product of patches (see filter_gradient_as_product), cut into parts along the positions
+# until the product has about this many blocks to run in parallel.
+PATCH_PRODUCT_BLOCKS = 256
 # Reductions of at least this many values into at most this many outputs run in two passes.
 SPLIT_REDUCTION_AT = 2048
 SPLIT_REDUCTION_OUTPUTS = 1024
@@ -67,6 +71,14 @@ def rewrite(
         )
         if split is not None:
             return split
+    if op == "conv2d_backprop_filter":
+        product = filter_gradient_as_product(backend, inputs, attrs, out)
+        if product is not None:
+            return product
+    if op == "conv2d_backprop_input":
+        conv = input_gradient_as_conv(backend, inputs, attrs, out)
+        if conv is not None:
+            return conv
     if op in ("reduce_sum", "reduce_max") and out.dtype in FLOAT_DTYPES:
         split = split_reduction(backend, op, inputs, attrs, out)
         if split is not None:
@@ -206,10 +218,14 @@ def matmul_split_k(
     )
     partial = backend.memory.allocate(spec.shape, out.dtype, False)
     backend.queue.draw(key, partial, [a, b], uniforms, "matmul", pair=False)
-    total = OutSpec((1, 1, n), out.dtype, (spec.shape,), (out.dtype,))
-    summed = backend.run("reduce_sum", [partial], {"axes": (0,), "keepdims": True}, total)
-    backend.free(partial)
-    return Handle(summed.texture, summed.lo, out.shape, out.dtype)
+    # The sum of the parts, whole texels; a layer's bias and relu can join it (epilogues.py),
+    # so the partial sums live on with the result.
+    summed = backend.memory.allocate(out.shape, out.dtype, False)
+    sums = [kernels.ints("u_parts", [parts]), kernels.ints("u_texels", [n // 4])]
+    draw = backend.queue.draw("sum_parts4", summed, [partial], sums, "matmul", pair=False)
+    record = epilogues.Summed(draw, partial, sums, bias=None, relu=False, stamps=())
+    backend.memory.attach(summed, [partial], record)
+    return summed
 
 
 def blocked(
@@ -278,6 +294,103 @@ def split_filter_gradient(
     spec = OutSpec(out.shape, out.dtype, (partial.shape,), (out.dtype,))
     result = backend.run("reduce_sum", [partial], {"axes": (0,), "keepdims": False}, spec)
     backend.free(partial)
+    return result
+
+
+def filter_gradient_as_product(
+    backend: Drawing, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
+) -> Handle | None:
+    """dw as a block product (blocks.py): the transposed patch matrix of x, (P, R, Q / P)
+    with R = KH * KW * CI rows (glsl/patches4.frag, one draw), times g viewed as P (Q / P, CO)
+    matrices (the same texture: Q = N * OH * OW positions by CO), then a sum over the P parts.
+    The direct kernel (conv2d_backprop_filter4) fetches an input and a gradient texel for every
+    4 multiply-adds (one input element a step); a 4 x 2 block fetches 12 texels per 128, and
+    writing the patches costs about one fetch per 4 of their elements. Float32 storage only
+    (float16's compensated sums stay on the direct kernel)."""
+    x, g = inputs
+    kh, kw, ci, co = out.shape
+    positions = math.prod(out.in_shapes[1][:3])
+    rows = kh * kw * ci
+    rows4 = rows + -rows % 4  # zero rows: the product's rows are whole blocks
+    layout = g.texture.layout
+    whole_rows = layout.channels == 4 and layout.width * 4 == co and layout.size == positions * co
+    rgba = x.texture.layout.channels == 4 and x.texture.layout.size == math.prod(x.shape)
+    shape = blocks.shape_for(rows4, co, backend.draw_buffers)
+    if (
+        backend.memory.half
+        or out.dtype != "float32"
+        or x.repeat != 1
+        or g.repeat != 1
+        or not (whole_rows and rgba)
+        or shape is None
+        or out.in_shapes[1][2] % 4  # a patch texel's 4 positions lie in one output row
+        or rows4 * co * positions < BLOCKS_AT
+    ):
+        return None
+    block_rows, cols = shape
+    parts = 1
+    while (
+        rows4 // block_rows * (co // (4 * cols)) * parts < PATCH_PRODUCT_BLOCKS
+        and positions % (8 * parts) == 0
+        and positions // (2 * parts) >= 256
+    ):
+        parts *= 2
+    per_part = positions // parts
+    _, uniforms = kernels.plan("conv2d_backprop_filter", attrs, out)
+    uniforms += [kernels.ints("u_rows", [rows4]), kernels.ints("u_cols", [per_part])]
+    patches = backend.memory.allocate((parts, rows4, per_part), out.in_dtypes[0], False)
+    backend.queue.draw("patches4", patches, [x], uniforms, "conv2d_backprop_filter", pair=False)
+    grads = Handle(g.texture, None, (parts, per_part, co), out.in_dtypes[1])
+    spec = OutSpec((parts, rows4, co), out.dtype, (patches.shape, grads.shape), out.in_dtypes)
+    plain = {"transpose_a": False, "transpose_b": False}
+    result = backend.run("matmul", [patches, grads], plain, spec)
+    backend.free(patches)
+    if parts > 1:  # whole texels: the parts' texel t, part after part
+        summed = backend.memory.allocate((rows4, co), out.dtype, False)
+        sums = [kernels.ints("u_parts", [parts]), kernels.ints("u_texels", [rows4 * co // 4])]
+        backend.queue.draw("sum_parts4", summed, [result], sums, "conv2d_backprop_filter", False)
+        backend.free(result)
+        result = summed
+    if rows4 != rows:  # the zero rows' sums go
+        kept = OutSpec((rows, co), out.dtype, (result.shape,), (out.dtype,))
+        sliced = backend.run("slice", [result], {"begin": (0, 0)}, kept)
+        backend.free(result)
+        result = sliced
+    return Handle(result.texture, result.lo, out.shape, out.dtype)
+
+
+def input_gradient_as_conv(
+    backend: Drawing, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
+) -> Handle | None:
+    """dx of a stride-1 convolution is a convolution of g with the filter turned (spatially
+    flipped, input and output channels swapped: glsl/flip_filter.frag, a small draw) and the
+    padding mirrored (K - 1 - pad), which runs on conv2d's block kernels (blocks.py): 12
+    texel fetches per 128 multiply-adds, where the gather kernel (conv2d_backprop_input4)
+    fetches 5 per 16. Float32 storage (float16's low parts stay on the gather kernel)."""
+    g, w = inputs
+    kh, kw, ci, co = out.in_shapes[1]
+    (top, bottom), (left, right) = attrs["pads"]
+    mirrored = ((kh - 1 - top, kh - 1 - bottom), (kw - 1 - left, kw - 1 - right))
+    shape = blocks.shape_for(out.shape[2], ci, backend.draw_buffers)
+    if (
+        backend.memory.half
+        or out.dtype != "float32"
+        or tuple(attrs["strides"]) != (1, 1)
+        or min(min(pair) for pair in mirrored) < 0
+        or ci % 4
+        or co % 4
+        or g.repeat != 1
+        or shape is None
+        or math.prod(out.shape) * kh * kw * co < BLOCKS_AT
+    ):
+        return None
+    turned = backend.memory.allocate((kh, kw, co, ci), out.in_dtypes[1], False)
+    uniforms = [kernels.ints("u_w", [kh, kw, ci, co])]
+    backend.queue.draw("flip_filter", turned, [w], uniforms, "conv2d_backprop_input", False)
+    spec = OutSpec(out.shape, out.dtype, (out.in_shapes[0], turned.shape), out.in_dtypes)
+    geometry = {"strides": (1, 1), "pads": mirrored}
+    result = backend.run("conv2d", [g, turned], geometry, spec)
+    backend.free(turned)
     return result
 
 

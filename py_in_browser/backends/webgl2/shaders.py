@@ -217,8 +217,11 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         if base != kind:
             return f"#define TEXEL_KERNEL\n{_frag('math')}\n{function}{_per_texel(count)}", count
         return f"{_frag('math')}\n{function}{_per_element(count)}", count
-    if kind == "transpose4":
-        return "#define TEXEL_KERNEL\n" + _frag("transpose4"), 1
+    if kind in ("transpose4", "patches4"):
+        return "#define TEXEL_KERNEL\n" + _frag(kind), 1
+    if kind == "sum_parts4":  # arg "", "bias", "relu" or "bias_relu": the fused epilogue
+        defines = "".join(f"#define {part.upper()}\n" for part in arg.split("_") if part)
+        return f"#define TEXEL_KERNEL\n{defines}{_frag(kind)}", 2 if "bias" in arg else 1
     if kind == "fill4":  # a one-element tensor everywhere
         return "#define TEXEL_KERNEL\nvec4 value4(int t) { return vec4(x0v(ivec2(0)).x); }\n", 1
     if kind == "copy4":  # same elements, same channels, another texture shape (reshape, copy)
@@ -226,26 +229,32 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
     if kind == "reduce":
         return f"#define REDUCE_{arg.upper()}\n{_frag('reduce')}", 1
     if kind == "pool4":  # whole-texel pooling: 4 channels per fragment
+        arg, disjoint, _ = arg.partition("_disjoint")  # "max_grad_disjoint": windows tile
         grad = {
             "max_grad": "#define GRAD u_x1\n#define GRAD_WIDTH u_l1.x\n",
             "avg_grad": "#define GRAD u_x0\n#define GRAD_WIDTH u_l0.x\n",
         }.get(arg, "")
         defines = _POOL_DEFINES[arg].split("#define GRAD")[0] + grad
+        defines += "#define POOL_DISJOINT\n" if disjoint else ""
         return "#define TEXEL_KERNEL\n" + defines + _frag("pool4"), 2 if arg == "max_grad" else 1
     if kind == "pool":
         return _POOL_DEFINES[arg] + _frag("pool"), 2 if arg == "max_grad" else 1
     if kind == "concat":
         return _concat(int(arg)), int(arg)
-    if kind in ("strided", "random_uniform", "image_rgb"):
+    if kind in ("strided", "random_uniform", "image_rgb", "flip_filter"):
         return _frag(kind), 1
     if kind in ("matmul_block", "conv2d_block", "block_interleave"):  # "nn_4x2", "4x2.relu"
-        arg, _, epilogue = arg.partition(".")  # ".bias" (blocks), ".relu" (interleave)
+        # ".bias", ".maxpool", ".maxpool.bias" (blocks), ".relu" (interleave)
+        arg, _, epilogue = arg.partition(".")
         variant, _, shape = arg.rpartition("_")
         rows, cols = (int(d) for d in shape.split("x"))
         if kind == "block_interleave":
             return blocks.interleave_source(rows, cols, epilogue == "relu"), rows * cols
-        source = blocks.matmul_source if kind == "matmul_block" else blocks.conv2d_source
-        return source(variant, rows, cols, epilogue == "bias"), 3 if epilogue else 2
+        bias = epilogue.endswith("bias")
+        if kind == "conv2d_block":
+            pool = epilogue.startswith("maxpool")
+            return blocks.conv2d_source(variant, rows, cols, bias, pool), 3 if bias else 2
+        return blocks.matmul_source(variant, rows, cols, bias), 3 if bias else 2
     if kind in VECTOR_KERNELS:  # "matmul4:nn", "conv2d4:vec", ...: whole-texel kernels
         defines = "".join(f"#define {d}\n" for d in VECTOR_KERNELS[kind][arg])
         return f"#define TEXEL_KERNEL\n{defines}{_frag(kind)}", 2
@@ -280,7 +289,7 @@ def warmup_keys() -> list[str]:
     keys += ["where", *(f"cast:{d}" for d in ("float32", "int32", "bool")), "strided"]
     keys += [f"reduce:{r}" for r in ("sum", "max", "argmax")]
     keys += ["matmul", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"]
-    keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2", "random_uniform"]
+    keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2", "random_uniform", "flip_filter"]
     keys += [f"{kind}:{arg}" for kind, args in VECTOR_KERNELS.items() for arg in args]
     keys += [f"unary4:{op}" for op in UNARY] + [f"binary4:{op}" for op in BINARY]
     keys += [
@@ -289,6 +298,8 @@ def warmup_keys() -> list[str]:
         "fill4",
         "copy4",
         "transpose4",
+        "patches4",
+        "sum_parts4",
     ]
-    keys += [f"pool4:{p}" for p in _POOL_DEFINES]
+    keys += [f"pool4:{p}" for p in _POOL_DEFINES] + ["pool4:max_grad_disjoint"]
     return keys

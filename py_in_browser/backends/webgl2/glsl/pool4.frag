@@ -88,6 +88,16 @@ vec4 value4(int texel) {
   int ih = t % u_x.y;
   int n = t / u_x.y;
   int wg = GRAD_WIDTH;
+#if defined(POOL_DISJOINT)
+  // Windows that tile the input (stride = window): the pixel's one window is found directly,
+  // not by looping over every window position (whose steps a SIMD quad runs for all its lanes).
+  int oh = (ih + u_pad.x) / u_stride.x;
+  int ow = (iw + u_pad.y) / u_stride.y;
+  if (oh >= u_o.x || ow >= u_o.y) return vec4(0.0);
+  vec4 g = texelFetch(GRAD, texel_at(((n * u_o.x + oh) * u_o.y + ow) * c4n + c4, wg), 0);
+  bvec4 mine = equal(window_argmax(n, oh, ow, c4), vec4(float(ih * u_x.z + iw)));
+  return mix(vec4(0.0), g, mine);
+#else
   vec4 acc = vec4(0.0);
   for (int kh = 0; kh < u_k.x; ++kh) {
     int y = ih + u_pad.x - kh;
@@ -107,5 +117,6 @@ vec4 value4(int texel) {
     }
   }
   return acc;
+#endif
 }
 #endif
