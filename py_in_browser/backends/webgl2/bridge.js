@@ -41,14 +41,16 @@ export class DrawTimer {
     if (this.ext) this.gl.getParameter(this.ext.GPU_DISJOINT_EXT);
   }
 
-  time(label, draw) {
+  // `calls`: primitive calls the draw runs (a merged draw runs several in one pass): as many
+  // rows, each with its share of the time.
+  time(label, draw, calls) {
     const gl = this.gl;
     if (this.ext) {
       const query = gl.createQuery();
       gl.beginQuery(this.ext.TIME_ELAPSED_EXT, query);
       draw();
       gl.endQuery(this.ext.TIME_ELAPSED_EXT);
-      this.pending.push([label, query]);
+      this.pending.push([label, query, calls]);
     } else {
       // gl.finish() returns before the GPU is done under Chromium's ANGLE (a 1024^2 matmul
       // "took" 0.5 ms): reading one texel of the output back is what really waits for the draw.
@@ -56,8 +58,12 @@ export class DrawTimer {
       const started = performance.now();
       draw();
       gl.readPixels(0, 0, 1, 1, gl.RGBA, gl.FLOAT, this.pixel);
-      this.rows.push([label, performance.now() - started]);
+      this.share(label, performance.now() - started, calls);
     }
+  }
+
+  share(label, ms, calls) {
+    for (let k = 0; k < calls; k++) this.rows.push([label, ms / calls]);
   }
 
   // Waits (polling, never blocking) for the queries, then hands over every row and stops.
@@ -71,8 +77,8 @@ export class DrawTimer {
     while (this.pending.length && !isLost() && performance.now() < deadline && !ready()) await sleep(POLL_MS);
     if (this.pending.length) {
       const usable = !isLost() && ready() && !gl.getParameter(this.ext.GPU_DISJOINT_EXT);
-      for (const [label, query] of this.pending) {
-        if (usable) this.rows.push([label, gl.getQueryParameter(query, gl.QUERY_RESULT) / 1e6]);
+      for (const [label, query, calls] of this.pending) {
+        if (usable) this.share(label, gl.getQueryParameter(query, gl.QUERY_RESULT) / 1e6, calls);
         gl.deleteQuery(query);
       }
       if (!usable) this.discarded += this.pending.length;
@@ -321,8 +327,11 @@ class Engine {
   }
 
   timedDraw(command) {
-    if (this.timer.active) this.timer.time(command[this.at.draw.label], () => this.draw(command));
-    else this.draw(command);
+    if (!this.timer.active) return this.draw(command);
+    const at = this.at.draw;
+    const merged = command[at.key].startsWith(this.protocol.merged_key);
+    const calls = merged ? 1 + command[at.more_targets].length : 1;
+    this.timer.time(command[at.label], () => this.draw(command), calls);
   }
 
   // The rows timed since profiling started, as JSON {timing, rows: [[label, ms]], discarded}.

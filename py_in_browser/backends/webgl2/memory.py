@@ -32,6 +32,7 @@ class TextureMemory:
         self.blocked: dict[int, Blocked] = {}
         self._attached: dict[int, list[Handle]] = {}
         queue.is_free = self.pool.is_free
+        queue.physical = self.pool.physical
 
     def allocate(self, shape: tuple[int, ...], dtype: str, with_lo: bool) -> Handle:
         layout = choose_layout(shape, self.max_side)  # refuses oversized tensors before drawing
@@ -109,6 +110,15 @@ class TextureMemory:
         """Keeps these textures from other tensors while a recording names them."""
         for tex_id in texture_ids:
             self._retained[tex_id] = self._retained.get(tex_id, 0) + 1
+
+    def stamp(self, handle: Handle) -> tuple[tuple[int, int], ...] | None:
+        """What identifies the values in handle's textures: (id, pool generation) of each, or
+        None where a recording names one (a replay may rewrite it in place). Any other texture
+        is written once, when its tensor is made: an equal stamp later means equal values."""
+        textures = [handle.texture] if handle.lo is None else [handle.texture, handle.lo]
+        if any(t.id in self._retained for t in textures):
+            return None
+        return tuple((t.id, self.pool.generation(t.id)) for t in textures)
 
     def end_recording(self, keep: set[int]) -> None:
         """Frees what was freed while recording, except what the recording kept names."""
