@@ -43,7 +43,7 @@ export class DrawTimer {
 
   // `calls`: primitive calls the draw runs (a merged draw runs several in one pass): as many
   // rows, each with its share of the time.
-  time(label, draw, calls) {
+  time(label, draw, calls = 1) {
     const gl = this.gl;
     if (this.ext) {
       const query = gl.createQuery();
@@ -491,8 +491,14 @@ class Engine {
     this.current.units[unit] = texture;
   }
 
-  setSlot({ location, type }, values) {
+  // Sets a uniform unless it already holds `values` (uniforms are program state: a replay sets
+  // the same values step after step, and every call is a command the GPU process decodes).
+  setSlot(slot, values) {
+    const last = slot.last;
+    if (last && last.length === values.length && last.every((v, i) => v === values[i])) return;
+    slot.last = Array.from(values);
     const gl = this.gl;
+    const { location, type } = slot;
     if (type === gl.FLOAT) gl.uniform1fv(location, values);
     else if (type === gl.INT_VEC2) gl.uniform2iv(location, values);
     else if (type === gl.INT_VEC3) gl.uniform3iv(location, values);
@@ -507,14 +513,7 @@ class Engine {
 
   setUniform(slots, name, values) {
     const slot = slots.get(name);
-    if (slot === undefined) return; // optimised away by the compiler
-    const gl = this.gl;
-    const { location, type } = slot;
-    if (type === gl.FLOAT) gl.uniform1fv(location, values);
-    else if (type === gl.INT_VEC2) gl.uniform2iv(location, values);
-    else if (type === gl.INT_VEC3) gl.uniform3iv(location, values);
-    else if (type === gl.INT_VEC4) gl.uniform4iv(location, values);
-    else gl.uniform1iv(location, values);
+    if (slot !== undefined) this.setSlot(slot, values); // else optimised away by the compiler
   }
 
   // ---- readback: PIXEL_PACK_BUFFER + fence, polled; never a blocking readPixels ----
