@@ -649,3 +649,24 @@ def test_a_replay_copies_a_batch_tensor_in_only_when_it_is_another() -> None:
     backend.free(batch)
     again = backend.upload(np.zeros((2, 4), np.float32))  # the same texture, handed out again
     assert again.texture.id == batch.texture.id and copies(again) == 1
+
+
+def test_a_tensor_padded_for_one_product_is_not_padded_again_while_it_lives() -> None:
+    """A logits layer of 10 units: its weight is padded to 12 columns for the forward product
+    and again for the backward one, the logits' gradient for two products: one pad each."""
+    backend, _ = fake_backend()
+    h = backend.upload(np.ones((64, 128), np.float32))
+    w = backend.upload(np.ones((128, 10), np.float32))
+    nn = {"transpose_a": False, "transpose_b": False}
+    logits = backend.run("matmul", [h, w], nn, spec((64, 10), (64, 128), (128, 10)))
+    nt = {"transpose_a": False, "transpose_b": True}
+    backend.run("matmul", [logits, w], nt, spec((64, 128), (64, 10), (128, 10)))
+    tn = {"transpose_a": True, "transpose_b": False}
+    backend.run("matmul", [h, logits], tn, spec((128, 10), (64, 128), (64, 10)))
+    labels = [c[wire.DRAW_LABEL] for c in backend.queue.commands if c[0] == wire.DRAW]
+    assert labels.count("pad") == 2  # w once, the logits once
+    kept = backend.memory.padded[w.texture.id]
+    (padded,) = kept.values()
+    backend.free(w)  # the copy goes with it
+    assert w.texture.id not in backend.memory.padded
+    assert backend.memory.pool.is_free(padded.texture.id)

@@ -4,6 +4,7 @@ textures shared by views and textures a recorded step still names."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,11 @@ class TextureMemory:
         # block targets each keeps allocated until it is freed.
         self.blocked: dict[int, Blocked] = {}
         self._attached: dict[int, list[Handle]] = {}
+        # Zero-padded copies of a texture's tensor (rewrites.pad_matrix), kept until it is freed
+        # or a replay may rewrite it: a layer's weight or gradient padded for one product is
+        # padded once for the others of the step. Texture id -> {(generation, shape, repeat,
+        # pads): padded handle}.
+        self.padded: dict[int, dict[tuple[Any, ...], Handle]] = {}
         queue.is_free = self.pool.is_free
         queue.physical = self.pool.physical
 
@@ -77,6 +83,10 @@ class TextureMemory:
         self.blocked[handle.texture.id] = record
         self._attached[handle.texture.id] = targets
 
+    def keep_with(self, source: Handle, handle: Handle) -> None:
+        """Frees `handle` when source's texture is freed."""
+        self._attached.setdefault(source.texture.id, []).append(handle)
+
     def free(self, handle: Handle) -> None:
         """Pools the handle's textures, except those a recording may name: while recording they
         wait for finish_recording, and one a live recording names waits for drop_recording (a
@@ -92,6 +102,7 @@ class TextureMemory:
                     self._shared[texture.id] = others - 1
                 continue
             self.blocked.pop(texture.id, None)
+            self.padded.pop(texture.id, None)
             for target in self._attached.pop(texture.id, []):
                 self.free(target)
             if self.queue.recording is not None:

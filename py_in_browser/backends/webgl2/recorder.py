@@ -112,6 +112,7 @@ class StepRecorder:
         self.queue.start_profile_if_asked()
         self.queue.commands.append([wire.REPLAY, recording.id])
         self.memory.blocked.clear()  # the replay rewrites textures fused draws might re-read
+        self.memory.padded.clear()  # and textures padded copies were made of
         self.steps_replayed += 1
         outputs = []
         for source in recording.outputs:

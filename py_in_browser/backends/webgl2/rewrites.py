@@ -322,9 +322,6 @@ def matmul_padded(
     shape = (*out.shape[:-2], rows, n + up[n])
     spec = OutSpec(shape, out.dtype, tuple(h.shape for h in padded), out.in_dtypes)
     product = backend.run("matmul", padded, attrs, spec)
-    for handle in padded:
-        if handle not in inputs:
-            backend.free(handle)
     if shape == out.shape:
         return product
     begin = {"begin": (0,) * len(shape)}
@@ -336,14 +333,25 @@ def matmul_padded(
 
 
 def pad_matrix(backend: Drawing, handle: Handle, pads: tuple[int, int], dtype: str) -> Handle:
-    """The matrix (batch) `handle` with pads[0] zero rows and pads[1] zero columns added."""
+    """The matrix (batch) `handle` with pads[0] zero rows and pads[1] zero columns added: a
+    copy that lives as long as handle's texture (memory.padded), so the next product padding
+    the same tensor the same way (a step's backward pass reuses its forward's weight, and the
+    logits' gradient feeds two products) draws no pad again."""
     if pads == (0, 0):
         return handle
+    memory = backend.memory
+    kept = memory.padded.setdefault(handle.texture.id, {})
+    key = (memory.pool.generation(handle.texture.id), handle.shape, handle.repeat, pads)
+    if key in kept:
+        return kept[key]
     *batch, rows, cols = handle.shape
     shape = (*batch, rows + pads[0], cols + pads[1])
     paddings = [(0, 0)] * len(batch) + [(0, pads[0]), (0, pads[1])]
     spec = OutSpec(shape, dtype, (handle.shape,), (dtype,))
-    return backend.run("pad", [handle], {"paddings": paddings, "value": 0.0}, spec)
+    padded = backend.run("pad", [handle], {"paddings": paddings, "value": 0.0}, spec)
+    kept[key] = padded
+    memory.keep_with(handle, padded)
+    return padded
 
 
 def blocked_transposed_a(
