@@ -9,7 +9,7 @@ W2's Adam update of its 784 x 128 weight went from 3 passes to 1 (about 35% less
 SwiftShader).
 
 Draws merge when they are adjacent in the command list, all whole-texel fused programs
-("fused4:", float32: a float16 pair program writes a low part as its second target), their
+("fused4:"; not a compensated float16 one, which writes a low part as its second target), their
 targets have one physical shape and element count, no draw of the group reads another's target
 (or its own: a single pass cannot read what it writes), and the union of their inputs and their
 targets fit one draw (wire.MAX_INPUTS_PER_DRAW, the device's draw buffers).
@@ -29,7 +29,7 @@ Physical = Callable[[int], tuple[int, int, int] | None]
 
 
 def _mergeable(command: wire.Command) -> bool:
-    """A float32 whole-texel fused draw (a "+pair" program writes a low part as target 1)."""
+    """A whole-texel fused draw without a low part (a "+pair" program writes one as target 1)."""
     if command[0] != wire.DRAW:
         return False
     key = command[wire.DRAW_KEY]
