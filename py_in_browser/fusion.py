@@ -395,3 +395,26 @@ def register_common(
 def common_programs() -> list[tuple[Program, tuple[str, ...]]]:
     """The registered programs, in registration order, each once."""
     return list(_COMMON)
+
+
+# Runs of registered programs over one output shape that training draws back to back (an
+# optimizer's rules for one variable): each member is a program and the names of the tensors
+# it reads, equal names being one tensor.
+Group = tuple[tuple[Program, tuple[str, ...]], ...]
+_GROUPS: dict[Group, None] = {}
+
+
+def register_common_group(members: Sequence[tuple[Program, tuple[str, ...]]]) -> None:
+    """Registers programs run one after another over one output shape, member k reading the
+    tensors named members[k][1]: a backend that runs such a run as one pass (webgl2's
+    multi-target draws) compiles that pass at start-up."""
+    for program, names in members:
+        read = {value for _, args in program for where, value in args if where == "input"}
+        if not read <= set(range(len(names))):
+            raise ValueError(f"fused: a group member reads inputs {sorted(read)}, named {names}")
+    _GROUPS[tuple((program, tuple(names)) for program, names in members)] = None
+
+
+def common_groups() -> list[Group]:
+    """The registered groups, in registration order, each once."""
+    return list(_GROUPS)

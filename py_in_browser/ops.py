@@ -172,7 +172,7 @@ _define(
 )
 # The activations' gradients are one fused program each (one GPU kernel instead of two or
 # three, and differentiable again through the fused VJP): d tanh = 1 - y^2, d sigmoid = y - y^2,
-# d relu = [x > 0]. They run in every training step, so GPU backends compile them at start-up.
+# d relu = [y > 0]. They run in every training step, so GPU backends compile them at start-up.
 _TANH_GRAD = fusion.trace(lambda g, y: g - g * (y * y), 2)
 _SIGMOID_GRAD = fusion.trace(lambda g, y: g * (y - y * y), 2)
 _RELU_GRAD = fusion.trace(lambda g, x: fusion.where(fusion.less(0.0, x), g, 0.0), 2)
@@ -194,7 +194,9 @@ _define(
 
 
 def _relu_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
-    return [lambda: call("fused", g, xs[0], program=_RELU_GRAD)]
+    # 0 < relu(x) exactly where 0 < x (NaN too): reading y lets x go once relu ran (on webgl2 a
+    # layer's x is then never drawn: its bias and relu land in one pass, epilogues.py).
+    return [lambda: call("fused", g, y, program=_RELU_GRAD)]
 
 
 _define("relu", 1, _unary_rule(NUMERIC), _relu_vjp)

@@ -534,13 +534,21 @@ def _register_common_programs() -> None:
         AdamW(epsilon_placement="keras"),
     ):
         scalars = set(optimizer._step_rules())
+        # A variable's rules run back to back over its shape, as do the step rules over ().
+        updates = []
         for rule in optimizer._rules(epsilon_floor=0.0):
             kinds = tuple("scalar" if n in scalars else "full" for n in rule.reads)
-            fusion.register_common(
-                fusion.trace(_gate_rule(rule.fn), len(kinds) + 1), (*kinds, "gate")
-            )
+            program = fusion.trace(_gate_rule(rule.fn), len(kinds) + 1)
+            fusion.register_common(program, (*kinds, "gate"))
+            updates.append((program, (*rule.reads, "gate")))
+        step_updates = []
         for fn in optimizer._step_rules().values():
-            fusion.register_common(fusion.trace(fn, 1), ("scalar",))
+            program = fusion.trace(fn, 1)
+            fusion.register_common(program, ("scalar",))
+            step_updates.append((program, ("step",)))
+        for group in (updates, step_updates):
+            if len(group) > 1:
+                fusion.register_common_group(group)
     fusion.register_common(fusion.trace(_advance, 1), ("scalar",))
     fusion.register_common(fusion.trace(_gate_rule(_advance), 2), ("scalar", "gate"))
 

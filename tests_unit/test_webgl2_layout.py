@@ -26,7 +26,7 @@ from py_in_browser.backends.webgl2.texture_layout import (
     TextureTooLargeError,
     choose_layout,
 )
-from py_in_browser.backends.webgl2.textures import POOL_BYTES, TexturePool
+from py_in_browser.backends.webgl2.textures import POOL_BYTES, Handle, TexturePool
 
 # ---- layouts -------------------------------------------------------------------------------------
 
@@ -524,3 +524,149 @@ def test_a_replay_swaps_the_state_its_last_replay_left_instead_of_copying() -> N
     backend.replay(recording, [np.zeros((2, 2), np.float32)], [elsewhere])
     assert not [c for c in backend.queue.commands if c[0] == wire.SWAP]
     assert len([c for c in backend.queue.commands if c[0] == "draw"]) == 2
+
+
+# ---- fewer passes per dense training step ----------------------------------------------------------
+
+
+def _adam_inputs(backend: WebGL2Backend, shape: tuple[int, ...]) -> dict[str, Handle]:
+    inputs = {
+        "var": backend.upload(np.ones(shape, np.float32)),
+        "m": backend.upload(np.zeros(shape, np.float32)),
+        "v": backend.upload(np.zeros(shape, np.float32)),
+        "grad": backend.upload(np.ones(shape, np.float32)),
+        "step_size": backend.upload(np.array(0.01, np.float32)),
+        "correction_2": backend.upload(np.array(0.001, np.float32)),
+        "gate": backend.upload(np.array(True)),
+    }
+    backend.flush()
+    return inputs
+
+
+def _adam_draws(backend: WebGL2Backend, names: dict[str, Handle]) -> list[Handle]:
+    """One variable's Adam update as training draws it: the gated rules w, m, v back to back."""
+    from py_in_browser import fusion, optimizers
+
+    shape = names["var"].shape
+    results = []
+    for rule in optimizers.Adam()._rules(epsilon_floor=0.0):
+        inputs = [names[n] for n in (*rule.reads, "gate")]
+        program = fusion.trace(optimizers._gate_rule(rule.fn), len(inputs))
+        dtypes = tuple("bool" if h.dtype == "bool" else "float32" for h in inputs)
+        out = OutSpec(shape, "float32", tuple(h.shape for h in inputs), dtypes)
+        results.append(backend.run("fused", inputs, {"program": program}, out))
+    return results
+
+
+def _sent_draws(backend: WebGL2Backend, engine: FakeEngine) -> list[Any]:
+    backend.flush()
+    return [c for c in engine.payloads[-1]["commands"] if c[0] == wire.DRAW]
+
+
+def test_an_optimizers_rules_for_one_variable_draw_as_one_multi_target_pass() -> None:
+    from py_in_browser.backends.webgl2 import multi_target
+
+    backend, engine = fake_backend()
+    backend.draw_buffers = backend.queue.draw_buffers = 8
+    backend.queue.known_programs.update(multi_target.warmup_keys(8))
+    inputs = _adam_inputs(backend, (8, 16))
+    for handle in _adam_draws(backend, inputs):  # the first step makes its textures between
+        backend.free(handle)
+    backend.flush()
+    w, m, v = _adam_draws(backend, inputs)  # later steps find them pooled
+    (draw,) = _sent_draws(backend, engine)
+    assert draw[wire.DRAW_KEY] in multi_target.warmup_keys(8)
+    assert [draw[wire.DRAW_TARGET], *draw[wire.DRAW_MORE_TARGETS]] == [
+        h.texture.id for h in (w, m, v)
+    ]
+    assert len(draw[wire.DRAW_INPUTS]) == 7  # w, m, v, g, two scalars, the gate: each read once
+    assert [u[0] for u in draw[wire.DRAW_UNIFORMS]] == ["u_c0", "u_c1", "u_c2"]
+    source = shaders.program_source(draw[wire.DRAW_KEY])
+    assert "layout(location = 2) out vec4 o_2;" in source and "o_3" not in source
+    # A device with 2 draw buffers: no compiled pass fits, so the three draws stay.
+    backend.queue.draw_buffers = 2
+    for handle in (w, m, v):
+        backend.free(handle)
+    _adam_draws(backend, inputs)
+    assert len(_sent_draws(backend, engine)) == 3
+
+
+def test_fused_draws_merge_only_into_programs_the_warm_up_compiled() -> None:
+    backend, engine = fake_backend()
+    backend.draw_buffers = backend.queue.draw_buffers = 8
+    inputs = _adam_inputs(backend, (8, 16))
+    for handle in _adam_draws(backend, inputs):
+        backend.free(handle)
+    backend.flush()
+    _adam_draws(backend, inputs)  # nothing warmed up: compiling in a step costs more
+    assert len(_sent_draws(backend, engine)) == 3
+
+
+def test_a_bias_gradient_sums_whole_texels_over_the_rows() -> None:
+    plan = kernels.sum_rows_plan({"axes": (0,)}, spec((128,), (64, 128)))
+    assert plan == ("sum_rows4", [kernels.ints("u_rows", [64]), kernels.ints("u_cols4", [32])])
+    assert kernels.sum_rows_plan({"axes": (1,)}, spec((64,), (64, 128))) is None
+    assert kernels.sum_rows_plan({"axes": (0,)}, spec((10,), (64, 10))) is None
+    backend, _ = fake_backend()
+    grads = backend.upload(np.ones((64, 128), np.float32))
+    backend.run("reduce_sum", [grads], {"axes": (0,)}, spec((128,), (64, 128)))
+    assert backend.queue.commands[-1][wire.DRAW_KEY] == "sum_rows4"
+    assert "#define TEXEL_KERNEL" in shaders.program_source("sum_rows4")
+
+
+def test_a_large_transposed_product_reads_a_in_place_in_blocks() -> None:
+    backend, _ = fake_backend()
+    backend.draw_buffers = 8
+    x = backend.upload(np.ones((64, 784), np.float32))
+    g = backend.upload(np.ones((64, 128), np.float32))
+    attrs = {"transpose_a": True, "transpose_b": False}
+    backend.run("matmul", [x, g], attrs, spec((784, 128), (64, 784), (64, 128)))
+    keys = [c[wire.DRAW_KEY] for c in backend.queue.commands if c[0] == wire.DRAW]
+    assert keys == ["matmul_block:tn_4x2", "block_interleave:4x2"]  # no transpose4 of x
+    assert "texelFetch(u_x0, ivec2(m4, kab + 4 * k + 3), 0)" in shaders.program_source(keys[0])
+
+
+def test_a_replay_copies_a_batch_tensor_in_only_when_it_is_another() -> None:
+    """State the step only reads (a batch given as tensors) keeps the last tensor copied in:
+    the same tensor again needs no copy; another tensor, or one made since in its texture, does."""
+    backend, _ = fake_backend()
+    x = backend.upload(np.ones((2, 4), np.float32))
+    backend.begin_recording()
+    loss = backend.run("exp", [x], {}, spec((2, 4), (2, 4)))
+    recording = backend.finish_recording([], [(x, x)], [loss])
+    backend.flush()
+
+    def copies(batch: Handle) -> int:
+        backend.replay(recording, [], [batch])
+        draws = [c for c in backend.queue.commands if c[0] == wire.DRAW]
+        backend.flush()
+        return len(draws) - 1  # the loss is copied out every time
+
+    batch = backend.upload(np.zeros((2, 4), np.float32))
+    assert [copies(batch), copies(batch)] == [1, 0]
+    other = backend.upload(np.zeros((2, 4), np.float32))
+    assert [copies(other), copies(batch)] == [1, 1]
+    backend.free(batch)
+    again = backend.upload(np.zeros((2, 4), np.float32))  # the same texture, handed out again
+    assert again.texture.id == batch.texture.id and copies(again) == 1
+
+
+def test_a_tensor_padded_for_one_product_is_not_padded_again_while_it_lives() -> None:
+    """A logits layer of 10 units: its weight is padded to 12 columns for the forward product
+    and again for the backward one, the logits' gradient for two products: one pad each."""
+    backend, _ = fake_backend()
+    h = backend.upload(np.ones((64, 128), np.float32))
+    w = backend.upload(np.ones((128, 10), np.float32))
+    nn = {"transpose_a": False, "transpose_b": False}
+    logits = backend.run("matmul", [h, w], nn, spec((64, 10), (64, 128), (128, 10)))
+    nt = {"transpose_a": False, "transpose_b": True}
+    backend.run("matmul", [logits, w], nt, spec((64, 128), (64, 10), (128, 10)))
+    tn = {"transpose_a": True, "transpose_b": False}
+    backend.run("matmul", [h, logits], tn, spec((128, 10), (64, 128), (64, 10)))
+    labels = [c[wire.DRAW_LABEL] for c in backend.queue.commands if c[0] == wire.DRAW]
+    assert labels.count("pad") == 2  # w once, the logits once
+    kept = backend.memory.padded[w.texture.id]
+    (padded,) = kept.values()
+    backend.free(w)  # the copy goes with it
+    assert w.texture.id not in backend.memory.padded
+    assert backend.memory.pool.is_free(padded.texture.id)

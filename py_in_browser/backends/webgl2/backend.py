@@ -10,7 +10,7 @@ import numpy as np
 
 from ... import _js
 from .. import Backend, OutSpec
-from . import blocks, dtypes, epilogues, kernels, rewrites, shaders, wire
+from . import blocks, dtypes, epilogues, kernels, multi_target, rewrites, shaders, wire
 from .draw_queue import DrawQueue
 from .memory import TextureMemory
 from .recorder import StepRecorder
@@ -83,6 +83,7 @@ class WebGL2Backend(Backend):
             int(self.probed["max_draw_buffers"]),
             int(self.limits.get("max_draw_buffers", self.probed["max_draw_buffers"])),
         )
+        self.queue.draw_buffers = self.draw_buffers
         float32 = bool(self.probed["float32_render"]) and self.limits.get("float32_render", True)
         if not float32 and not self.probed["float16_render"]:
             raise RuntimeError("webgl2: neither float32 nor float16 textures are renderable")
@@ -112,6 +113,8 @@ class WebGL2Backend(Backend):
         if self.memory.compensated:
             keys += [f"binary:{op}+pair" for op in ("add", "sub")] + ["where+pair"]
             keys += [f"{key}+pair" for key in fused]
+        else:  # float16 pair programs write their low part as a second target: never merged
+            keys += multi_target.warmup_keys(self.draw_buffers)
         await self.queue.call("compile", json.dumps({k: shaders.program_source(k) for k in keys}))
         self.queue.known_programs.update(keys)
 

@@ -38,7 +38,8 @@ def warmup_keys(draw_buffers: int) -> list[str]:
     """The programs of the best block shape the device allows (others compile on first use)."""
     rows, cols = next((r, c) for r, c in SHAPES if r * c <= draw_buffers)
     shape = f"{rows}x{cols}"
-    programs = ["matmul_block:nn", "matmul_block:nt", "conv2d_block:vec", "conv2d_block:scalar"]
+    programs = ["matmul_block:nn", "matmul_block:nt", "matmul_block:tn"]
+    programs += ["conv2d_block:vec", "conv2d_block:scalar"]
     programs.append("conv2d_block:c3")  # a first layer on RGB images
     return [f"{p}_{shape}" for p in programs] + [f"block_interleave:{shape}"]
 
@@ -82,13 +83,25 @@ def _block(
 
 
 def matmul_source(variant: str, rows: int, cols: int, bias: bool = False) -> str:
-    """Program "matmul_block:<nn|nt>_<rows>x<cols>": target texel p holds output row
-    p.y * rows + i (batch * M + m), texel column p.x * cols + j. a is (B, M, K), one matrix row
-    per texture row; b is (B, K, N) (nn) or (B, N, K) (nt), likewise; so are the targets."""
+    """Program "matmul_block:<nn|nt|tn>_<rows>x<cols>": target texel p holds output row
+    p.y * rows + i (batch * M + m), texel column p.x * cols + j. a is (B, M, K) (nn, nt) or
+    (B, K, M) (tn: a^T @ b read in place, 4 rows per block), one matrix row per texture row;
+    b is (B, K, N) (nn, tn) or (B, N, K) (nt), likewise; so are the targets."""
     fetch_a = "".join(
         f"    vec4 a{i} = texelFetch(u_x0, ivec2(k, row + {i}), 0);\n" for i in range(rows)
     )
-    if variant == "nn":
+    start_a = ""
+    if variant == "tn":
+        # a^T: a rows ka + q (its K index) hold the block's 4 rows m4 .. m4 + 3 in one texel.
+        assert rows == 4, "a texel of a^T spans exactly the block's rows"
+        start_a = "  int m4 = (row - batch * u_m) / 4;\n  int kab = batch * u_k;\n"
+        fetch_a = "".join(
+            f"    vec4 t{q} = texelFetch(u_x0, ivec2(m4, kab + 4 * k + {q}), 0);\n"
+            for q in range(4)
+        ) + "".join(
+            f"    vec4 a{i} = vec4(t0.{c}, t1.{c}, t2.{c}, t3.{c});\n" for i, c in enumerate("xyzw")
+        )
+    if variant in ("nn", "tn"):
         # b rows kb + 4k .. kb + 4k + 3 at texel columns col + j: element (k + q, 4(col + j) + c).
         start = "  int kb = batch * u_k;\n"
         fetch_b = "    int r = kb + 4 * k;\n" + "".join(
@@ -116,7 +129,7 @@ def matmul_source(variant: str, rows: int, cols: int, bias: bool = False) -> str
     body = (
         f"  int row = p.y * {rows};  // batch * M + m of the block's first row\n"
         f"  int col = p.x * {cols};  // its first output texel column\n"
-        f"  int batch = row / u_m;\n{start}"
+        f"  int batch = row / u_m;\n{start}{start_a}"
         f"  for (int k = 0; k < u_k / 4; ++k) {{\n{fetch_a}{fetch_b}{update}  }}\n"
     )
     uniforms = "uniform int u_m;\nuniform int u_n;\nuniform int u_k;\n"

@@ -69,14 +69,16 @@ export class DrawTimer {
     if (this.ext) this.gl.getParameter(this.ext.GPU_DISJOINT_EXT);
   }
 
-  time(label, draw) {
+  // `calls`: primitive calls the draw runs (a merged draw runs several in one pass): as many
+  // rows, each with its share of the time.
+  time(label, draw, calls = 1) {
     const gl = this.gl;
     if (this.ext) {
       const query = gl.createQuery();
       gl.beginQuery(this.ext.TIME_ELAPSED_EXT, query);
       draw();
       gl.endQuery(this.ext.TIME_ELAPSED_EXT);
-      this.pending.push([label, query]);
+      this.pending.push([label, query, calls]);
     } else {
       // gl.finish() returns before the GPU is done under Chromium's ANGLE (a 1024^2 matmul
       // "took" 0.5 ms): reading one texel of the output back is what really waits for the draw.
@@ -84,8 +86,12 @@ export class DrawTimer {
       const started = performance.now();
       draw();
       gl.readPixels(0, 0, 1, 1, gl.RGBA, gl.FLOAT, this.pixel);
-      this.rows.push([label, performance.now() - started]);
+      this.share(label, performance.now() - started, calls);
     }
+  }
+
+  share(label, ms, calls) {
+    for (let k = 0; k < calls; k++) this.rows.push([label, ms / calls]);
   }
 
   // Waits (polling, never blocking) for the queries, then hands over every row and stops.
@@ -99,8 +105,8 @@ export class DrawTimer {
     while (this.pending.length && !isLost() && performance.now() < deadline && !ready()) await sleep(POLL_MS);
     if (this.pending.length) {
       const usable = !isLost() && ready() && !gl.getParameter(this.ext.GPU_DISJOINT_EXT);
-      for (const [label, query] of this.pending) {
-        if (usable) this.rows.push([label, gl.getQueryParameter(query, gl.QUERY_RESULT) / 1e6]);
+      for (const [label, query, calls] of this.pending) {
+        if (usable) this.share(label, gl.getQueryParameter(query, gl.QUERY_RESULT) / 1e6, calls);
         gl.deleteQuery(query);
       }
       if (!usable) this.discarded += this.pending.length;
@@ -174,7 +180,11 @@ class Engine {
     this.recordings = new Map(); // id -> {commands, constants}: recorded train steps
     this.flushes = 0;
     this.frames = 0; // ImageBitmaps taken by imageTexture: their texture ids are -2, -3, ...
-    this.framebuffer = gl.createFramebuffer();
+    this.framebuffer = gl.createFramebuffer(); // multi-target draws, reads, probes
+    // A framebuffer per texture a single-target draw wrote: binding one is cheaper than
+    // re-attaching a texture to a shared one (ANGLE revalidates it: ~15% of a small draw's cost
+    // on SwiftShader).
+    this.targetFramebuffers = new Map(); // WebGLTexture -> WebGLFramebuffer
     // Render targets one draw can write (block kernels use up to max_render_targets; WebGL2
     // guarantees 4).
     this.maxTargets = Math.min(
@@ -350,8 +360,11 @@ class Engine {
   }
 
   timedDraw(command) {
-    if (this.timer.active) this.timer.time(command[this.at.draw.label], () => this.draw(command));
-    else this.draw(command);
+    if (!this.timer.active) return this.draw(command);
+    const at = this.at.draw;
+    const merged = command[at.key].startsWith(this.protocol.merged_key);
+    const calls = merged ? 1 + command[at.more_targets].length : 1;
+    this.timer.time(command[at.label], () => this.draw(command), calls);
   }
 
   // The rows timed since profiling started, as JSON {timing, rows: [[label, ms]], discarded}.
@@ -424,7 +437,11 @@ class Engine {
 
   deleteTexture(id) {
     this.resetState(); // a deleted texture is unbound everywhere
-    this.gl.deleteTexture(this.textures.get(id).texture);
+    const { texture } = this.textures.get(id);
+    const framebuffer = this.targetFramebuffers.get(texture);
+    if (framebuffer !== undefined) this.gl.deleteFramebuffer(framebuffer);
+    this.targetFramebuffers.delete(texture);
+    this.gl.deleteTexture(texture);
     this.textures.delete(id);
   }
 
@@ -470,21 +487,42 @@ class Engine {
     if (entry.out) this.setSlot(entry.out, [out.width, out.channels]);
     if (entry.outSize) this.setSlot(entry.outSize, [size]);
     for (const [name, , values] of uniforms) this.setUniform(slots, name, values);
-    if (!this.current.framebufferBound) {
-      gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebuffer);
-      this.current.framebufferBound = true;
+    if (moreIds.length === 0) {
+      this.bindFramebuffer(this.targetFramebuffer(out.texture));
+    } else {
+      this.bindFramebuffer(this.framebuffer);
+      if (this.current.target !== out.texture) {
+        gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, out.texture, 0);
+        this.current.target = out.texture;
+      }
+      this.attachMore(moreIds.map((id) => this.textures.get(id).texture));
     }
-    if (this.current.target !== out.texture) {
-      gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, out.texture, 0);
-      this.current.target = out.texture;
-    }
-    this.attachMore(moreIds.map((id) => this.textures.get(id).texture));
     if (this.current.width !== out.width || this.current.height !== out.height) {
       gl.viewport(0, 0, out.width, out.height);
       this.current.width = out.width;
       this.current.height = out.height;
     }
     gl.drawArrays(gl.TRIANGLES, 0, 3);
+  }
+
+  bindFramebuffer(framebuffer) {
+    if (this.current.framebuffer === framebuffer) return;
+    this.gl.bindFramebuffer(this.gl.FRAMEBUFFER, framebuffer);
+    this.current.framebuffer = framebuffer;
+  }
+
+  // The framebuffer drawing into `texture` alone (made on first use).
+  targetFramebuffer(texture) {
+    let framebuffer = this.targetFramebuffers.get(texture);
+    if (framebuffer === undefined) {
+      const gl = this.gl;
+      framebuffer = gl.createFramebuffer();
+      gl.bindFramebuffer(gl.FRAMEBUFFER, framebuffer);
+      gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, texture, 0);
+      this.current.framebuffer = framebuffer;
+      this.targetFramebuffers.set(texture, framebuffer);
+    }
+    return framebuffer;
   }
 
   // Attaches `more` at COLOR_ATTACHMENT1.. and draws into all of them; detaches what the last
@@ -511,8 +549,14 @@ class Engine {
     this.current.units[unit] = texture;
   }
 
-  setSlot({ location, type }, values) {
+  // Sets a uniform unless it already holds `values` (uniforms are program state: a replay sets
+  // the same values step after step, and every call is a command the GPU process decodes).
+  setSlot(slot, values) {
+    const last = slot.last;
+    if (last && last.length === values.length && last.every((v, i) => v === values[i])) return;
+    slot.last = Array.from(values);
     const gl = this.gl;
+    const { location, type } = slot;
     if (type === gl.FLOAT) gl.uniform1fv(location, values);
     else if (type === gl.INT_VEC2) gl.uniform2iv(location, values);
     else if (type === gl.INT_VEC3) gl.uniform3iv(location, values);
@@ -522,19 +566,12 @@ class Engine {
 
   // Forgets the cached GL state (after code that changes bindings behind draw's back).
   resetState() {
-    this.current = { program: null, units: [], framebufferBound: false, target: null, more: null, width: -1, height: -1 };
+    this.current = { program: null, units: [], framebuffer: null, target: null, more: null, width: -1, height: -1 };
   }
 
   setUniform(slots, name, values) {
     const slot = slots.get(name);
-    if (slot === undefined) return; // optimised away by the compiler
-    const gl = this.gl;
-    const { location, type } = slot;
-    if (type === gl.FLOAT) gl.uniform1fv(location, values);
-    else if (type === gl.INT_VEC2) gl.uniform2iv(location, values);
-    else if (type === gl.INT_VEC3) gl.uniform3iv(location, values);
-    else if (type === gl.INT_VEC4) gl.uniform4iv(location, values);
-    else gl.uniform1iv(location, values);
+    if (slot !== undefined) this.setSlot(slot, values); // else optimised away by the compiler
   }
 
   // ---- readback: PIXEL_PACK_BUFFER + fence, polled; never a blocking readPixels ----

@@ -15,6 +15,7 @@ from . import shaders, wire
 from .context import ContextLoss
 from .epilogues import dead_draws
 from .kernels import Uniform
+from .multi_target import Physical, merge_fused_draws
 from .recording import RecordingBuilder
 from .textures import Handle
 
@@ -39,6 +40,8 @@ class DrawQueue:
         # Draws a fused draw made redundant (epilogues.py): dropped at the flush if unread.
         self._droppable: dict[int, wire.Command] = {}
         self.is_free: Callable[[int], bool] = lambda texture_id: False  # set by TextureMemory
+        self.physical: Physical = lambda texture_id: None  # set by TextureMemory
+        self.draw_buffers = 1  # render targets one draw may write (set by the backend's start)
         self.js_calls = 0  # Python -> JS calls made (flushes, reads, warm-up)
         self.flushes = 0
         self._profiling = False  # draws flushed since pib.profile began are timed in bridge.js
@@ -99,6 +102,12 @@ class DrawQueue:
         self.maybe_flush()
         return draw
 
+    def merge_fused(self, commands: Sequence[wire.Command]) -> list[wire.Command]:
+        """`commands` with adjacent fused draws as one multi-target draw (multi_target.py)."""
+        return merge_fused_draws(
+            commands, self.physical, self.draw_buffers, self.known_programs.__contains__
+        )
+
     def _held(self, texture_id: int) -> bool:
         return not self.is_free(texture_id)
 
@@ -117,6 +126,7 @@ class DrawQueue:
             dead = dead_draws(self.commands, set(self._droppable), self._held)
             self.commands[:] = [c for i, c in enumerate(self.commands) if i not in dead]
             self._droppable.clear()
+        self.commands[:] = self.merge_fused(self.commands)
         payload = wire.payload(self._new_programs, self.commands, self._profiling, self._staging)
         self._new_programs = {}
         self.commands.clear()

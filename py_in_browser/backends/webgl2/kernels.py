@@ -161,6 +161,19 @@ def _reduce(kind: str, shape: Sequence[int], axes: Sequence[int]) -> Plan:
     ]
 
 
+def sum_rows_plan(attrs: dict[str, Any], out: OutSpec) -> Plan | None:
+    """reduce_sum over the leading axes of its input, whose other axes hold a multiple of 4
+    elements, as the whole-texel kernel sum_rows4 (glsl/sum_rows4.frag), else None."""
+    shape = out.in_shapes[0]
+    lead = len(attrs["axes"])
+    if tuple(sorted(attrs["axes"])) != tuple(range(lead)) or lead == len(shape):
+        return None
+    rows, cols = math.prod(shape[:lead]), math.prod(shape[lead:])
+    if cols % 4 or rows == 0 or cols == 0:
+        return None
+    return "sum_rows4", [ints("u_rows", [rows]), ints("u_cols4", [cols // 4])]
+
+
 def _reduce_op(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
     kind = "sum" if op == "reduce_sum" else "max"
     return _reduce(kind, out.in_shapes[0], tuple(attrs["axes"]))

@@ -4,6 +4,7 @@ textures shared by views and textures a recorded step still names."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,13 @@ class TextureMemory:
         # (epilogues.py), and the block targets (partial sums) each keeps until it is freed.
         self.blocked: dict[int, Blocked | Summed] = {}
         self._attached: dict[int, list[Handle]] = {}
+        # Zero-padded copies of a texture's tensor (rewrites.pad_matrix), kept until it is freed
+        # or a replay may rewrite it: a layer's weight or gradient padded for one product is
+        # padded once for the others of the step. Texture id -> {(generation, shape, repeat,
+        # pads): padded handle}.
+        self.padded: dict[int, dict[tuple[Any, ...], Handle]] = {}
         queue.is_free = self.pool.is_free
+        queue.physical = self.pool.physical
 
     def allocate(self, shape: tuple[int, ...], dtype: str, with_lo: bool) -> Handle:
         layout = choose_layout(shape, self.max_side)  # refuses oversized tensors before drawing
@@ -76,6 +83,10 @@ class TextureMemory:
         self.blocked[handle.texture.id] = record
         self._attached[handle.texture.id] = targets
 
+    def keep_with(self, source: Handle, handle: Handle) -> None:
+        """Frees `handle` when source's texture is freed."""
+        self._attached.setdefault(source.texture.id, []).append(handle)
+
     def free(self, handle: Handle) -> None:
         """Pools the handle's textures, except those a recording may name: while recording they
         wait for finish_recording, and one a live recording names waits for drop_recording (a
@@ -91,6 +102,7 @@ class TextureMemory:
                     self._shared[texture.id] = others - 1
                 continue
             self.blocked.pop(texture.id, None)
+            self.padded.pop(texture.id, None)
             for target in self._attached.pop(texture.id, []):
                 self.free(target)
             if self.queue.recording is not None:
@@ -109,6 +121,15 @@ class TextureMemory:
         """Keeps these textures from other tensors while a recording names them."""
         for tex_id in texture_ids:
             self._retained[tex_id] = self._retained.get(tex_id, 0) + 1
+
+    def stamp(self, handle: Handle) -> tuple[tuple[int, int], ...] | None:
+        """What identifies the values in handle's textures: (id, pool generation) of each, or
+        None where a recording names one (a replay may rewrite it in place). Any other texture
+        is written once, when its tensor is made: an equal stamp later means equal values."""
+        textures = [handle.texture] if handle.lo is None else [handle.texture, handle.lo]
+        if any(t.id in self._retained for t in textures):
+            return None
+        return tuple((t.id, self.pool.generation(t.id)) for t in textures)
 
     def end_recording(self, keep: set[int]) -> None:
         """Frees what was freed while recording, except what the recording kept names."""

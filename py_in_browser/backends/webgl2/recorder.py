@@ -3,6 +3,7 @@ drives): what a recording is and its signature live in recording.py."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from .recording import (
     RecordingBuilder,
     drop_dead_draws,
     lendable,
+    merge_fused,
     replay_program,
     signature,
     swappable,
@@ -35,6 +37,10 @@ class StepRecorder:
         self.queue = queue
         self.recordings = 0  # ids handed out
         self.steps_replayed = 0
+        # State texture id -> (its pool generation, memory.stamp of the tensor copied into it
+        # last): a step that only reads that state (a batch given as tensors) and gets the same
+        # tensor again finds it there. Every copy or swap into a texture updates or drops this.
+        self._holds: dict[int, tuple[int, Any]] = {}
 
     def begin(self) -> None:
         self.queue.recording = RecordingBuilder()
@@ -58,6 +64,7 @@ class StepRecorder:
             t.id for h in [*inputs, *outputs, *(h for p in state for h in p)] for t in _parts(h)
         }
         drop_dead_draws(builder, lambda tex: tex not in freed or tex in roles)
+        merge_fused(builder, self.queue.merge_fused)
         ids = texture_ids(builder)
         self.memory.retain(ids)
         self._end(ids)
@@ -99,11 +106,16 @@ class StepRecorder:
                 lent.append([wire.SWAP, before.texture.id, now.texture.id])
                 continue
             if swap and now.texture.id == after.texture.id and _same_lo(now, after):
-                self.queue.commands.append([wire.SWAP, before.texture.id, after.texture.id])
+                self._swap(before.texture.id, after.texture.id)
                 if before.lo is not None and after.lo is not None:
-                    self.queue.commands.append([wire.SWAP, before.lo.id, after.lo.id])
-            else:
-                self._copy(now, before)
+                    self._swap(before.lo.id, after.lo.id)
+                continue
+            stamp = self.memory.stamp(now) if before is after else None
+            if stamp is not None and self._holding(before) == stamp:
+                continue  # read-only state (the step never writes it) still holding `now`
+            self._copy(now, before)
+            if stamp is not None:
+                self._holds[before.texture.id] = (self._generation(before), stamp)
         for handle, array in zip(recording.inputs, arrays, strict=True):
             if tuple(array.shape) != handle.shape:
                 raise ValueError(f"replay: input of shape {array.shape}, recorded {handle.shape}")
@@ -113,6 +125,7 @@ class StepRecorder:
         self.queue.commands.append([wire.REPLAY, recording.id])
         self.queue.commands.extend(lent)  # each swap again gives the lent textures back
         self.memory.blocked.clear()  # the replay rewrites textures fused draws might re-read
+        self.memory.padded.clear()  # and textures padded copies were made of
         self.steps_replayed += 1
         outputs = []
         for source in recording.outputs:
@@ -137,15 +150,27 @@ class StepRecorder:
             and all(command[2] != now.texture.id for command in lent)
         )
 
+    def _generation(self, handle: Handle) -> int:
+        return self.memory.pool.generation(handle.texture.id)
+
+    def _holding(self, state: Handle) -> Any:
+        """The stamp of the tensor last copied into `state`'s texture, if nothing wrote it since."""
+        generation, stamp = self._holds.get(state.texture.id, (None, None))
+        return stamp if generation == self._generation(state) else None
+
+    def _swap(self, a: int, b: int) -> None:
+        self.queue.commands.append([wire.SWAP, a, b])
+        self._holds.pop(a, None)
+        self._holds.pop(b, None)
+
     def _copy(self, source: Handle, target: Handle) -> None:
         """A draw copying source's elements into target (replay state in, outputs out). A
         broadcast scalar (one-element texture for a bigger shape) fills the target."""
+        self._holds.pop(target.texture.id, None)
         size, out_size = source.texture.layout.size, target.texture.layout.size
         if out_size == 1 and size != 1:
             raise RuntimeError("webgl2: a replay cannot copy a tensor into a broadcast scalar")
-        _, uniforms = kernels.plan(
-            "reshape", {"shape": (size,)}, OutSpec((size,), "float32", ((size,),), ("float32",))
-        )
+        uniforms = _copy_uniforms(size)
         for src, dst in ((source.texture, target.texture), (source.lo, target.lo)):
             if src is not None and dst is not None:
                 same = src.layout.channels == dst.layout.channels and size == out_size
@@ -164,7 +189,17 @@ class StepRecorder:
 
     def drop(self, recording: Recording) -> None:
         self.queue.call("dropRecording", recording.id)
+        for texture_id in recording.textures:
+            self._holds.pop(texture_id, None)
         self.memory.release(recording.textures)
+
+
+@cache  # every replay copies its outputs out: planned once per size
+def _copy_uniforms(size: int) -> tuple[Any, ...]:
+    _, uniforms = kernels.plan(
+        "reshape", {"shape": (size,)}, OutSpec((size,), "float32", ((size,),), ("float32",))
+    )
+    return tuple(uniforms)
 
 
 def _same_lo(a: Handle, b: Handle) -> bool:

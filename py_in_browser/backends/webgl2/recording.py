@@ -9,6 +9,7 @@ Every texture a recording names is retained (not pooled for others) until it is 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +76,22 @@ def drop_dead_draws(builder: RecordingBuilder, observable: Any) -> None:
             kept_draws.append(builder.draws[index])
     builder.draws, builder.order = kept_draws, order
     builder.droppable.clear()
+
+
+def merge_fused(builder: RecordingBuilder, merge: Callable[[list[Any]], list[Any]]) -> None:
+    """Draws adjacent fused draws as one multi-target draw (`merge`: DrawQueue.merge_fused);
+    uploads stay where they were."""
+    commands: list[Any] = [
+        builder.draws[index] if kind == "draw" else [wire.UPLOAD, builder.uploads[index][0], index]
+        for kind, index in builder.order
+    ]
+    builder.draws, builder.order = [], []
+    for command in merge(commands):
+        if command[0] == wire.UPLOAD:
+            builder.order.append(("upload", command[2]))  # its third field: the upload's index
+        else:
+            builder.order.append(("draw", len(builder.draws)))
+            builder.draws.append(command)
 
 
 def _textures(handle: Any) -> tuple[Any, ...]:

@@ -26,6 +26,7 @@ PAD_MATMUL_AT = 2**15
 BLOCK_PROGRAMS = {
     "matmul4:nn_aligned": ("matmul_block", "nn", "matmul"),
     "matmul4:nt_aligned": ("matmul_block", "nt", "matmul"),
+    "matmul4:tn_aligned": ("matmul_block", "tn", "matmul"),  # a^T @ b (blocked_transposed_a)
     "conv2d4:vec": ("conv2d_block", "vec", "conv2d"),
     "conv2d4:scalar": ("conv2d_block", "scalar", "conv2d"),
 }
@@ -64,7 +65,8 @@ def rewrite(
     if op == "concat" and len(inputs) > wire.MAX_INPUTS_PER_DRAW:
         return concat_in_groups(backend, inputs, attrs, out)
     if op == "matmul" and transpose_first(backend, attrs, out, inputs):
-        return matmul_transposed_a(backend, inputs, attrs, out)
+        folded = blocked_transposed_a(backend, inputs, attrs, out)
+        return folded or matmul_transposed_a(backend, inputs, attrs, out)
     if op == "matmul":
         split = matmul_split_k(backend, inputs, attrs, out) or matmul_padded(
             backend, inputs, attrs, out
@@ -147,6 +149,11 @@ def vector_variant(
     ins = [h.texture.layout for h in inputs]
     if any(h.repeat != 1 for h in inputs):
         return key, uniforms  # a trailing broadcast view: element kernels read it in place
+    if op == "reduce_sum" and all(item.channels == 4 for item in [layout, *ins]):
+        dense = ins[0].size == math.prod(inputs[0].shape)
+        rows = kernels.sum_rows_plan(attrs, out) if dense else None
+        if rows is not None:
+            return rows
     if op in kernels.VECTOR_OPS:
         if any(h.texture.layout.size != math.prod(h.shape) for h in inputs):
             return key, uniforms  # a broadcast view: element kernels read it periodically
@@ -235,8 +242,8 @@ def blocked(
     targets, then one interleaving them into the output."""
     program, variant, label = BLOCK_PROGRAMS[key]
     rows, columns = out.shape[-2], out.shape[-1]  # matmul: M, N; conv2d: OW, CO
-    a, b = out.in_shapes
-    inner = a[-1] if label == "matmul" else math.prod(b[:-1])  # K; KH * KW * CI
+    a, b = out.in_shapes  # K: a's last dim, or its second last for a^T; KH * KW * CI
+    inner = math.prod(b[:-1]) if label != "matmul" else a[-2] if variant == "tn" else a[-1]
     shape = blocks.shape_for(rows, columns, backend.draw_buffers)
     if shape is None or math.prod(out.shape) * inner < BLOCKS_AT:
         return None
@@ -428,9 +435,6 @@ def matmul_padded(
     shape = (*out.shape[:-2], rows, n + up[n])
     spec = OutSpec(shape, out.dtype, tuple(h.shape for h in padded), out.in_dtypes)
     product = backend.run("matmul", padded, attrs, spec)
-    for handle in padded:
-        if handle not in inputs:
-            backend.free(handle)
     if shape == out.shape:
         return product
     begin = {"begin": (0,) * len(shape)}
@@ -442,14 +446,39 @@ def matmul_padded(
 
 
 def pad_matrix(backend: Drawing, handle: Handle, pads: tuple[int, int], dtype: str) -> Handle:
-    """The matrix (batch) `handle` with pads[0] zero rows and pads[1] zero columns added."""
+    """The matrix (batch) `handle` with pads[0] zero rows and pads[1] zero columns added: a
+    copy that lives as long as handle's texture (memory.padded), so the next product padding
+    the same tensor the same way (a step's backward pass reuses its forward's weight, and the
+    logits' gradient feeds two products) draws no pad again."""
     if pads == (0, 0):
         return handle
+    memory = backend.memory
+    kept = memory.padded.setdefault(handle.texture.id, {})
+    key = (memory.pool.generation(handle.texture.id), handle.shape, handle.repeat, pads)
+    if key in kept:
+        return kept[key]
     *batch, rows, cols = handle.shape
     shape = (*batch, rows + pads[0], cols + pads[1])
     paddings = [(0, 0)] * len(batch) + [(0, pads[0]), (0, pads[1])]
     spec = OutSpec(shape, dtype, (handle.shape,), (dtype,))
-    return backend.run("pad", [handle], {"paddings": paddings, "value": 0.0}, spec)
+    padded = backend.run("pad", [handle], {"paddings": paddings, "value": 0.0}, spec)
+    kept[key] = padded
+    memory.keep_with(handle, padded)
+    return padded
+
+
+def blocked_transposed_a(
+    backend: Drawing, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec
+) -> Handle | None:
+    """a^T @ b as a block product reading a in place (matmul_block:tn), where a's and b's
+    texture rows are their matrix rows and the product is large enough for blocks: the
+    transpose draw matmul_transposed_a makes otherwise (a pass over a) is left out."""
+    (a, b), (ta, tb) = out.in_shapes, inputs
+    if ta.texture.layout.width * 4 != a[-1] or tb.texture.layout.width * 4 != b[-1]:
+        return None
+    m, n, k = a[-1], b[-1], a[-2]
+    uniforms = [kernels.ints("u_m", [m]), kernels.ints("u_n", [n]), kernels.ints("u_k", [k])]
+    return blocked(backend, "matmul4:tn_aligned", inputs, out, uniforms)
 
 
 def matmul_transposed_a(

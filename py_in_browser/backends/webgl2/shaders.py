@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -52,7 +53,7 @@ PAIR_OPS = ("add", "sub", "where", "fused", "random_uniform", "affine_sample")
 ELEMENTWISE_KINDS = ("unary", "binary", "where", "cast", "fused")
 # Fused programs' GLSL functions by token (a hash of the function): the key names the token, so
 # equal keys build equal sources, and a key stays short however long its program.
-_FUSED: dict[str, tuple[str, int]] = {}
+_FUSED: dict[str, tuple[Program, int]] = {}
 
 # Vector kernels (RGBA in and out, 4 elements per texel fetch) and the defines of each variant.
 VECTOR_KERNELS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -120,7 +121,8 @@ def _function(kind: str, arg: str) -> tuple[str, int]:
     """GLSL `float f(...)` of an elementwise kernel over its inputs' elements, and its number of
     inputs; `a`, `b` (and `c` for where's condition) name them as the tables do."""
     if kind == "fused":
-        return _FUSED[arg]
+        program, count = _FUSED[arg]
+        return _fused_helpers([program]) + _fused_function(program, count), count
     count = {"unary": 1, "binary": 2, "where": 3, "cast": 1}[kind]
     expression = (
         WHERE if kind == "where" else {"unary": UNARY, "binary": BINARY, "cast": CAST}[kind][arg]
@@ -164,6 +166,32 @@ def _op_helper(op: str) -> str:
     return f"float op_{op}(float a, float b) {{ return {BINARY[op]}; }}\n"
 
 
+def _fused_function(program: Program, count: int, suffix: str = "") -> str:
+    """GLSL `float f<suffix>(i0, ..., i<count-1>)` of a fusion program, its constants in the
+    uniform u_c<suffix> (fused_constant_bits); the op helpers it calls come from _fused_helpers."""
+    constants = 0
+
+    def ref(where: str, value: Any) -> str:
+        nonlocal constants
+        if where == "const":
+            constants += 1
+            return f"intBitsToFloat(u_c{suffix}[{constants - 1}])"
+        return f"i{value}" if where == "input" else f"s{value}"
+
+    steps = "".join(
+        f"  float s{j} = op_{op}({', '.join(ref(*arg) for arg in args)});\n"
+        for j, (op, args) in enumerate(program)
+    )
+    params = ", ".join(f"float i{k}" for k in range(count))
+    uniform = f"uniform int u_c{suffix}[{constants}];\n" if constants else ""
+    return f"{uniform}float f{suffix}({params}) {{\n{steps}  return s{len(program) - 1};\n}}\n"
+
+
+def _fused_helpers(programs: Sequence[Program]) -> str:
+    """The op_<name> functions the programs call, each once."""
+    return "".join(_op_helper(op) for op in sorted({op for p in programs for op, _ in p}))
+
+
 @cache  # planned on every draw: built and hashed once per structure (constants are uniforms,
 # so programs equal up to -0.0 vs 0.0 or NaN constants rightly share one token)
 def fused_token(program: Program, count: int) -> str:
@@ -172,26 +200,41 @@ def fused_token(program: Program, count: int) -> str:
     compare results and casts to bool are, so every value is a float. Constants are read from
     the uniform u_c (fused_constant_bits): programs differing only in constants (optimizers
     with other learning rates) share one compiled program, which the warm-up can compile."""
-    constants = 0
-
-    def ref(where: str, value: Any) -> str:
-        nonlocal constants
-        if where == "const":
-            constants += 1
-            return f"intBitsToFloat(u_c[{constants - 1}])"
-        return f"i{value}" if where == "input" else f"s{value}"
-
-    helpers = "".join(_op_helper(op) for op in sorted({op for op, _ in program}))
-    steps = "".join(
-        f"  float s{j} = op_{op}({', '.join(ref(*arg) for arg in args)});\n"
-        for j, (op, args) in enumerate(program)
-    )
-    params = ", ".join(f"float i{k}" for k in range(count))
-    uniform = f"uniform int u_c[{constants}];\n" if constants else ""
-    function = f"{uniform}{helpers}float f({params}) {{\n{steps}  return s{len(program) - 1};\n}}\n"
+    function = _fused_helpers([program]) + _fused_function(program, count)
     token = hashlib.sha256(function.encode()).hexdigest()[:20]
-    _FUSED[token] = (function, count)
+    _FUSED[token] = (program, count)
     return token
+
+
+def _multi_target(arg: str) -> tuple[str, int]:
+    """Program "fused_multi4:<token>@<i>.<j>...;<token>@...": several fused programs over one
+    output shape in one pass, program t writing render target t (multi_target.py merges their
+    draws). Each names the merged draw's inputs its own inputs are, in order; program t reads
+    its constants from u_c<t>."""
+    parts = [
+        (_FUSED[token], [int(i) for i in at.split(".")])
+        for token, _, at in (part.partition("@") for part in arg.split(";"))
+    ]
+    count = 1 + max(i for _, at in parts for i in at)
+    helpers = _fused_helpers([program for (program, _), _ in parts])
+    functions = "".join(
+        _fused_function(program, n, str(t)) for t, ((program, n), _) in enumerate(parts)
+    )
+    outputs = "".join(f"layout(location = {t}) out vec4 o_{t};\n" for t in range(1, len(parts)))
+    reads = "".join(f"  vec4 v{k} = x{k}v(p);\n" for k in range(count))
+    writes = "".join(
+        f"  {'o_value' if t == 0 else f'o_{t}'} = inside ? vec4("
+        + ", ".join(f"f{t}(" + ", ".join(f"v{k}.{c}" for k in at) + ")" for c in "xyzw")
+        + ") : vec4(0.0);\n"
+        for t, (_, at) in enumerate(parts)
+    )
+    body = (
+        f"#define BLOCK_KERNEL\n{_frag('math')}\n{helpers}{functions}{outputs}"
+        "void write_block(ivec2 p) {\n"
+        "  bool inside = (p.y * u_out.x + p.x) * u_out.y < u_out_size;\n"
+        f"{reads}{writes}}}\n"
+    )
+    return body, count
 
 
 def _concat(count: int) -> str:
@@ -217,7 +260,9 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         if base != kind:
             return f"#define TEXEL_KERNEL\n{_frag('math')}\n{function}{_per_texel(count)}", count
         return f"{_frag('math')}\n{function}{_per_element(count)}", count
-    if kind in ("transpose4", "patches4"):
+    if kind == "fused_multi4":
+        return _multi_target(arg)
+    if kind in ("transpose4", "patches4", "sum_rows4"):
         return "#define TEXEL_KERNEL\n" + _frag(kind), 1
     if kind == "sum_parts4":  # arg "", "bias", "relu" or "bias_relu": the fused epilogue
         defines = "".join(f"#define {part.upper()}\n" for part in arg.split("_") if part)
@@ -300,6 +345,7 @@ def warmup_keys() -> list[str]:
         "transpose4",
         "patches4",
         "sum_parts4",
+        "sum_rows4",
     ]
     keys += [f"pool4:{p}" for p in _POOL_DEFINES] + ["pool4:max_grad_disjoint"]
     return keys

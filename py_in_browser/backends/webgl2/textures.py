@@ -48,6 +48,7 @@ class TexturePool:
         self._next_id = 1
         self._free_ids: set[int] = set()
         self._generations: dict[int, int] = {}  # texture id -> times handed out
+        self._physical: dict[int, tuple[int, int, int]] = {}  # id -> width, height, channels
         self.live_textures = 0  # created and not deleted (in use or pooled)
         self.gpu_bytes = 0
         self.pooled_bytes = 0
@@ -61,6 +62,11 @@ class TexturePool:
         handed out again holds another tensor now."""
         return self._generations.get(texture_id, 0)
 
+    def physical(self, texture_id: int) -> tuple[int, int, int] | None:
+        """The texture's width, height and channels (fixed for its life, whatever tensor it
+        holds), or None once deleted (or never made here)."""
+        return self._physical.get(texture_id)
+
     def acquire(self, layout: Layout, half: bool) -> Texture:
         bucket = self._free[(layout.width, layout.height, layout.channels, half)]
         if bucket:
@@ -73,6 +79,7 @@ class TexturePool:
         texture = Texture(self._next_id, layout, half)
         self._next_id += 1
         self._generations[texture.id] = 1
+        self._physical[texture.id] = (layout.width, layout.height, layout.channels)
         self._commands.append(wire.texture(texture.id, layout, half))
         self.live_textures += 1
         self.gpu_bytes += texture.nbytes
@@ -84,6 +91,7 @@ class TexturePool:
             self.live_textures -= 1
             self.gpu_bytes -= texture.nbytes
             del self._generations[texture.id]
+            del self._physical[texture.id]
             return
         self._free_ids.add(texture.id)
         self._free[

@@ -24,15 +24,21 @@ DRAW = "draw"
 # kernel's other targets), the target's element count, its inputs (INPUT_FIELDS each), its
 # uniforms ([name, kind, values] each) and the label a profile reports it under.
 DRAW_FIELDS = ("opcode", "key", "target", "more_targets", "size", "inputs", "uniforms", "label")
+DRAW_KEY = DRAW_FIELDS.index("key")
 DRAW_TARGET = DRAW_FIELDS.index("target")
 DRAW_MORE_TARGETS = DRAW_FIELDS.index("more_targets")
+DRAW_SIZE = DRAW_FIELDS.index("size")
 DRAW_INPUTS = DRAW_FIELDS.index("inputs")
+DRAW_UNIFORMS = DRAW_FIELDS.index("uniforms")
 DRAW_LABEL = DRAW_FIELDS.index("label")
 # One input of a draw: its texture, its low part (-1: none), its element count, its repeat.
 INPUT_FIELDS = ("texture", "lo", "size", "repeat")
 # Inputs one draw samples: input k on texture units 2k and 2k + 1 (its float16 low part), and
 # WebGL2 guarantees 16 units.
 MAX_INPUTS_PER_DRAW = 8
+# Programs of several fused draws merged into one pass (multi_target.py), one render target per
+# draw: a profile counts such a draw as that many calls of its label.
+MERGED_KEY = "fused_multi4:"
 # A read returns every texture's texels as RGBA floats, whatever its own channel count.
 READ_CHANNELS = 4
 # bridge.js sets a fence every this many flushes; end_step waits while more than
@@ -71,6 +77,7 @@ def protocol() -> str:
             # The most render targets a draw writes: the largest block (blocks.py).
             "max_render_targets": max(rows * cols for rows, cols in blocks.SHAPES),
             "read_channels": READ_CHANNELS,
+            "merged_key": MERGED_KEY,
             "fence_every_flushes": FENCE_EVERY_FLUSHES,
             "uniforms": UNIFORMS,
         }
