@@ -1,5 +1,5 @@
-"""matmul and the convolutions as tiled GEMMs on gemm.wgsl (convolutions as implicit GEMMs);
-products of one row on gemv.wgsl."""
+"""matmul and the convolutions as tiled GEMMs on gemm.wgsl or gemm_vec4.wgsl (convolutions as
+implicit GEMMs), on gemm_direct.wgsl on software adapters; products of one row on gemv.wgsl."""
 
 from __future__ import annotations
 
@@ -199,7 +199,8 @@ def gemm_plan(
             COLUMN_VECS=str(GEMV_COLS4),
         )
         return _product_and_sum(op, g, f"gemv:{GEMV_COLS4}", wgsl, (1, tiles_n, 1, g.k), limits)
-    layout = _vec4_layout(g, load_a, load_b)
+    # A software adapter takes gemm_direct.wgsl: no workgroup memory to compile (see there).
+    layout = None if limits.resident_workgroups else _vec4_layout(g, load_a, load_b)
     if layout is not None:
         row_count = VEC4_ROWS if g.m >= 8 * VEC4_ROWS else 1
         rows, cols = 8 * row_count, 32 * VEC4_VECS
@@ -220,15 +221,17 @@ def gemm_plan(
     rows, cols = tile_shape(g.m, g.n)
     tiles_m, tiles_n = math.ceil(g.m / rows), math.ceil(g.n / cols)
     splits, per_split = _splits(tiles_m * tiles_n * g.batches, g.k)
+    kernel = "gemm_direct" if limits.resident_workgroups else "gemm"
     wgsl = codegen.render(
-        "gemm.wgsl",
+        f"{kernel}.wgsl",
         TILE_LOOP=codegen.template("tile_loop.wgsl"),
+        GEMM_IO=codegen.template("gemm_io.wgsl"),
         LOAD_A=load_a,
         LOAD_B=load_b,
         TILE_M=str(rows),
         TILE_N=str(cols),
     )
-    key = f"gemm:{load_a}:{load_b}:{rows}x{cols}"
+    key = f"{kernel}:{load_a}:{load_b}:{rows}x{cols}"
     return _product_and_sum(op, g, key, wgsl, (tiles_m, tiles_n, splits, per_split), limits)
 
 
