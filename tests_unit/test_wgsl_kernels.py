@@ -464,6 +464,8 @@ def test_gemms_with_fewer_workgroups_than_tiles_loop_over_them(gpu: WgpuNativeBa
     assert_matches_cpu(capped, "matmul", [normal(96, 64), normal(64, 128, seed=1)], **plain)
     assert_matches_cpu(capped, "matmul", [normal(2, 33, 20), normal(2, 20, 7, seed=2)], **plain)
     assert_matches_cpu(capped, "matmul", [normal(5, 6000), normal(6000, 3, seed=3)], **plain)
+    for m, n in ((4, 70), (12, 70), (40, 12)):  # gemm_direct's 8x128, 16x64 and 64x16 tiles
+        assert_matches_cpu(capped, "matmul", [normal(m, 20), normal(20, n, seed=m)], **plain)
     transposed = {"transpose_a": True, "transpose_b": False}
     assert_matches_cpu(capped, "matmul", [normal(64, 96), normal(64, 128, seed=4)], **transposed)
     # 6 output channels: not whole vec4s, so conv2d is the implicit GEMM too.

@@ -4,7 +4,7 @@ implicit GEMMs), on gemm_direct.wgsl on software adapters; products of one row o
 from __future__ import annotations
 
 import math
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from typing import Any
 
 from .. import OutSpec
@@ -172,6 +172,7 @@ class Gemm:
     stride_w: int = 1
     pad_top: int = 0
     pad_left: int = 0
+    threads_n: int = 0  # gemm_direct.wgsl's tile width in invocations (set by gemm_plan)
 
 
 def _splits(tiles: int, k: int) -> tuple[int, int]:
@@ -221,17 +222,17 @@ def gemm_plan(
     rows, cols = tile_shape(g.m, g.n)
     tiles_m, tiles_n = math.ceil(g.m / rows), math.ceil(g.n / cols)
     splits, per_split = _splits(tiles_m * tiles_n * g.batches, g.k)
-    kernel = "gemm_direct" if limits.resident_workgroups else "gemm"
+    fills = {"LOAD_A": load_a, "LOAD_B": load_b, "TILE_M": str(rows), "TILE_N": str(cols)}
+    key = f"gemm:{load_a}:{load_b}:{rows}x{cols}"
+    if limits.resident_workgroups:  # the tile shape in params: one pipeline per loader pair
+        g = replace(g, threads_n=cols // 4)
+        key = f"gemm_direct:{load_a}:{load_b}"
     wgsl = codegen.render(
-        f"{kernel}.wgsl",
+        f"{key.split(':')[0]}.wgsl",
         TILE_LOOP=codegen.template("tile_loop.wgsl"),
         GEMM_IO=codegen.template("gemm_io.wgsl"),
-        LOAD_A=load_a,
-        LOAD_B=load_b,
-        TILE_M=str(rows),
-        TILE_N=str(cols),
+        **fills,
     )
-    key = f"{kernel}:{load_a}:{load_b}:{rows}x{cols}"
     return _product_and_sum(op, g, key, wgsl, (tiles_m, tiles_n, splits, per_split), limits)
 
 

@@ -75,8 +75,8 @@ fn tile(group: u32, lid: u32) {
     }
   }
   let c_base = (split * p.batches + batch) * p.m * p.n;
-  store_row(c_base, row0 + ty, col0 + tx, acc0);
-  store_row(c_base, row0 + ty + THREADS_M, col0 + tx, acc1);
-  store_row(c_base, row0 + ty + 2u * THREADS_M, col0 + tx, acc2);
-  store_row(c_base, row0 + ty + 3u * THREADS_M, col0 + tx, acc3);
+  store_row(c_base, row0 + ty, col0 + tx, THREADS_N, acc0);
+  store_row(c_base, row0 + ty + THREADS_M, col0 + tx, THREADS_N, acc1);
+  store_row(c_base, row0 + ty + 2u * THREADS_M, col0 + tx, THREADS_N, acc2);
+  store_row(c_base, row0 + ty + 3u * THREADS_M, col0 + tx, THREADS_N, acc3);
 }

@@ -1,7 +1,6 @@
 // The bindings, Params and operand loaders gemm.wgsl and gemm_direct.wgsl share (matmul and the
 // three convolutions as implicit GEMMs differ only in how A and B are loaded: LOAD_A, LOAD_B
-// name one of the loaders below), and how an invocation stores its values of one C row (the
-// kernel defines THREADS_N: its invocations per tile row).
+// name one of the loaders below), and how an invocation stores its values of one C row.
 @group(0) @binding(0) var<storage, read> a: array<f32>;
 @group(0) @binding(1) var<storage, read> b: array<f32>;
 @group(0) @binding(2) var<storage, read_write> c: array<f32>;
@@ -17,6 +16,8 @@ struct Params {
   in_c: u32, out_h: u32, out_w: u32, out_c: u32,
   k_h: u32, k_w: u32, stride_h: u32, stride_w: u32,
   pad_top: i32, pad_left: i32,
+  // gemm_direct.wgsl's tile width in invocations (its tile shape is not compiled in).
+  threads_n: u32,
 }
 @group(0) @binding(3) var<uniform> p: Params;
 
@@ -104,11 +105,11 @@ fn transposed_filter_b(batch: u32, tap: u32, ci: u32) -> f32 {
   return b[(khw * p.in_c + ci) * p.out_c + co];
 }
 
-// The four values an invocation holds of one C row, at columns col + THREADS_N * j.
-fn store_row(c_base: u32, row: u32, col: u32, values: vec4<f32>) {
+// The four values an invocation holds of one C row, at columns col + step * j.
+fn store_row(c_base: u32, row: u32, col: u32, step: u32, values: vec4<f32>) {
   if (row >= p.m) { return; }
   for (var j = 0u; j < 4u; j++) {
-    let column = col + THREADS_N * j;
+    let column = col + step * j;
     if (column < p.n) { c[c_base + row * p.n + column] = values[j]; }
   }
 }
