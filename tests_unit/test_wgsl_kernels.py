@@ -532,6 +532,10 @@ def test_filter_gradient_of_a_big_batch_uses_split_k(gpu: WgpuNativeBackend) -> 
     spec = OutSpec((3, 3, 3, 4), "float32", (x.shape, g.shape), ("float32", "float32"))
     assert len(kernels.plan("conv2d_backprop_filter", attrs, spec).dispatches) == 2
     assert_matches_cpu(gpu, "conv2d_backprop_filter", [x, g], **attrs)
+    # gemm_direct.wgsl (a software adapter's) sums each K slice of the pixels as well.
+    software = WgpuNativeBackend(gpu.device, SOFTWARE)
+    assert len(kernels.plan("conv2d_backprop_filter", attrs, spec, SOFTWARE).dispatches) == 2
+    assert_matches_cpu(software, "conv2d_backprop_filter", [x, g], **attrs)
 
 
 # ---- pooling ----------------------------------------------------------------------------------
