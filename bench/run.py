@@ -188,7 +188,6 @@ class Run:
             steps=args.steps, warmup=args.warmup, budget_scale=args.budget_scale
         )
         self.workloads = chosen_workloads(args)
-        self.first_step_workload = wl.FIRST_STEP_QUICK if args.quick else wl.FIRST_STEP_FULL
         self.results: dict[str, Any] = {
             "meta": {
                 "mode": "quick" if args.quick else "full",
@@ -202,7 +201,8 @@ class Run:
                 "how": {},
                 "startup": "ours ready: page script start to pib.ready on a cold HTTP cache (Pyodide + "
                 "numpy + engine + backend); TF.js ready: tf.setBackend + tf.ready (tf.min.js already "
-                "loaded). First step: from ready, build the model and finish one synced training step. "
+                f"loaded). First step: from ready, build the {wl.FIRST_STEP.name} model "
+                f"({wl.FIRST_STEP.title}) and finish one synced training step. "
                 "First/second visit: navigation to pib.ready on /console in one persistent profile, "
                 "the browser closed between visits (HTTP and wasm code caches kept).",
             },
@@ -240,7 +240,7 @@ class Run:
             self.results["meta"]["header_lines"] = header_lines(self.browser, info)
         ours_first = None
         if ours_boot.get("ok") and not self.args.no_startup:
-            ours_first = await first_step(page, "ours", self.first_step_workload)
+            ours_first = await first_step(page, "ours", wl.FIRST_STEP)
         for theirs in theirs_list:
             await self.run_pair(page, (ours, theirs), ours_boot, ours_first)
         await page.show(self.results, "done")
@@ -298,8 +298,8 @@ class Run:
         if not self.args.no_startup:
             theirs_first = side_from_start(theirs_boot)
             if theirs_boot.get("ok"):
-                theirs_first = await first_step(page, "theirs", self.first_step_workload)
-            measure = f"first {self.first_step_workload.name} training step, ms"
+                theirs_first = await first_step(page, "theirs", wl.FIRST_STEP)
+            measure = f"first {wl.FIRST_STEP.name} training step, ms"
             self.add_row(
                 "start-up", measure, pair, ours_first or side_from_start(ours_boot), theirs_first
             )

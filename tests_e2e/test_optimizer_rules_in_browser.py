@@ -72,7 +72,7 @@ def test_keras_placement_compiles_nothing_after_the_warm_up(engine_page: EngineP
 from py_in_browser import runtime
 from py_in_browser.testing import workloads
 backend = runtime.current_backend()
-def compiled():  # WebGL2's linked programs, WebGPU's pipelines (warm-up ones queued at start)
+def compiled():  # programs and pipelines, the warm-up's included (queued at start, built while idle)
     return set(backend.queue.known_programs if backend.name == "webgl2" else backend._pipelines)
 before = compiled()
 x, y = workloads.synthetic_images(8, size=8, seed=0)

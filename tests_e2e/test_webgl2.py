@@ -31,13 +31,17 @@ def test_capabilities_are_probed(engine_page: EnginePage) -> None:
 
 
 def test_training_compiles_no_program_after_the_warm_up(engine_page: EnginePage) -> None:
-    """start() compiled what a CNN's training step draws, the optimizer's fused updates
-    included although its learning rate is not the default (constants are uniforms)."""
+    """init's warm-up handed the bridge every program a CNN's training step draws, the
+    optimizer's fused updates included although its learning rate is not the default
+    (constants are uniforms), and the bridge linked them all while idle."""
     compiled_late = engine_page.run(
         """
+import asyncio
 from py_in_browser import runtime
 from py_in_browser.testing import workloads
 backend = runtime.current_backend()
+while backend.queue.engine.warmUpLeft():
+    await asyncio.sleep(0.02)
 before = set(backend.queue.known_programs)
 x, y = workloads.synthetic_images(8, size=8, seed=0)
 model = workloads.small_cnn(size=8, seed=0)

@@ -24,6 +24,10 @@ RTOL = 1e-4
 CPU = CpuBackend()
 
 
+# A software adapter's limits (SwiftShader on 2 threads): its GEMMs take gemm_direct.wgsl.
+SOFTWARE = DeviceLimits(resident_workgroups=8)
+
+
 @pytest.fixture(scope="module")
 def gpu() -> WgpuNativeBackend:
     return WgpuNativeBackend(request_device())
@@ -122,14 +126,18 @@ def test_op_table_compiles_few_pipelines(active_gpu: WgpuNativeBackend) -> None:
     assert 0 < len(fresh.pipelines) <= 80, sorted(fresh.pipelines)
 
 
-def test_warm_up_kernels_compile_and_cover_training(gpu: WgpuNativeBackend) -> None:
+@pytest.mark.parametrize("limits", [DeviceLimits(), SOFTWARE], ids=["gpu", "software"])
+def test_warm_up_kernels_compile_and_cover_training(
+    gpu: WgpuNativeBackend, limits: DeviceLimits
+) -> None:
     """The pipelines compiled ahead at start-up are valid WGSL, and include what the small CNN's
-    training steps ask for (so its first step waits for no shader compilation)."""
-    warm = dict(warmup.common_kernels(DeviceLimits()))
+    training steps ask for (so its first step waits for no shader compilation), on a GPU and on
+    a software adapter (whose GEMMs are other kernels)."""
+    warm = dict(warmup.common_kernels(limits))
     assert 20 <= len(warm) <= 96  # single ops plus the fused updates, losses and gradients
     for key, wgsl in warm.items():
         gpu._pipeline(Dispatch(key, wgsl, (), b"", (1, 1, 1)))
-    fresh = WgpuNativeBackend(gpu.device)
+    fresh = WgpuNativeBackend(gpu.device, limits)
     previous = runtime._state["backend"]
     runtime._state["backend"] = fresh
     try:
@@ -445,16 +453,19 @@ def test_vec4_gemm_of_a_large_square_product(gpu: WgpuNativeBackend) -> None:
 
 def test_gemms_with_fewer_workgroups_than_tiles_loop_over_them(gpu: WgpuNativeBackend) -> None:
     """A software adapter launches at most resident_workgroups GEMM workgroups, each looping
-    over tiles: every GEMM form (vec4 plain and A-transposed, scalar, split-K, convolutions)
-    still computes every tile."""
+    over tiles, and takes gemm_direct.wgsl (no workgroup memory): every GEMM form (plain and
+    A-transposed products, odd shapes, split-K, convolutions) still computes every tile."""
     capped = WgpuNativeBackend(gpu.device, DeviceLimits(resident_workgroups=3))
     plain = {"transpose_a": False, "transpose_b": False}
     spec = OutSpec((96, 128), "float32", ((96, 64), (64, 128)), ("float32",) * 2)
     (product,) = kernels.plan("matmul", plain, spec, capped.device_limits).dispatches
     assert product.workgroups == (3, 1, 1)
+    assert product.key.startswith("gemm_direct:")
     assert_matches_cpu(capped, "matmul", [normal(96, 64), normal(64, 128, seed=1)], **plain)
     assert_matches_cpu(capped, "matmul", [normal(2, 33, 20), normal(2, 20, 7, seed=2)], **plain)
     assert_matches_cpu(capped, "matmul", [normal(5, 6000), normal(6000, 3, seed=3)], **plain)
+    for m, n in ((4, 70), (12, 70), (40, 12)):  # gemm_direct's 8x128, 16x64 and 64x16 tiles
+        assert_matches_cpu(capped, "matmul", [normal(m, 20), normal(20, n, seed=m)], **plain)
     transposed = {"transpose_a": True, "transpose_b": False}
     assert_matches_cpu(capped, "matmul", [normal(64, 96), normal(64, 128, seed=4)], **transposed)
     # 6 output channels: not whole vec4s, so conv2d is the implicit GEMM too.
@@ -485,8 +496,9 @@ def test_conv2d_and_gradients_match_cpu(
     assert_matches_cpu(gpu, "conv2d", [x, w], **geo)
     y_shape, _ = ops.infer("conv2d", [x.shape, w.shape], ["float32"] * 2, geo)
     g = normal(*y_shape, seed=7)
-    assert_matches_cpu(gpu, "conv2d_backprop_input", [g, w], input_shape=x.shape, **geo)
-    assert_matches_cpu(gpu, "conv2d_backprop_filter", [x, g], filter_shape=w.shape, **geo)
+    for adapter in (gpu, WgpuNativeBackend(gpu.device, SOFTWARE)):  # gemm.wgsl, gemm_direct.wgsl
+        assert_matches_cpu(adapter, "conv2d_backprop_input", [g, w], input_shape=x.shape, **geo)
+        assert_matches_cpu(adapter, "conv2d_backprop_filter", [x, g], filter_shape=w.shape, **geo)
 
 
 @pytest.mark.parametrize(
@@ -520,6 +532,10 @@ def test_filter_gradient_of_a_big_batch_uses_split_k(gpu: WgpuNativeBackend) -> 
     spec = OutSpec((3, 3, 3, 4), "float32", (x.shape, g.shape), ("float32", "float32"))
     assert len(kernels.plan("conv2d_backprop_filter", attrs, spec).dispatches) == 2
     assert_matches_cpu(gpu, "conv2d_backprop_filter", [x, g], **attrs)
+    # gemm_direct.wgsl (a software adapter's) sums each K slice of the pixels as well.
+    software = WgpuNativeBackend(gpu.device, SOFTWARE)
+    assert len(kernels.plan("conv2d_backprop_filter", attrs, spec, SOFTWARE).dispatches) == 2
+    assert_matches_cpu(software, "conv2d_backprop_filter", [x, g], **attrs)
 
 
 # ---- pooling ----------------------------------------------------------------------------------

@@ -93,7 +93,7 @@ class WebGL2Backend(Backend):
         self.memory.compensated = half and bool(self.limits.get("compensated_updates", True))
 
     async def prepare(self) -> None:
-        await self.warm_up()
+        self.warm_up()
 
     def close(self) -> None:
         """Releases the context at once (browsers cap live contexts); no runtime event."""
@@ -106,8 +106,9 @@ class WebGL2Backend(Backend):
         renderer = str(self.probed.get("renderer") or "")
         return next((name for name in SOFTWARE_RENDERERS if name.lower() in renderer.lower()), None)
 
-    async def warm_up(self) -> None:
-        """Compiles every program a training step needs before the first step runs."""
+    def warm_up(self) -> None:
+        """Sends every program a training step needs to be compiled and linked before the first
+        step draws (the GPU process links them in the background; nothing waits here)."""
         fused = shaders.fused_warmup_keys()
         keys = shaders.warmup_keys() + blocks.warmup_keys(self.draw_buffers) + fused
         if self.memory.compensated:
@@ -115,7 +116,7 @@ class WebGL2Backend(Backend):
             keys += [f"{key}+pair" for key in fused]
         else:  # float16 pair programs write their low part as a second target: never merged
             keys += multi_target.warmup_keys(self.draw_buffers)
-        await self.queue.call("compile", json.dumps({k: shaders.program_source(k) for k in keys}))
+        self.queue.call("compile", json.dumps({k: shaders.program_source(k) for k in keys}))
         self.queue.known_programs.update(keys)
 
     def capabilities(self) -> dict[str, Any]:

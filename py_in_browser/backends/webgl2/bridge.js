@@ -7,6 +7,10 @@ in vec2 position;
 void main() { gl_Position = vec4(position, 0.0, 1.0); }`;
 
 const POLL_MS = 1;
+// Warm-up programs linked per idle moment (~3 ms each on SwiftShader), and how long the engine
+// must have run no command list (and wait for no read) for that moment to count as idle.
+const WARM_UP_CHUNK = 8;
+const WARM_UP_IDLE_MS = 20;
 
 // A profile's timer queries that are not available after this long are discarded, not awaited.
 const QUERY_DEADLINE_MS = 10000;
@@ -176,6 +180,10 @@ class Engine {
     this.timer = new DrawTimer(gl, this.ext.timer);
     this.textures = new Map(); // id -> {texture, width, height, channels, half}
     this.programs = new Map(); // key -> {program, uniforms: Map(name -> {location, type})}
+    this.warmUp = new Map(); // key -> source: warm-up programs not compiled yet, in order
+    this.warmUpTimer = null;
+    this.linking = new Map(); // key -> a warm-up program compiled and linked, not yet finished
+    this.lastRun = 0; // performance.now() of the last command list: the warm-up links while idle
     this.fences = [];
     this.recordings = new Map(); // id -> {commands, constants}: recorded train steps
     this.flushes = 0;
@@ -311,18 +319,52 @@ class Engine {
     this.programs.set(key, { program, uniforms, inputs, out, outSize });
   }
 
-  // Compiles programs ahead (warm-up), in parallel where KHR_parallel_shader_compile exists.
-  async compile(programsJson) {
-    const pending = Object.entries(JSON.parse(programsJson))
-      .filter(([key]) => !this.programs.has(key))
-      .map(([key, source]) => this.startProgram(key, source));
-    if (this.ext.parallelCompile) {
-      const done = this.ext.parallelCompile.COMPLETION_STATUS_KHR;
-      // A lost context may never report completion (Firefox answers null): stop polling then.
-      while (!this.lost && !pending.every((p) => this.gl.getProgramParameter(p.program, done))) await sleep(POLL_MS);
+  // Programs to compile ahead (the warm-up), linked a few at a time while the engine is idle:
+  // each link is GPU-process work that every later draw queues behind (WebGL runs in order), so
+  // init does not wait for them and a step never waits for more than one WARM_UP_CHUNK. Link
+  // status and uniforms are read at a program's first draw (program(key)); a draw that needs a
+  // program not linked yet links it then (as any new program).
+  compile(programsJson) {
+    for (const [key, source] of Object.entries(JSON.parse(programsJson))) {
+      if (!this.programs.has(key) && !this.linking.has(key)) this.warmUp.set(key, source);
     }
-    if (this.lost) return; // the programs died with the context; the next call reports the loss
-    for (const p of pending) this.finishProgram(p);
+    this.pumpWarmUp();
+  }
+
+  pumpWarmUp() {
+    if (this.warmUpTimer !== null || this.warmUp.size === 0) return;
+    this.warmUpTimer = setTimeout(() => {
+      this.warmUpTimer = null;
+      if (this.lost) return;
+      if (performance.now() - this.lastRun >= WARM_UP_IDLE_MS && this.pendingReads.size === 0) {
+        for (const [key, source] of [...this.warmUp].slice(0, WARM_UP_CHUNK)) {
+          this.warmUp.delete(key);
+          this.linking.set(key, this.startProgram(key, source));
+        }
+        this.gl.flush();
+      }
+      this.pumpWarmUp();
+    }, WARM_UP_IDLE_MS);
+  }
+
+  // Program `key` ready to draw: linked ahead and finished now, or compiled now.
+  program(key) {
+    const source = this.warmUp.get(key);
+    if (source !== undefined) {
+      this.warmUp.delete(key);
+      this.finishProgram(this.startProgram(key, source));
+    }
+    const linking = this.linking.get(key);
+    if (linking) {
+      this.linking.delete(key);
+      this.finishProgram(linking);
+    }
+    return this.programs.get(key);
+  }
+
+  // Warm-up programs not linked yet (tests wait for none).
+  warmUpLeft() {
+    return this.warmUp.size;
   }
 
   // ---- command lists ----
@@ -339,6 +381,7 @@ class Engine {
   }
 
   runCommands({ programs, commands, profile }, staging) {
+    this.lastRun = performance.now();
     for (const [key, source] of Object.entries(programs)) this.finishProgram(this.startProgram(key, source));
     if (profile) this.timer.start();
     else this.timer.active = false;
@@ -467,7 +510,7 @@ class Engine {
     const at = this.at.draw, input = this.at.input;
     const key = command[at.key], outId = command[at.target], moreIds = command[at.more_targets];
     const size = command[at.size], inputs = command[at.inputs], uniforms = command[at.uniforms];
-    const entry = this.programs.get(key);
+    const entry = this.program(key);
     const { program, uniforms: slots } = entry;
     if (this.current.program !== program) {
       gl.useProgram(program);

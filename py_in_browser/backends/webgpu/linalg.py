@@ -1,10 +1,10 @@
-"""matmul and the convolutions as tiled GEMMs on gemm.wgsl (convolutions as implicit GEMMs);
-products of one row on gemv.wgsl."""
+"""matmul and the convolutions as tiled GEMMs on gemm.wgsl or gemm_vec4.wgsl (convolutions as
+implicit GEMMs), on gemm_direct.wgsl on software adapters; products of one row on gemv.wgsl."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 from typing import Any
 
 from .. import OutSpec
@@ -172,6 +172,7 @@ class Gemm:
     stride_w: int = 1
     pad_top: int = 0
     pad_left: int = 0
+    threads_n: int = 0  # gemm_direct.wgsl's tile width in invocations (set by gemm_plan)
 
 
 def _splits(tiles: int, k: int) -> tuple[int, int]:
@@ -199,7 +200,8 @@ def gemm_plan(
             COLUMN_VECS=str(GEMV_COLS4),
         )
         return _product_and_sum(op, g, f"gemv:{GEMV_COLS4}", wgsl, (1, tiles_n, 1, g.k), limits)
-    layout = _vec4_layout(g, load_a, load_b)
+    # A software adapter takes gemm_direct.wgsl: no workgroup memory to compile (see there).
+    layout = None if limits.resident_workgroups else _vec4_layout(g, load_a, load_b)
     if layout is not None:
         row_count = VEC4_ROWS if g.m >= 8 * VEC4_ROWS else 1
         rows, cols = 8 * row_count, 32 * VEC4_VECS
@@ -220,15 +222,17 @@ def gemm_plan(
     rows, cols = tile_shape(g.m, g.n)
     tiles_m, tiles_n = math.ceil(g.m / rows), math.ceil(g.n / cols)
     splits, per_split = _splits(tiles_m * tiles_n * g.batches, g.k)
-    wgsl = codegen.render(
-        "gemm.wgsl",
-        TILE_LOOP=codegen.template("tile_loop.wgsl"),
-        LOAD_A=load_a,
-        LOAD_B=load_b,
-        TILE_M=str(rows),
-        TILE_N=str(cols),
-    )
+    fills = {"LOAD_A": load_a, "LOAD_B": load_b, "TILE_M": str(rows), "TILE_N": str(cols)}
     key = f"gemm:{load_a}:{load_b}:{rows}x{cols}"
+    if limits.resident_workgroups:  # the tile shape in params: one pipeline per loader pair
+        g = replace(g, threads_n=cols // 4)
+        key = f"gemm_direct:{load_a}:{load_b}"
+    wgsl = codegen.render(
+        f"{key.split(':')[0]}.wgsl",
+        TILE_LOOP=codegen.template("tile_loop.wgsl"),
+        GEMM_IO=codegen.template("gemm_io.wgsl"),
+        **fills,
+    )
     return _product_and_sum(op, g, key, wgsl, (tiles_m, tiles_n, splits, per_split), limits)
 
 
