@@ -628,19 +628,21 @@ def test_a_large_transposed_product_reads_a_in_place_in_blocks() -> None:
 
 def test_a_replay_copies_a_batch_tensor_in_only_when_it_is_another() -> None:
     """State the step only reads (a batch given as tensors) keeps the last tensor copied in:
-    the same tensor again needs no copy; another tensor, or one made since in its texture, does."""
+    the same tensor again needs no copy; another tensor, or one made since in its texture, does.
+    (Here the state is an output too, so the replay cannot lend it the caller's texture instead.)"""
     backend, _ = fake_backend()
     x = backend.upload(np.ones((2, 4), np.float32))
     backend.begin_recording()
     loss = backend.run("exp", [x], {}, spec((2, 4), (2, 4)))
-    recording = backend.finish_recording([], [(x, x)], [loss])
+    recording = backend.finish_recording([], [(x, x)], [loss, x])
     backend.flush()
+    assert recording.lendable == (False,)
 
     def copies(batch: Handle) -> int:
         backend.replay(recording, [], [batch])
         draws = [c for c in backend.queue.commands if c[0] == wire.DRAW]
         backend.flush()
-        return len(draws) - 1  # the loss is copied out every time
+        return len(draws) - 2  # both outputs are copied out every time
 
     batch = backend.upload(np.zeros((2, 4), np.float32))
     assert [copies(batch), copies(batch)] == [1, 0]
