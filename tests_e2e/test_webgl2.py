@@ -300,15 +300,9 @@ def test_block_kernels_match_numpy(engine_page: EnginePage) -> None:
     check_blocks(engine_page)
 
 
-EPILOGUES = """
-from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
-rng = np.random.default_rng(5)
-x = rng.standard_normal((1, 8, 48, 3)).astype(np.float32)  # RGBA: 1024+ elements
-w = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
-b = rng.standard_normal((8,)).astype(np.float32)
-a = rng.standard_normal((8, 12)).astype(np.float32)
-k = rng.standard_normal((12, 16)).astype(np.float32)
-c = rng.standard_normal((16,)).astype(np.float32)
+# Python that keeps every command the backend sends to the bridge from here on, in `sent`.
+SENT_COMMANDS = """
+import json
 backend = pib.runtime.current_backend()
 backend.flush()
 sent = []
@@ -317,6 +311,19 @@ def spy(payload, staging):
     sent.extend(json.loads(payload)["commands"])
     return engine_run(payload, staging)
 backend.queue.engine.run = spy
+"""
+
+EPILOGUES = (
+    SENT_COMMANDS
+    + """
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+rng = np.random.default_rng(5)
+x = rng.standard_normal((1, 8, 48, 3)).astype(np.float32)  # RGBA: 1024+ elements
+w = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
+b = rng.standard_normal((8,)).astype(np.float32)
+a = rng.standard_normal((8, 12)).astype(np.float32)
+k = rng.standard_normal((12, 16)).astype(np.float32)
+c = rng.standard_normal((16,)).astype(np.float32)
 threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
 try:
     xs, ws, bs = pib.tensor(x), pib.tensor(w), pib.tensor(b)
@@ -333,13 +340,14 @@ finally:
 {"got": got, "x": x, "w": w, "b": b, "a": a, "k": k, "c": c,
  "draws": [command[1] for command in sent if command[0] == "draw"]}
 """
+)
 
 
 def check_epilogues(engine_page: EnginePage) -> None:
     """conv2d / matmul + bias (+ relu) as a block draw adding the bias and an interleave applying
     relu; the unfused draws are left out where nothing reads them, kept where something does.
     Against numpy."""
-    result = engine_page.run("import json\n" + EPILOGUES)
+    result = engine_page.run(EPILOGUES)
     x, w, b, a, k, c = (np.asarray(result[n], np.float32) for n in "xwbakc")
     conv = _conv2d(x, w, (1, 1), ((1, 1), (1, 1)))
     want = [np.maximum(conv + b, 0), conv + b, conv, conv + b, np.maximum(a @ k + c, 0)]
@@ -363,22 +371,15 @@ def test_a_layers_bias_and_relu_run_inside_its_block_kernels(engine_page: Engine
     check_epilogues(engine_page)
 
 
-POOLED = """
-import json
+POOLED = (
+    SENT_COMMANDS
+    + """
 from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 rng = np.random.default_rng(6)
 x = rng.standard_normal((2, 8, 32, 3)).astype(np.float32)  # RGBA: 1024+ elements
 w1 = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
 w2 = rng.standard_normal((3, 3, 8, 8)).astype(np.float32)
 b1, b2 = rng.standard_normal((2, 8)).astype(np.float32)
-backend = pib.runtime.current_backend()
-backend.flush()
-sent = []
-engine_run = backend.queue.engine.run
-def spy(payload, staging):
-    sent.extend(json.loads(payload)["commands"])
-    return engine_run(payload, staging)
-backend.queue.engine.run = spy
 threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
 xs, w1s, w2s, b1s, b2s = (pib.tensor(v) for v in (x, w1, w2, b1, b2))
 def layers():  # conv1 with relu (3 channels: c3 blocks), conv2 without (8: vec blocks)
@@ -400,6 +401,7 @@ finally:
 {"unfused": unfused, "got": got, "x": x, "w1": w1, "w2": w2, "b1": b1, "b2": b2,
  "draws": [command[1] for command in sent[eager:] if command[0] == "draw"]}
 """
+)
 
 
 def _max_pool(x: np.ndarray) -> np.ndarray:
@@ -459,20 +461,13 @@ finally:
     assert outcome == [2, True, True]
 
 
-SPLIT_SUMS = """
-import json
+SPLIT_SUMS = (
+    SENT_COMMANDS
+    + """
 rng = np.random.default_rng(9)
 a = rng.standard_normal((1, 2048)).astype(np.float32)
 k = rng.standard_normal((2048, 16)).astype(np.float32)
 c = rng.standard_normal((16,)).astype(np.float32)
-backend = pib.runtime.current_backend()
-backend.flush()
-sent = []
-engine_run = backend.queue.engine.run
-def spy(payload, staging):
-    sent.extend(json.loads(payload)["commands"])
-    return engine_run(payload, staging)
-backend.queue.engine.run = spy
 try:
     at, kt, ct = pib.tensor(a), pib.tensor(k), pib.tensor(c)
     dense = pib.relu(pib.matmul(at, kt) + ct)  # a batch-1 Dense layer
@@ -484,6 +479,7 @@ finally:
 {"got": got, "a": a, "k": k, "c": c,
  "draws": [command[1] for command in sent if command[0] == "draw"]}
 """
+)
 
 
 def test_a_batch_one_layers_bias_and_relu_join_its_split_sum(engine_page: EnginePage) -> None:
