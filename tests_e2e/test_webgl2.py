@@ -496,17 +496,25 @@ def test_a_batch_one_layers_bias_and_relu_join_its_split_sum(engine_page: Engine
     assert not {"binary4:add", "unary4:relu"} & set(result["draws"])
 
 
-PADDED_MATMULS = """
+def rule_spy(rule: str) -> str:
+    """Python that wraps rewrites.`rule` so that `taken` says, per call, whether it rewrote the
+    op; the snippet after it puts the rule back (`setattr(webgl2_rewrites, RULE, rule_before)`)."""
+    return f"""
 from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 from py_in_browser.ops import call
-rng = np.random.default_rng(3)
-padded = webgl2_rewrites.matmul_padded
+RULE = {rule!r}
+rule_before = getattr(webgl2_rewrites, RULE)
 taken = []
 def spy(*args):
-    result = padded(*args)
+    result = rule_before(*args)
     taken.append(result is not None)
     return result
-webgl2_rewrites.matmul_padded = spy
+setattr(webgl2_rewrites, RULE, spy)
+"""
+
+
+PADDED_MATMULS = """
+rng = np.random.default_rng(3)
 threshold, webgl2_rewrites.PAD_MATMUL_AT = webgl2_rewrites.PAD_MATMUL_AT, 0
 try:
     got = []
@@ -516,7 +524,7 @@ try:
         got.append([a, b, await out.numpy()])
 finally:
     webgl2_rewrites.PAD_MATMUL_AT = threshold
-    webgl2_rewrites.matmul_padded = padded
+    setattr(webgl2_rewrites, RULE, rule_before)
 {"got": got, "taken": taken}
 """
 PADDED_CASES = [  # (a, b, transpose_a, transpose_b): K, N (and M if a is transposed) not all 4k
@@ -529,7 +537,9 @@ PADDED_CASES = [  # (a, b, transpose_a, transpose_b): K, N (and M if a is transp
 
 def test_products_of_partial_texels_are_padded_to_whole_texels(engine_page: EnginePage) -> None:
     """Zero-padded to multiples of 4, run whole-texel, sliced back: against numpy."""
-    result = engine_page.run(f"CASES = {PADDED_CASES!r}\n{PADDED_MATMULS}")
+    result = engine_page.run(
+        f"CASES = {PADDED_CASES!r}\n{rule_spy('matmul_padded')}{PADDED_MATMULS}"
+    )
     assert sum(result["taken"]) == len(PADDED_CASES)  # (the padded products then decline)
     for (_, _, ta, tb), (a, b, got) in zip(PADDED_CASES, result["got"], strict=True):
         a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
@@ -538,16 +548,7 @@ def test_products_of_partial_texels_are_padded_to_whole_texels(engine_page: Engi
 
 
 FILTER_GRADIENTS = """
-from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
-from py_in_browser.ops import call
 rng = np.random.default_rng(4)
-split = getattr(webgl2_rewrites, RULE)
-taken = []
-def spy(*args):
-    result = split(*args)
-    taken.append(result is not None)
-    return result
-setattr(webgl2_rewrites, RULE, spy)
 try:
     got = []
     for x_shape, w_shape, stride, pads in CASES:
@@ -559,7 +560,7 @@ try:
                   strides=(stride, stride), pads=pads)
         got.append([x, g, await dw.numpy()])
 finally:
-    setattr(webgl2_rewrites, RULE, split)
+    setattr(webgl2_rewrites, RULE, rule_before)
 {"got": got, "taken": taken}
 """
 FILTER_CASES = [  # (x NHWC, filter HWIO, stride, pads): 3 input channels (RGBA-packed), 8
@@ -596,7 +597,7 @@ def test_filter_gradients_are_summed_in_parts_like_numpy(
     """Few filter texels over many gradient rows: partial sums over slices of the rows, then
     a sum over the slices (rewrites.split_filter_gradient); larger ones as a block product of
     the input's patches and the gradient (rewrites.filter_gradient_as_product); against numpy."""
-    result = engine_page.run(f"CASES = {cases!r}\nRULE = {rule!r}\n{FILTER_GRADIENTS}")
+    result = engine_page.run(f"CASES = {cases!r}\n{rule_spy(rule)}{FILTER_GRADIENTS}")
     assert result["taken"] == [True] * len(cases)
     for (_, w_shape, stride, pads), (x, g, got) in zip(cases, result["got"], strict=True):
         want = _filter_gradient(np.asarray(x), np.asarray(g), w_shape, stride, pads)
@@ -604,16 +605,7 @@ def test_filter_gradients_are_summed_in_parts_like_numpy(
 
 
 INPUT_GRADIENTS = """
-from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
-from py_in_browser.ops import call
 rng = np.random.default_rng(7)
-rule = webgl2_rewrites.input_gradient_as_conv
-taken = []
-def spy(*args):
-    result = rule(*args)
-    taken.append(result is not None)
-    return result
-webgl2_rewrites.input_gradient_as_conv = spy
 try:
     got = []
     for x_shape, w_shape, pads in CASES:
@@ -625,7 +617,7 @@ try:
                   strides=(1, 1), pads=pads)
         got.append([g, w, await dx.numpy()])
 finally:
-    webgl2_rewrites.input_gradient_as_conv = rule
+    setattr(webgl2_rewrites, RULE, rule_before)
 {"got": got, "taken": taken}
 """
 INPUT_CASES = [  # (x NHWC, filter HWIO, pads), stride 1: "same", "valid", uneven
@@ -649,7 +641,9 @@ def _input_gradient(g: np.ndarray, w: np.ndarray, x_shape: tuple[int, ...], pads
 def test_input_gradients_run_as_convolutions_like_numpy(engine_page: EnginePage) -> None:
     """Stride-1 input gradients as a convolution of the gradient with the turned filter on the
     block kernels (rewrites.input_gradient_as_conv), against numpy."""
-    result = engine_page.run(f"CASES = {INPUT_CASES!r}\n{INPUT_GRADIENTS}")
+    result = engine_page.run(
+        f"CASES = {INPUT_CASES!r}\n{rule_spy('input_gradient_as_conv')}{INPUT_GRADIENTS}"
+    )
     assert result["taken"] == [True] * len(INPUT_CASES)
     for (x_shape, _, pads), (g, w, got) in zip(INPUT_CASES, result["got"], strict=True):
         want = _input_gradient(np.asarray(g), np.asarray(w), x_shape, pads)
