@@ -1,4 +1,5 @@
 # Two commands do all set-up on a fresh machine: `make run` (the app) and `make test` (every test).
+# Browsers come before setup where both are needed: setup makes the runtime snapshot in Chromium.
 VENV   := .venv
 PY     := $(VENV)/bin/python
 CLI    := $(VENV)/bin/py-in-browser
@@ -52,7 +53,7 @@ lint: $(VENV)/.installed-test
 unit: $(VENV)/.installed-test setup postgres
 	$(VENV)/bin/pytest tests_unit
 
-e2e: $(VENV)/.installed-test setup browsers bench/node_modules/.installed
+e2e: $(VENV)/.installed-test browsers setup bench/node_modules/.installed
 	$(VENV)/bin/pytest tests_e2e
 
 # The API reference (served at /docs) from the engine's docstrings, into the git-ignored
@@ -61,7 +62,7 @@ docs: $(VENV)/.installed-docs
 	$(VENV)/bin/sphinx-build -q -W --keep-going -b html -d build/docs-doctrees docs build/docs
 
 # The e2e suite includes a smoke run of the benchmark harness, so TF.js is installed here too.
-test: $(VENV)/.installed-test setup browsers postgres bench/node_modules/.installed lint docs
+test: $(VENV)/.installed-test browsers setup postgres bench/node_modules/.installed lint docs
 	$(VENV)/bin/pytest --durations=25 tests_unit tests_e2e
 
 # TensorFlow.js 4.22.0 for the benchmarks, from npm into the git-ignored bench/node_modules.
@@ -70,5 +71,5 @@ bench/node_modules/.installed: bench/package.json bench/package-lock.json
 	touch $@
 
 # Ours vs TensorFlow.js in one Chromium session: `make bench`, or `make bench BENCH_ARGS=--quick`.
-bench: $(VENV)/.installed-test setup browsers bench/node_modules/.installed
+bench: $(VENV)/.installed-test browsers setup bench/node_modules/.installed
 	$(PY) -m bench $(BENCH_ARGS)

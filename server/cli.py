@@ -13,6 +13,7 @@ from server.engine_bundle import ensure_engine_bundle
 from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
 from server.settings import Paths
 from server.simd_build import SimdBuildError, ensure_simd_module
+from server.snapshot_maker import SnapshotMakerError, find_chromium, make_runtime_snapshot
 from server.web_libraries import ensure_web_libraries, web_library_problems
 
 
@@ -25,6 +26,20 @@ def setup(paths: Paths) -> None:
     ensure_web_libraries(paths)
     bundle = ensure_engine_bundle(paths)
     print(f"engine: {bundle.path} (sources {bundle.digest})")
+    _make_snapshot(paths)
+
+
+def _make_snapshot(paths: Paths) -> None:
+    """The snapshot first visits restore (server/snapshot_maker.py); optional: without it a first
+    visit starts Python afresh."""
+    chromium = find_chromium()
+    if chromium is None:
+        print("snapshot: no Chromium here (`make browsers`), so first visits start Python afresh")
+        return
+    try:
+        print(f"snapshot: {make_runtime_snapshot(paths, chromium)}")
+    except SnapshotMakerError as exc:
+        print(f"snapshot: not made, first visits start Python afresh: {exc}")
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -12,17 +12,31 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from server.asset_versions import VERSIONED_PREFIX, WebFolderDigest, versioned_page
 from server.engine_bundle import BUNDLE_NAME, EngineBundle, ensure_engine_bundle
 from server.registry import LazyRegistry
 from server.registry.config import RegistryConfig
 from server.request_limits import RequestBodyLimits
 from server.routers import models, training
 from server.runtime_setup import runtime_problems
-from server.settings import NUMPY_BUNDLE, PYODIDE_VERSION, WEB_LIBRARIES, Paths
+from server.runtime_snapshot import (
+    SNAPSHOT_NAME,
+    SNAPSHOT_URL_PREFIX,
+    snapshot_path,
+    snapshot_url,
+    snapshots_offered,
+)
+from server.settings import (
+    NUMPY_BUNDLE_URL,
+    PYODIDE_VERSION,
+    RUNTIME_PREFIX,
+    RUNTIME_URL,
+    WEB_LIBRARIES,
+    Paths,
+)
 from server.static import IMMUTABLE, REVALIDATE, resolve_inside, serve_file
 from server.web_libraries import library_folder, web_library_problems
 
-RUNTIME_PREFIX = f"/runtime/pyodide/{PYODIDE_VERSION}"
 # Cross-origin isolation (SharedArrayBuffer, precise timers) needs COOP + COEP on every response.
 SECURITY_HEADERS = [
     (b"cross-origin-opener-policy", b"same-origin"),
@@ -100,6 +114,15 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
     app.include_router(models.router)
     app.include_router(training.router)
     bundle_lock = threading.Lock()
+    web_digest = WebFolderDigest(paths.web)
+
+    def web_page(relative: str) -> Response:
+        """A page of the web folder, its scripts and styles under content-versioned URLs."""
+        path = resolve_inside(paths.web, relative)
+        if path is None:
+            raise HTTPException(404, "not found")
+        html = versioned_page(path.read_text(encoding="utf-8"), web_digest.current())
+        return HTMLResponse(html, headers={"Cache-Control": REVALIDATE})
 
     def engine_bundle() -> EngineBundle:
         with bundle_lock:
@@ -115,15 +138,32 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
             "problems": problems,
         }
 
+    offer_snapshot = snapshots_offered()
+
     @app.get("/api/engine")
-    def engine() -> dict[str, str]:
+    def engine() -> dict[str, str | None]:
         bundle = engine_bundle()
         return {
             "bundle_url": f"/engine/{bundle.digest}/{BUNDLE_NAME}",
             "digest": bundle.digest,
-            "runtime_url": f"{RUNTIME_PREFIX}/",
-            "numpy_bundle_url": f"{RUNTIME_PREFIX}/{NUMPY_BUNDLE}",
+            "runtime_url": RUNTIME_URL,
+            "numpy_bundle_url": NUMPY_BUNDLE_URL,
+            # null when set-up made no snapshot of this build (no Chromium, or sources edited since)
+            "snapshot_url": snapshot_url(paths, bundle.digest) if offer_snapshot else None,
         }
+
+    @app.api_route(
+        SNAPSHOT_URL_PREFIX + "/{digest}/" + SNAPSHOT_NAME,
+        methods=["GET", "HEAD"],
+        include_in_schema=False,
+    )
+    def runtime_snapshot_file(request: Request, digest: str) -> Response:
+        path = snapshot_path(paths, digest)
+        if digest != engine_bundle().digest or not path.is_file():
+            raise HTTPException(
+                404, "no snapshot of that build; ask /api/engine for the current one"
+            )
+        return serve_file(request, path, IMMUTABLE)
 
     @app.api_route("/engine/{digest}/{name}", methods=["GET", "HEAD"], include_in_schema=False)
     def engine_file(request: Request, digest: str, name: str) -> Response:
@@ -170,7 +210,7 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
     @app.api_route("/console", methods=["GET", "HEAD"], include_in_schema=False)
     def console_page(request: Request) -> Response:
         """The engine console (the app has /)."""
-        return _serve_web_folder(request, paths.web, "console.html")
+        return web_page("console.html")
 
     @app.api_route("/docs", methods=["GET", "HEAD"], include_in_schema=False)
     def docs_root() -> Response:
@@ -182,8 +222,24 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
             return HTMLResponse(DOCS_NOT_BUILT, status_code=503)
         return _serve_web_folder(request, paths.docs, relative)
 
+    @app.api_route(
+        VERSIONED_PREFIX + "/{digest}/{relative:path}",
+        methods=["GET", "HEAD"],
+        include_in_schema=False,
+    )
+    def versioned_web_file(request: Request, digest: str, relative: str) -> Response:
+        """A web file under a page's versioned URL: cached for good while the digest is current;
+        a stale page's requests get today's file, revalidated."""
+        path = resolve_inside(paths.web, relative)
+        if path is None:
+            raise HTTPException(404, "not found")
+        current = digest == web_digest.current()
+        return serve_file(request, path, IMMUTABLE if current else REVALIDATE)
+
     @app.api_route("/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False)
     def web_file(request: Request, relative: str) -> Response:
+        if relative in ("", "index.html"):
+            return web_page("index.html")
         return _serve_web_folder(request, paths.web, relative)
 
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)

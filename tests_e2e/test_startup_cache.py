@@ -1,8 +1,10 @@
-"""A second visit in the same browser profile reuses the first visit's work: the runtime and both
-packages come from the HTTP cache, the runtime with numpy and the engine imported from a memory
-snapshot and Python's bytecode from the Cache API (as the worker reports), and the engine trains
-like CPython's. Bytecode stored for another build is refused and replaced, and so is a snapshot
-whose shared libraries do not relink into the function table they were recorded with."""
+"""A first visit restores the memory snapshot set-up made in headless Chromium (numpy and the
+engine imported) and trains like CPython. On a server without one, a second visit in the same
+browser profile reuses the first visit's work: the runtime and both packages come from the HTTP
+cache, the runtime with numpy and the engine imported from the snapshot the first visit stored and
+Python's bytecode from the Cache API (as the worker reports), and the engine trains like CPython's.
+Bytecode stored for another build is refused and replaced, and so is a snapshot whose shared
+libraries do not relink into the function table they were recorded with."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import numpy as np
 from playwright.sync_api import Playwright
 
 from py_in_browser.testing import workloads
+from server.background import background_dev_server
 from tests_e2e.browsers import CHROMIUM, CHROMIUM_ARGS
 from tests_e2e.conftest import BOOT_TIMEOUT_MS
 
@@ -49,9 +52,12 @@ SPOIL_CACHES = """async () => {
 }"""
 
 
-def visit(playwright: Playwright, profile: Path, url: str, then: str | None = None) -> Any:
+def visit(
+    playwright: Playwright, profile: Path, url: str, then: str | None = None, spoil: bool = False
+) -> Any:
     """Opens `url` in a browser on `profile`, waits until the bytecode is stored, runs the Python
-    `then`, and closes the browser (its caches stay in the profile): pib.startup and the result."""
+    `then`, spoils the stored entries if asked (SPOIL_CACHES), and closes the browser (its caches
+    stay in the profile): pib.startup and the result."""
     context = playwright.chromium.launch_persistent_context(
         profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
     )
@@ -63,31 +69,52 @@ def visit(playwright: Playwright, profile: Path, url: str, then: str | None = No
         page.wait_for_function(STORED)
         startup = page.evaluate("() => window.pib.startup")
         value = None if then is None else page.evaluate("(c) => window.pib.runPython(c)", then)
-        if then == TRAIN:
+        if spoil:
             page.evaluate(SPOIL_CACHES)
         return startup, value
     finally:
         context.close()
 
 
-def test_second_visit_reuses_downloads_snapshot_and_bytecode_and_trains(
+def xor_in_cpython() -> Any:
+    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API owns this thread's event loop
+        return pool.submit(asyncio.run, workloads.run_xor(**XOR)).result()
+
+
+def test_first_visit_restores_the_snapshot_set_up_made_and_trains(
     playwright: Playwright, server_url: str, tmp_path: Path
 ) -> None:
-    url = f"{server_url}/console?backend=cpu"
+    startup, got = visit(playwright, tmp_path, f"{server_url}/console?backend=cpu", TRAIN)
+    print(f"first visit {startup}")
+    assert (startup["snapshot"], startup["snapshot_source"]) == ("loaded", "server"), startup
+    assert startup["snapshot_store"] is None, startup  # nothing to make: the server's was current
+    assert set(startup["stages"]) == STAGES
+    expected = xor_in_cpython()
+    np.testing.assert_allclose(got["losses"], expected["losses"], rtol=0, atol=1e-5)
+
+
+def test_second_visit_reuses_downloads_snapshot_and_bytecode_and_trains(
+    playwright: Playwright, tmp_path: Path
+) -> None:
+    with background_dev_server(env={"PIB_SERVER_SNAPSHOT": "off"}) as server_url:
+        browser_made_snapshots(playwright, tmp_path, f"{server_url}/console?backend=cpu")
+
+
+def browser_made_snapshots(playwright: Playwright, tmp_path: Path, url: str) -> None:
     first, _ = visit(playwright, tmp_path, url)
     assert first["http_cache"] == {"runtime": False, "numpy": False, "engine": False}, first
     assert (first["bytecode"], first["bytecode_store"]) == ("absent", "stored"), first
     assert (first["snapshot"], first["snapshot_store"]) == ("absent", "stored"), first
     assert set(first["stages"]) == STAGES and first["ready_ms"] > 0
 
-    second, got = visit(playwright, tmp_path, url, TRAIN)
+    second, got = visit(playwright, tmp_path, url, TRAIN, spoil=True)
     print(f"first visit {first}\nsecond visit {second}")
     assert second["http_cache"] == {"runtime": True, "numpy": True, "engine": True}, second
     assert (second["bytecode"], second["bytecode_store"]) == ("loaded", None), second
     assert (second["snapshot"], second["snapshot_store"]) == ("loaded", None), second
+    assert second["snapshot_source"] == "browser", second
     assert set(second["stages"]) == STAGES
-    with ThreadPoolExecutor(1) as pool:  # Playwright's sync API owns this thread's event loop
-        expected = pool.submit(asyncio.run, workloads.run_xor(**XOR)).result()
+    expected = xor_in_cpython()
     np.testing.assert_allclose(got["losses"], expected["losses"], rtol=0, atol=1e-5)
 
     # The second visit spoiled both entries: each is refused, the engine starts afresh, and both

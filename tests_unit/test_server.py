@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -61,9 +62,32 @@ def test_app_and_console_pages_and_their_headers(
     response = client.get(path)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
-    assert f'src="{script}"' in response.text
+    assert re.search(rf'src="/v/[0-9a-f]{{16}}{script}"', response.text), response.text
     assert "window.pib = startEngine(" in (REPO_ROOT / "web" / script.lstrip("/")).read_text()
     assert_isolated(response)
+
+
+def test_page_scripts_are_cached_for_good_until_the_web_folder_changes(
+    tmp_path: Path, runtime_cache: Paths
+) -> None:
+    """A returning visit takes the pages' module graph from the HTTP cache without a request; an
+    edit yields new URLs, and a stale page's old URLs get today's files, revalidated."""
+    web = tmp_path / "web"
+    shutil.copytree(REPO_ROOT / "web", web)
+    client = TestClient(create_app(Paths(cache=runtime_cache.cache, web=web)))
+    script = re.search(r'src="(/v/\w+/js/console\.js)"', client.get("/console").text)
+    assert script is not None
+    first = client.get(script[1])
+    assert first.status_code == 200 and "immutable" in first.headers["cache-control"]
+    assert first.content == (web / "js" / "console.js").read_bytes()
+
+    (web / "js" / "console.js").write_text("// edited\n")
+    edited = re.search(r'src="(/v/\w+/js/console\.js)"', client.get("/console").text)
+    assert edited is not None and edited[1] != script[1]
+    assert client.get(edited[1]).text == "// edited\n"
+    stale = client.get(script[1])
+    assert (stale.text, stale.headers["cache-control"]) == ("// edited\n", "no-cache")
+    assert client.get(script[1].replace("console.js", "../../pyproject.toml")).status_code == 404
 
 
 @pytest.mark.parametrize(

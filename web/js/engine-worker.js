@@ -2,7 +2,7 @@
 import { restoreBytecode, saveBytecode } from "./bytecode-cache.js";
 import { probeGPU } from "./gpu-probe.js";
 import { fetchBundle, installBundle } from "./package-bundle.js";
-import { openSnapshot, startRuntime, storeSnapshot } from "./runtime-snapshot.js";
+import { buildVersion, chooseSnapshot, openSnapshot, startRuntime, storeSnapshot } from "./runtime-snapshot.js";
 
 let runner = null; // py_in_browser._worker, once the engine is loaded
 let hidden = false; // the page's visibility, told by pib-client.js; handed to the engine at boot
@@ -83,7 +83,7 @@ async function stage(name, work) {
 
 async function boot({ backend }) {
   const environmentPromise = probeGPU();
-  const stored = openSnapshot();
+  const ownSnapshot = openSnapshot();
   const engine = await (await fetchOk("/api/engine")).json();
   // The bundles download while the runtime compiles and starts Python, not after it.
   const numpyBundle = fetchBundle(engine.numpy_bundle_url);
@@ -91,9 +91,10 @@ async function boot({ backend }) {
   numpyBundle.catch(() => {}); // awaited below; a failure surfaces there, not as an unhandled rejection
   engineBundle.catch(() => {});
   // What the stored snapshot and bytecode must have been made from: this runtime and these sources.
-  const version = `${engine.runtime_url} ${engine.numpy_bundle_url} ${engine.digest}`;
+  const version = buildVersion(engine);
+  const stored = chooseSnapshot(ownSnapshot, engine.snapshot_url, version);
   const { pyodide, snapshot } = await stage("runtime", () =>
-    startRuntime({ indexURL: engine.runtime_url, version, bundles: [numpyBundle, engineBundle], stored }),
+    startRuntime({ indexURL: engine.runtime_url, bundles: [numpyBundle, engineBundle], stored }),
   );
   // A restored runtime has both packages installed and imported already.
   const restored = snapshot === "loaded";
@@ -132,6 +133,7 @@ async function boot({ backend }) {
     bytecode,
     storeBytecode,
     snapshot,
+    snapshotSource: snapshot === "loaded" ? (await stored).source : null,
     makeSnapshot,
   });
   if (makeSnapshot) {

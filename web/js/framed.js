@@ -9,9 +9,13 @@ export function unframe(bytes) {
   return { header, body: bytes.subarray(4 + headerLength) };
 }
 
-// A Blob framing `header` (JSON-serialisable) with `parts` (typed arrays) as the body.
+// A Blob framing `header` (JSON-serialisable) with `parts` (typed arrays) as the body. The header
+// is padded with spaces so the body starts 8-byte aligned: a reader can view it as 32- or 64-bit
+// words in place.
 export function frame(header, parts) {
-  const encoded = new TextEncoder().encode(JSON.stringify(header));
+  const json = new TextEncoder().encode(JSON.stringify(header));
+  const encoded = new Uint8Array(json.length + ((8 - ((4 + json.length) % 8)) % 8)).fill(0x20);
+  encoded.set(json);
   const length = new Uint8Array(4);
   new DataView(length.buffer).setUint32(0, encoded.length, true);
   return new Blob([length, encoded, ...parts], { type: "application/octet-stream" });

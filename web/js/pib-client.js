@@ -24,7 +24,8 @@ export function startEngine({ onStage = () => {} } = {}) {
     // Once ready: ready_ms (navigation to ready), stages (ms each), http_cache (per stage,
     // whether its downloads came from the browser's HTTP cache), snapshot (the runtime's memory
     // snapshot, numpy and the engine imported) and bytecode (numpy's and the engine's): "loaded" from an earlier visit, or
-    // "absent", "stale", "unavailable" or "failed: ..."; snapshot_store and bytecode_store:
+    // "absent", "stale", "unavailable" or "failed: ..."; snapshot_source: where a loaded snapshot
+    // came from, "server" (made at set-up) or "browser" (an earlier visit's); snapshot_store and bytecode_store:
     // "storing", then "stored" or "failed: ...", null when nothing needed storing.
     startup: null,
     ready: null,
@@ -71,6 +72,7 @@ export function startEngine({ onStage = () => {} } = {}) {
           stages,
           http_cache: data.httpCache,
           snapshot: data.snapshot,
+          snapshot_source: data.snapshotSource,
           snapshot_store: data.makeSnapshot ? "storing" : null,
           bytecode: data.bytecode,
           bytecode_store: data.storeBytecode ? "storing" : null,

@@ -6,16 +6,48 @@
 // An instance started with _makeSnapshot wraps every JS object Python touches in a recording proxy
 // (WebGPU calls through it fail), so the snapshot is made by a throwaway instance in a worker of
 // its own once the engine is idle after ready, never by the engine's.
+//
+// A first visit has no snapshot of its own: the dev server offers one that `py-in-browser setup`
+// made in headless Chromium with this same code (snapshot-maker.js), so even the first visit
+// skips Python's start-up; the browser makes its own only when the server has none for this build.
+import { unframe } from "./framed.js";
 import { bundleFiles, installBundle } from "./package-bundle.js";
 import { compileLibraries, relinkLibraries } from "./shared-libraries.js";
-import { checkEntry, openEntry } from "./startup-cache.js";
+import { checkEntry, dropEntry, openEntry } from "./startup-cache.js";
 
 export const SNAPSHOT_CACHE = "pib-runtime-snapshot";
 
-// Starts reading the stored snapshot before the build it must match is known (a promise for
-// startRuntime).
+// What an engine build is made of, as /api/engine names it: the runtime's and the packages'
+// builds. Snapshots and bytecode made from another are stale.
+export function buildVersion(engine) {
+  return `${engine.runtime_url} ${engine.numpy_bundle_url} ${engine.digest}`;
+}
+
+// What a snapshot depends on beyond the build: Pyodide records at start-up whether the browser can
+// suspend WebAssembly (JSPI), and a restored image keeps that answer.
+function snapshotVersion(version) {
+  return `${version} jspi=${typeof WebAssembly.Suspending === "function"}`;
+}
+
+// Starts reading the browser's own snapshot before the build it must match is known.
 export function openSnapshot() {
   return openEntry(SNAPSHOT_CACHE);
+}
+
+// The snapshot to restore for `version` (a promise for startRuntime): the browser's own (`local`,
+// openSnapshot's promise) when it was made for this build, else the server's at `serverURL` (null
+// when it has none), else the local entry's state. A stale local entry is dropped when the server's
+// replaces it, so later visits do not read it in vain.
+export async function chooseSnapshot(local, serverURL, version) {
+  const expected = snapshotVersion(version);
+  const own = checkEntry(await local, expected);
+  if (own.state === "loaded" || !serverURL) return { ...own, source: "browser" };
+  const response = await fetch(serverURL);
+  if (!response.ok) return own;
+  const served = checkEntry({ state: "found", ...unframe(new Uint8Array(await response.arrayBuffer())) }, expected);
+  if (served.state !== "loaded") return own;
+  if (own.state === "stale") dropEntry(SNAPSHOT_CACHE).catch(() => {});
+  return { ...served, source: "server" };
 }
 
 // The libraries a snapshot relinks, compiled from the bundles as soon as they arrive.
@@ -27,34 +59,48 @@ async function compileFromBundles(libraries, bundles) {
   return compiled;
 }
 
+// Why a runtime starts afresh: the snapshot's state ("absent", "stale", "unavailable").
+class NotRestoring extends Error {
+  constructor(state) {
+    super(state);
+    this.state = state;
+  }
+}
+
+// The snapshot's image as Pyodide reads it (32-bit words, so a 4-byte-aligned start; frame()
+// pads headers so the body is, and copies only otherwise), or NotRestoring.
+function restorableImage(entry) {
+  if (entry.state !== "loaded") throw new NotRestoring(entry.state);
+  return entry.body.byteOffset % 4 === 0 ? entry.body : entry.body.slice();
+}
+
 // {pyodide, snapshot}: snapshot "loaded" when restored, else why not ("absent", "stale",
 // "unavailable", or "failed: ..." when restoring threw and the runtime started afresh).
-// `build` ({indexURL, version, bundles, stored}) names the Pyodide build, the version the entry
-// must have been made for (the runtime's and the packages' builds), the packages' bundles
-// (promises of their bytes) and the stored entry (openSnapshot's promise). A restored runtime has
-// the packages installed and imported; otherwise the caller does both.
-export async function startRuntime({ indexURL, version, bundles, stored }) {
+// `build` ({indexURL, bundles, stored}) names the Pyodide build, the packages' bundles (promises
+// of their bytes) and the snapshot (chooseSnapshot's promise). A restored runtime has the packages
+// installed and imported; otherwise the caller does both.
+export async function startRuntime({ indexURL, bundles, stored }) {
   const { loadPyodide } = await import(`${indexURL}pyodide.mjs`);
-  const entry = checkEntry(await stored, version);
-  if (entry.state !== "loaded") return { pyodide: await loadPyodide({ indexURL }), snapshot: entry.state };
   try {
-    const { libraries } = entry.header;
+    // loadPyodide awaits the image only after it has started downloading and compiling the
+    // runtime, so both happen while the snapshot arrives.
+    const pyodide = await loadPyodide({ indexURL, _loadSnapshot: stored.then(restorableImage) });
+    const { libraries } = (await stored).header;
     const compiled = compileFromBundles(libraries, bundles);
-    // A copy: Pyodide reads the snapshot as 32-bit words, which need an aligned start.
-    const pyodide = await loadPyodide({ indexURL, _loadSnapshot: entry.body.slice() });
     for (const bytes of await Promise.all(bundles)) installBundle(pyodide, bytes, libraries.sitePackages);
     await relinkLibraries(pyodide, libraries, await compiled);
     // Every restore starts from the same state: reseed Python's random module if it is loaded.
     pyodide.runPython("import sys\nif 'random' in sys.modules:\n    sys.modules['random'].seed()");
     return { pyodide, snapshot: "loaded" };
   } catch (error) {
-    return { pyodide: await loadPyodide({ indexURL }), snapshot: `failed: ${error.message ?? error}` };
+    const why = error instanceof NotRestoring ? error.state : `failed: ${error.message ?? error}`;
+    return { pyodide: await loadPyodide({ indexURL }), snapshot: why };
   }
 }
 
-// Makes and stores the snapshot in snapshot-worker.js for `build` ({indexURL, version,
-// bundleURLs}); resolves to "stored" or "failed: ...".
-export function storeSnapshot(build) {
+// Runs snapshot-worker.js on `task` ({indexURL, version, bundleURLs, deliver}); resolves to what
+// it answers.
+function runSnapshotWorker(task) {
   const worker = new Worker(new URL("./snapshot-worker.js", import.meta.url), { type: "module" });
   return new Promise((resolve) => {
     const finish = (outcome) => {
@@ -63,6 +109,19 @@ export function storeSnapshot(build) {
     };
     worker.onmessage = ({ data }) => finish(data);
     worker.onerror = (event) => finish(`failed: ${event.message}`);
-    worker.postMessage(build);
+    worker.postMessage({ ...task, version: snapshotVersion(task.version) });
   });
+}
+
+// Makes the snapshot for `build` ({indexURL, version, bundleURLs}) and stores it in the browser;
+// resolves to "stored" or "failed: ...".
+export function storeSnapshot(build) {
+  return runSnapshotWorker({ ...build, deliver: "cache" });
+}
+
+// Makes the snapshot for `build` as a Blob in the stored layout (the server's copy).
+export async function makeSnapshot(build) {
+  const made = await runSnapshotWorker({ ...build, deliver: "blob" });
+  if (typeof made === "string") throw new Error(made);
+  return made;
 }

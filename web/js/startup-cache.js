@@ -32,3 +32,8 @@ export async function writeEntry(cacheName, header, parts) {
   if (typeof caches === "undefined") return;
   await (await caches.open(cacheName)).put(ENTRY, new Response(frame(header, parts)));
 }
+
+// Removes the entry, whatever versions it was made from.
+export async function dropEntry(cacheName) {
+  if (typeof caches !== "undefined") await (await caches.open(cacheName)).delete(ENTRY);
+}

@@ -1,0 +1,51 @@
+"""Content-versioned URLs for the pages' scripts and styles.
+
+A page's module graph is a chain (page script -> client -> worker -> its imports), and with
+revalidated files every link of it is a round trip before the next one starts: ~400 ms on a
+returning visit before the engine's worker even begins to boot. The pages are served with their
+/js/ and /css/ URLs under /v/<digest>/, a hash of the web folder's files: those URLs are cached for
+good, so a returning visit takes the whole graph from the HTTP cache, and any edit yields a new
+digest (relative imports inside the scripts inherit the prefix). The plain /js/ and /css/ URLs
+keep working, revalidated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from pathlib import Path
+
+VERSIONED_PREFIX = "/v"
+# src="/js/..." and href="/css/..." in the pages: the files whose URLs get the digest.
+_ASSET_ATTRIBUTE = re.compile(r'((?:src|href)=")/((?:js|css)/)')
+
+
+class WebFolderDigest:
+    """The web folder's content hash, recomputed only when a file's size or mtime changed, so a
+    page request costs a few stats rather than hashing every script."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._lock = threading.Lock()
+        self._signature: tuple[tuple[str, int, int], ...] = ()
+        self._digest = ""
+
+    def current(self) -> str:
+        files = sorted(p for p in self._root.rglob("*") if p.is_file())
+        signature = tuple(
+            (p.relative_to(self._root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in files
+        )
+        with self._lock:
+            if signature != self._signature:
+                digest = hashlib.sha256()
+                for path, (name, _, _) in zip(files, signature, strict=True):
+                    digest.update(name.encode() + b"\0" + path.read_bytes())
+                self._signature, self._digest = signature, digest.hexdigest()[:16]
+            return self._digest
+
+
+def versioned_page(html: str, digest: str) -> str:
+    """`html` with its /js/ and /css/ URLs moved under /v/<digest>/."""
+    return _ASSET_ATTRIBUTE.sub(rf"\1{VERSIONED_PREFIX}/{digest}/\2", html)
