@@ -49,3 +49,11 @@ class WebFolderDigest:
 def versioned_page(html: str, digest: str) -> str:
     """`html` with its /js/ and /css/ URLs moved under /v/<digest>/."""
     return _ASSET_ATTRIBUTE.sub(rf"\1{VERSIONED_PREFIX}/{digest}/\2", html)
+
+
+def with_preloads(html: str, urls: list[str]) -> str:
+    """`html` asking the browser to download `urls` (fetch destinations, long-cached) as soon as it
+    reads the head: the engine's worker asks for them only once its own module graph has loaded,
+    and by then they are in the HTTP cache or on their way."""
+    links = "".join(f'  <link rel="preload" href="{url}" as="fetch" crossorigin>\n' for url in urls)
+    return html.replace("</head>", links + "</head>", 1)

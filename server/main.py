@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.asset_versions import VERSIONED_PREFIX, WebFolderDigest, versioned_page
+from server.asset_versions import VERSIONED_PREFIX, WebFolderDigest, versioned_page, with_preloads
 from server.engine_bundle import BUNDLE_NAME, EngineBundle, ensure_engine_bundle
 from server.registry import LazyRegistry
 from server.registry.config import RegistryConfig
@@ -115,6 +115,7 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
     app.include_router(training.router)
     bundle_lock = threading.Lock()
     web_digest = WebFolderDigest(paths.web)
+    offer_snapshot = snapshots_offered()
 
     def web_page(relative: str) -> Response:
         """A page of the web folder, its scripts and styles under content-versioned URLs."""
@@ -122,6 +123,9 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
         if path is None:
             raise HTTPException(404, "not found")
         html = versioned_page(path.read_text(encoding="utf-8"), web_digest.current())
+        # The snapshot is the largest download of a start-up; the rest come while it arrives.
+        snapshot = snapshot_url(paths, engine_bundle().digest) if offer_snapshot else None
+        html = with_preloads(html, [snapshot] if snapshot else [])
         return HTMLResponse(html, headers={"Cache-Control": REVALIDATE})
 
     def engine_bundle() -> EngineBundle:
@@ -137,8 +141,6 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
             "runtime_ready": not problems,
             "problems": problems,
         }
-
-    offer_snapshot = snapshots_offered()
 
     @app.get("/api/engine")
     def engine() -> dict[str, str | None]:

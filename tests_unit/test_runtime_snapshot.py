@@ -28,14 +28,18 @@ def paths(tmp_path: Path) -> Paths:
 
 
 def test_engine_names_the_snapshot_of_its_build_only_once_stored(paths: Paths) -> None:
+    """The pages preload it too, so it downloads while the worker's scripts load."""
     client = TestClient(create_app(paths))
     digest = ensure_engine_bundle(paths).digest
     assert client.get("/api/engine").json()["snapshot_url"] is None
+    assert 'rel="preload"' not in client.get("/console").text
 
     data = framed(build_version(digest) + " jspi=true")
     store_snapshot(paths, digest, data)
     url = client.get("/api/engine").json()["snapshot_url"]
     assert url is not None and digest in url
+    for page in ("/", "/console"):
+        assert f'<link rel="preload" href="{url}" as="fetch" crossorigin>' in client.get(page).text
     served = client.get(url, headers={"accept-encoding": "gzip"})
     assert served.content == data
     assert served.headers["content-encoding"] == "gzip"  # the precompressed sibling
