@@ -272,15 +272,25 @@ def test_signatures_ignore_texture_ids_but_see_constants() -> None:
     assert record(5, 1.0) != record(5, 2.0)
 
 
-def test_replay_programs_leave_the_batch_uploads_out() -> None:
+def test_replay_programs_leave_out_the_batch_and_the_constants_their_textures_keep() -> None:
     backend, _ = fake_backend()
     x = backend.upload(np.ones((2, 2), np.float32))
     builder = RecordingBuilder()
-    builder.uploads += [(x.texture.id, np.ones(4, np.float32)), (99, np.full(4, 3.0, np.float32))]
-    builder.order += [("upload", 0), ("upload", 1)]
-    commands, constants = replay_program(builder, [x])
-    assert json.loads(commands) == [["upload", 99, 0]]
-    np.testing.assert_array_equal(constants, np.full(4, 3.0, np.float32))
+    # 99: a constant nothing else writes (kept in its texture); 98: overwritten by a draw
+    # later in the step; 97: a state texture (a replay swaps it): both uploaded at every replay.
+    builder.uploads += [
+        (x.texture.id, np.ones(4, np.float32)),
+        (99, np.full(4, 3.0, np.float32)),
+        (98, np.full(4, 5.0, np.float32)),
+        (97, np.full(4, 7.0, np.float32)),
+    ]
+    builder.order += [("upload", k) for k in range(4)]
+    draw = ["draw", "unary:exp", 98, [], 4, [[99, -1, 4, 1]], [], "exp"]
+    builder.draws.append(draw)
+    builder.order.append(("draw", 0))
+    commands, constants = replay_program(builder, [x], {x.texture.id, 97})
+    assert json.loads(commands) == [["upload", 98, 0], ["upload", 97, 4], draw]
+    np.testing.assert_array_equal(constants, np.repeat([5.0, 7.0], 4).astype(np.float32))
 
 
 def test_context_loss_is_a_clear_error_and_one_runtime_event() -> None:

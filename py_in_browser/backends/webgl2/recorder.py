@@ -69,7 +69,7 @@ class StepRecorder:
         self.memory.retain(ids)
         self._end(ids)
         self.recordings += 1
-        commands, constants = replay_program(builder, inputs)
+        commands, constants = replay_program(builder, inputs, roles)
         self.queue.flush()  # the eager step's own commands first
         self.queue.call("record", self.recordings, commands, constants)
         return Recording(

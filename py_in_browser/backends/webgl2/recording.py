@@ -201,10 +201,34 @@ def signature(builder: RecordingBuilder, inputs: list[Any], state: list[tuple[An
     return json.dumps(steps)
 
 
-def replay_program(builder: RecordingBuilder, inputs: list[Any]) -> tuple[str, np.ndarray]:
+def resident_constants(builder: RecordingBuilder, roles: set[int]) -> set[int]:
+    """Textures the step fills with a constant upload and nothing else writes: uploaded once, as
+    their first use, never a draw's target, and in no role a replay swaps, lends or copies
+    (`roles`: the inputs', state's and outputs' textures). The recorded step's own upload left
+    the constant there, and the recording keeps the texture to itself, so it still holds it at
+    every replay: the replay need not upload it again."""
+    uploads: dict[int, int] = {}
+    for tex, _ in builder.uploads:
+        uploads[tex] = uploads.get(tex, 0) + 1
+    drawn: set[int] = set()
+    for draw in builder.draws:
+        drawn.update((draw[wire.DRAW_TARGET], *draw[wire.DRAW_MORE_TARGETS]))
+    first = first_writes(builder)
+    return {
+        tex
+        for tex, count in uploads.items()
+        if count == 1 and tex in first and tex not in drawn and tex not in roles
+    }
+
+
+def replay_program(
+    builder: RecordingBuilder, inputs: list[Any], roles: set[int]
+) -> tuple[str, np.ndarray]:
     """The recording as bridge.js keeps it: draws and constant uploads, the constants' data in one
-    float32 array. Input uploads are left out: each replay uploads its batch just before."""
+    float32 array. Input uploads are left out (each replay uploads its batch just before), and so
+    are the constants their textures keep (resident_constants; `roles` as it takes them)."""
     input_ids = {h.texture.id for h in inputs} | {h.lo.id for h in inputs if h.lo is not None}
+    resident = resident_constants(builder, roles)
     commands: list[Any] = []
     constants: list[np.ndarray] = []
     offset = 0
@@ -213,7 +237,7 @@ def replay_program(builder: RecordingBuilder, inputs: list[Any]) -> tuple[str, n
             commands.append(builder.draws[index])
             continue
         tex, data = builder.uploads[index]
-        if tex not in input_ids:
+        if tex not in input_ids and tex not in resident:
             commands.append([wire.UPLOAD, tex, offset])
             constants.append(data)
             offset += data.size
