@@ -243,13 +243,19 @@ def test_draws_carry_their_primitive_as_the_profile_label() -> None:
     assert engine.payloads[-1]["profile"] is False
 
 
-def test_a_replays_copies_are_labelled_and_kept_out_of_the_signature() -> None:
+def test_a_replay_hands_out_an_output_by_a_swap_and_labels_the_copies_it_must_make() -> None:
+    """An output the step writes before reading it goes to the caller by exchanging textures;
+    one with another role (here an input too) is copied out by a draw labelled as a copy."""
     backend, _ = fake_backend()
     x = backend.upload(np.ones((2, 2), np.float32))
     backend.begin_recording()
     out = backend.run("exp", [x], {}, spec((2, 2), (2, 2)))
-    recording = backend.finish_recording([x], [], [out])
-    backend.replay(recording, [np.zeros((2, 2), np.float32)], [])
+    recording = backend.finish_recording([x], [], [out, x])
+    assert recording.movable == (True, False)
+    backend.flush()
+    result, _ = backend.replay(recording, [np.zeros((2, 2), np.float32)], [])
+    swaps = [c for c in backend.queue.commands if c[0] == wire.SWAP]
+    assert swaps == [[wire.SWAP, out.texture.id, result.texture.id]]
     draws = [c for c in backend.queue.commands if c[0] == "draw"]
     assert [d[7] for d in draws] == [REPLAY_COPY_LABEL]
     (step,) = json.loads(recording.signature)
@@ -526,14 +532,14 @@ def test_a_replay_swaps_the_state_its_last_replay_left_instead_of_copying() -> N
     backend.flush()
     backend.replay(recording, [np.zeros((2, 2), np.float32)], [new_w])
     swaps = [c for c in backend.queue.commands if c[0] == wire.SWAP]
-    assert swaps == [[wire.SWAP, w.texture.id, new_w.texture.id]]
-    copies = [c for c in backend.queue.commands if c[0] == "draw"]
-    assert len(copies) == 1  # the loss out, not the state in
+    assert swaps[0] == [wire.SWAP, w.texture.id, new_w.texture.id]
+    assert len(swaps) == 2  # the state in, then the loss out (no draw for either)
+    assert not [c for c in backend.queue.commands if c[0] == "draw"]
     backend.flush()
     elsewhere = backend.upload(np.ones((2, 2), np.float32))
     backend.replay(recording, [np.zeros((2, 2), np.float32)], [elsewhere])
-    assert not [c for c in backend.queue.commands if c[0] == wire.SWAP]
-    assert len([c for c in backend.queue.commands if c[0] == "draw"]) == 2
+    assert [c[1] for c in backend.queue.commands if c[0] == wire.SWAP] == [loss.texture.id]
+    assert len([c for c in backend.queue.commands if c[0] == "draw"]) == 1  # the state in
 
 
 # ---- fewer passes per dense training step ----------------------------------------------------------
@@ -652,7 +658,7 @@ def test_a_replay_copies_a_batch_tensor_in_only_when_it_is_another() -> None:
         backend.replay(recording, [], [batch])
         draws = [c for c in backend.queue.commands if c[0] == wire.DRAW]
         backend.flush()
-        return len(draws) - 2  # both outputs are copied out every time
+        return len(draws) - 1  # x is copied out every time (the loss is swapped out)
 
     batch = backend.upload(np.zeros((2, 4), np.float32))
     assert [copies(batch), copies(batch)] == [1, 0]

@@ -40,6 +40,7 @@ class Recording:
     textures: frozenset[int]  # every texture id the commands name
     signature: Any
     lendable: tuple[bool, ...] = ()  # per state pair: may a replay read a caller's textures
+    movable: tuple[bool, ...] = ()  # per output: may a replay hand it out by a swap, not a copy
 
 
 def texture_ids(builder: RecordingBuilder) -> set[int]:
@@ -170,6 +171,24 @@ def lendable(
         same = held == [t.id for t in _textures(after)]
         result.append(same and all(named[t] == 1 and t not in written for t in held))
     return tuple(result)
+
+
+def movable(
+    builder: RecordingBuilder, inputs: list[Any], state: list[tuple[Any, Any]], outputs: list[Any]
+) -> tuple[bool, ...]:
+    """Per output: whether a replay may hand it to the caller by exchanging its textures with
+    new ones of the same layout (a swap, no copy draw): sound when the step overwrites them
+    before reading them (what they hold when a replay starts is never seen) and no other role
+    names them, as for swappable state."""
+    written = first_writes(builder)
+    named: dict[int, int] = {}
+    for handle in [*inputs, *outputs, *(h for pair in state for h in pair)]:
+        for tex in _textures(handle):
+            named[tex.id] = named.get(tex.id, 0) + 1
+    return tuple(
+        handle.repeat == 1 and all(named[t.id] == 1 and t.id in written for t in _textures(handle))
+        for handle in outputs
+    )
 
 
 def signature(builder: RecordingBuilder, inputs: list[Any], state: list[tuple[Any, Any]]) -> str:
