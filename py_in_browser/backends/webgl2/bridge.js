@@ -721,10 +721,21 @@ class Engine {
     });
   }
 
-  // Runs a step's commands, then applies back-pressure without reading data: waits until at
-  // most `maxPending` fences are unpassed.
-  async step(payloadJson, staging, maxPending) {
+  // Runs a step's commands: "ok", "lost", or "wait" when more than `maxPending` fences are
+  // unpassed (drain then applies the back-pressure). Synchronous: a step that need not wait
+  // costs no task switch, which an awaited promise does (~0.3 ms of a small model's step).
+  step(payloadJson, staging, maxPending) {
     if (this.run(payloadJson, staging) === "lost") return "lost";
+    const gl = this.gl;
+    while (this.fences.length > maxPending && gl.clientWaitSync(this.fences[0], 0, 0) !== gl.TIMEOUT_EXPIRED) {
+      gl.deleteSync(this.fences.shift()); // passed (or failed: waiting on it would not help)
+    }
+    return this.fences.length > maxPending ? "wait" : "ok";
+  }
+
+  // Applies the back-pressure without reading data: waits until at most `maxPending` fences
+  // are unpassed.
+  async drain(maxPending) {
     while (this.fences.length > maxPending) await this.waitFor(this.fences.shift());
     return "ok";
   }
