@@ -690,7 +690,8 @@ def test_profile_reports_per_kernel_times_and_their_source(engine_page: EnginePa
 
 def test_profile_breaks_a_replayed_step_down_by_kernel(trajectories: EnginePage) -> None:
     """The same 6 MLP steps profiled eagerly and replayed: the replayed draws are timed under
-    their primitives' names too (same calls per primitive), plus the replay's copies."""
+    their primitives' names too (same calls per primitive), plus the replay's copies: state
+    brought in where a swap cannot, fewer than the replays (the loss goes out by a swap)."""
     primitives = set(trajectories.run(PRIMITIVES_IN_PAGE))
     result = trajectories.run(
         "from py_in_browser import replay\n"
@@ -713,7 +714,7 @@ def test_profile_breaks_a_replayed_step_down_by_kernel(trajectories: EnginePage)
     _check_profile_table(eager, primitives, set())
     _check_profile_table(replayed, primitives, {"replay_copy"})
     calls = {row["name"]: row["calls"] for row in replayed["kernels"]}
-    assert calls.pop("replay_copy") >= result["True_replayed"]
+    assert calls.pop("replay_copy", 0) < result["True_replayed"]
     assert calls == {row["name"]: row["calls"] for row in eager["kernels"]}
 
 

@@ -243,13 +243,19 @@ def test_draws_carry_their_primitive_as_the_profile_label() -> None:
     assert engine.payloads[-1]["profile"] is False
 
 
-def test_a_replays_copies_are_labelled_and_kept_out_of_the_signature() -> None:
+def test_a_replay_hands_out_an_output_by_a_swap_and_labels_the_copies_it_must_make() -> None:
+    """An output the step writes before reading it goes to the caller by exchanging textures;
+    one with another role (here an input too) is copied out by a draw labelled as a copy."""
     backend, _ = fake_backend()
     x = backend.upload(np.ones((2, 2), np.float32))
     backend.begin_recording()
     out = backend.run("exp", [x], {}, spec((2, 2), (2, 2)))
-    recording = backend.finish_recording([x], [], [out])
-    backend.replay(recording, [np.zeros((2, 2), np.float32)], [])
+    recording = backend.finish_recording([x], [], [out, x])
+    assert recording.movable == (True, False)
+    backend.flush()
+    result, _ = backend.replay(recording, [np.zeros((2, 2), np.float32)], [])
+    swaps = [c for c in backend.queue.commands if c[0] == wire.SWAP]
+    assert swaps == [[wire.SWAP, out.texture.id, result.texture.id]]
     draws = [c for c in backend.queue.commands if c[0] == "draw"]
     assert [d[7] for d in draws] == [REPLAY_COPY_LABEL]
     (step,) = json.loads(recording.signature)
@@ -272,15 +278,25 @@ def test_signatures_ignore_texture_ids_but_see_constants() -> None:
     assert record(5, 1.0) != record(5, 2.0)
 
 
-def test_replay_programs_leave_the_batch_uploads_out() -> None:
+def test_replay_programs_leave_out_the_batch_and_the_constants_their_textures_keep() -> None:
     backend, _ = fake_backend()
     x = backend.upload(np.ones((2, 2), np.float32))
     builder = RecordingBuilder()
-    builder.uploads += [(x.texture.id, np.ones(4, np.float32)), (99, np.full(4, 3.0, np.float32))]
-    builder.order += [("upload", 0), ("upload", 1)]
-    commands, constants = replay_program(builder, [x])
-    assert json.loads(commands) == [["upload", 99, 0]]
-    np.testing.assert_array_equal(constants, np.full(4, 3.0, np.float32))
+    # 99: a constant nothing else writes (kept in its texture); 98: overwritten by a draw
+    # later in the step; 97: a state texture (a replay swaps it): both uploaded at every replay.
+    builder.uploads += [
+        (x.texture.id, np.ones(4, np.float32)),
+        (99, np.full(4, 3.0, np.float32)),
+        (98, np.full(4, 5.0, np.float32)),
+        (97, np.full(4, 7.0, np.float32)),
+    ]
+    builder.order += [("upload", k) for k in range(4)]
+    draw = ["draw", "unary:exp", 98, [], 4, [[99, -1, 4, 1]], [], "exp"]
+    builder.draws.append(draw)
+    builder.order.append(("draw", 0))
+    commands, constants = replay_program(builder, [x], {x.texture.id, 97})
+    assert json.loads(commands) == [["upload", 98, 0], ["upload", 97, 4], draw]
+    np.testing.assert_array_equal(constants, np.repeat([5.0, 7.0], 4).astype(np.float32))
 
 
 def test_context_loss_is_a_clear_error_and_one_runtime_event() -> None:
@@ -516,14 +532,14 @@ def test_a_replay_swaps_the_state_its_last_replay_left_instead_of_copying() -> N
     backend.flush()
     backend.replay(recording, [np.zeros((2, 2), np.float32)], [new_w])
     swaps = [c for c in backend.queue.commands if c[0] == wire.SWAP]
-    assert swaps == [[wire.SWAP, w.texture.id, new_w.texture.id]]
-    copies = [c for c in backend.queue.commands if c[0] == "draw"]
-    assert len(copies) == 1  # the loss out, not the state in
+    assert swaps[0] == [wire.SWAP, w.texture.id, new_w.texture.id]
+    assert len(swaps) == 2  # the state in, then the loss out (no draw for either)
+    assert not [c for c in backend.queue.commands if c[0] == "draw"]
     backend.flush()
     elsewhere = backend.upload(np.ones((2, 2), np.float32))
     backend.replay(recording, [np.zeros((2, 2), np.float32)], [elsewhere])
-    assert not [c for c in backend.queue.commands if c[0] == wire.SWAP]
-    assert len([c for c in backend.queue.commands if c[0] == "draw"]) == 2
+    assert [c[1] for c in backend.queue.commands if c[0] == wire.SWAP] == [loss.texture.id]
+    assert len([c for c in backend.queue.commands if c[0] == "draw"]) == 1  # the state in
 
 
 # ---- fewer passes per dense training step ----------------------------------------------------------
@@ -642,7 +658,7 @@ def test_a_replay_copies_a_batch_tensor_in_only_when_it_is_another() -> None:
         backend.replay(recording, [], [batch])
         draws = [c for c in backend.queue.commands if c[0] == wire.DRAW]
         backend.flush()
-        return len(draws) - 2  # both outputs are copied out every time
+        return len(draws) - 1  # x is copied out every time (the loss is swapped out)
 
     batch = backend.upload(np.zeros((2, 4), np.float32))
     assert [copies(batch), copies(batch)] == [1, 0]

@@ -15,6 +15,9 @@ const WARM_UP_IDLE_MS = 20;
 // A profile's timer queries that are not available after this long are discarded, not awaited.
 const QUERY_DEADLINE_MS = 10000;
 
+// Reads of at most this many texels block on readPixels instead of polling a fence (read()).
+const SMALL_READ_TEXELS = 4096;
+
 function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
@@ -31,15 +34,18 @@ class Pauser {
     this.cell = typeof SharedArrayBuffer === "function" && globalThis.crossOriginIsolated
       ? new Int32Array(new SharedArrayBuffer(4)) : null;
     this.waiting = [];
-    if (this.cell) {
-      this.channel = new MessageChannel();
-      this.channel.port1.onmessage = () => this.waiting.shift()?.();
-    }
+    this.channel = new MessageChannel();
+    this.channel.port1.onmessage = () => this.waiting.shift()?.();
   }
 
   pause() {
     if (!this.cell) return sleep(POLL_MS);
     Atomics.wait(this.cell, 0, 0, PAUSE_MS);
+    return this.nextTask();
+  }
+
+  // Resolves in a new task, at once (no timer clamp).
+  nextTask() {
     return new Promise((resolve) => {
       this.waiting.push(resolve);
       this.channel.port2.postMessage(0);
@@ -617,17 +623,47 @@ class Engine {
     if (slot !== undefined) this.setSlot(slot, values); // else optimised away by the compiler
   }
 
-  // ---- readback: PIXEL_PACK_BUFFER + fence, polled; never a blocking readPixels ----
+  // ---- readback ----
 
+  // A read of at most SMALL_READ_TEXELS texels (a loss, a prediction, a metric) is one blocking
+  // readPixels, one task after it is asked for; a bigger one goes through a PIXEL_PACK_BUFFER
+  // and a fence, polled. Why not a fence for all: a fence's status reaches this worker about
+  // 2 ms after the GPU passed it (Chromium looks at pending queries on an idle timer), which
+  // doubled a small model's synced step. The caller awaits the data either way, and the GPU
+  // runs in order, so blocking only keeps other tasks of this worker waiting while work already
+  // queued finishes; bigger reads (weights, whole outputs) keep the worker free meanwhile. The
+  // task in between lets a context loss that happens meanwhile reject the read, as the fence
+  // path does.
   async read(payloadJson, staging, idsJson) {
     if (this.run(payloadJson, staging) === "lost") throw new Error("WebGL context lost");
-    const gl = this.gl;
     const ids = JSON.parse(idsJson);
-    const texelBytes = 4 * this.protocol.read_channels; // float32 RGBA
-    const bytes = ids.reduce((sum, id) => sum + this.texelCount(id) * texelBytes, 0);
+    const texels = ids.reduce((sum, id) => sum + this.texelCount(id), 0);
+    const out = new Float32Array(texels * this.protocol.read_channels);
+    if (texels <= SMALL_READ_TEXELS) {
+      await this.nextTask();
+      this.readPixelsOf(ids, (offset) => [out, offset / 4]);
+      if (this.lost) throw new Error("WebGL context lost while a read was pending");
+      return out;
+    }
+    const gl = this.gl;
     const buffer = gl.createBuffer();
     gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
-    gl.bufferData(gl.PIXEL_PACK_BUFFER, bytes, gl.STREAM_READ);
+    gl.bufferData(gl.PIXEL_PACK_BUFFER, out.byteLength, gl.STREAM_READ);
+    this.readPixelsOf(ids, (offset) => [offset]);
+    gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
+    await this.waitFor(gl.fenceSync(gl.SYNC_GPU_COMMANDS_COMPLETE, 0));
+    gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
+    gl.getBufferSubData(gl.PIXEL_PACK_BUFFER, 0, out);
+    gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
+    gl.deleteBuffer(buffer);
+    return out;
+  }
+
+  // readPixels of each texture, one after another as RGBA floats; `destination(byteOffset)`:
+  // readPixels' trailing arguments (a PIXEL_PACK_BUFFER offset, or an array and its offset).
+  readPixelsOf(ids, destination) {
+    const gl = this.gl;
+    const texelBytes = 4 * this.protocol.read_channels; // float32 RGBA
     gl.bindFramebuffer(gl.FRAMEBUFFER, this.framebuffer);
     this.attachMore([]);
     gl.readBuffer(gl.COLOR_ATTACHMENT0);
@@ -635,18 +671,22 @@ class Engine {
     for (const id of ids) {
       const { texture, width, height } = this.textures.get(id);
       gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0, gl.TEXTURE_2D, texture, 0);
-      gl.readPixels(0, 0, width, height, gl.RGBA, gl.FLOAT, offset);
+      gl.readPixels(0, 0, width, height, gl.RGBA, gl.FLOAT, ...destination(offset));
       offset += width * height * texelBytes;
     }
-    gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
     this.resetState(); // attachments changed for the reads
-    await this.waitFor(gl.fenceSync(gl.SYNC_GPU_COMMANDS_COMPLETE, 0));
-    const out = new Float32Array(bytes / 4);
-    gl.bindBuffer(gl.PIXEL_PACK_BUFFER, buffer);
-    gl.getBufferSubData(gl.PIXEL_PACK_BUFFER, 0, out);
-    gl.bindBuffer(gl.PIXEL_PACK_BUFFER, null);
-    gl.deleteBuffer(buffer);
-    return out;
+  }
+
+  // Resolves in the next task (rejects if the context is lost by then), counted as a pending read.
+  nextTask() {
+    return new Promise((resolve, reject) => {
+      this.pendingReads.add(reject);
+      this.pauser.nextTask().then(() => {
+        if (!this.pendingReads.delete(reject)) return; // rejected meanwhile by the loss
+        if (this.lost) reject(new Error("WebGL context lost while a read was pending"));
+        else resolve();
+      });
+    });
   }
 
   texelCount(id) {
@@ -681,10 +721,21 @@ class Engine {
     });
   }
 
-  // Runs a step's commands, then applies back-pressure without reading data: waits until at
-  // most `maxPending` fences are unpassed.
-  async step(payloadJson, staging, maxPending) {
+  // Runs a step's commands: "ok", "lost", or "wait" when more than `maxPending` fences are
+  // unpassed (drain then applies the back-pressure). Synchronous: a step that need not wait
+  // costs no task switch, which an awaited promise does (~0.3 ms of a small model's step).
+  step(payloadJson, staging, maxPending) {
     if (this.run(payloadJson, staging) === "lost") return "lost";
+    const gl = this.gl;
+    while (this.fences.length > maxPending && gl.clientWaitSync(this.fences[0], 0, 0) !== gl.TIMEOUT_EXPIRED) {
+      gl.deleteSync(this.fences.shift()); // passed (or failed: waiting on it would not help)
+    }
+    return this.fences.length > maxPending ? "wait" : "ok";
+  }
+
+  // Applies the back-pressure without reading data: waits until at most `maxPending` fences
+  // are unpassed.
+  async drain(maxPending) {
     while (this.fences.length > maxPending) await this.waitFor(this.fences.shift());
     return "ok";
   }

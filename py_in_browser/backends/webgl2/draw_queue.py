@@ -151,11 +151,14 @@ class DrawQueue:
     async def end_step(self) -> None:
         """After each train step: send the step's draws, then apply back-pressure (bridge.js
         sets a fence every wire.FENCE_EVERY_FLUSHES flushes; this waits, without reading data,
-        while the GPU is more than wire.MAX_PENDING_FENCES fences behind)."""
+        while the GPU is more than wire.MAX_PENDING_FENCES fences behind). A step the GPU is
+        not too far behind returns without awaiting anything from JS."""
         payload, staging = self._payload()
         self.js_calls += 1
         try:
-            status = await self.engine.step(payload, staging, wire.MAX_PENDING_FENCES)
+            status = self.engine.step(payload, staging, wire.MAX_PENDING_FENCES)
+            if status == "wait":
+                status = await self.engine.drain(wire.MAX_PENDING_FENCES)
         except Exception:
             if self.engine.lost:
                 self.context.fail(self.flushes)

@@ -18,6 +18,7 @@ from .recording import (
     drop_dead_draws,
     lendable,
     merge_fused,
+    movable,
     replay_program,
     signature,
     swappable,
@@ -69,7 +70,7 @@ class StepRecorder:
         self.memory.retain(ids)
         self._end(ids)
         self.recordings += 1
-        commands, constants = replay_program(builder, inputs)
+        commands, constants = replay_program(builder, inputs, roles)
         self.queue.flush()  # the eager step's own commands first
         self.queue.call("record", self.recordings, commands, constants)
         return Recording(
@@ -82,6 +83,7 @@ class StepRecorder:
             textures=frozenset(ids),
             signature=signature(builder, inputs, state),
             lendable=lendable(builder, inputs, state, outputs),
+            movable=movable(builder, inputs, state, outputs),
         )
 
     def replay(
@@ -128,9 +130,13 @@ class StepRecorder:
         self.memory.padded.clear()  # and textures padded copies were made of
         self.steps_replayed += 1
         outputs = []
-        for source in recording.outputs:
+        for source, move in zip(recording.outputs, recording.movable, strict=True):
             target = self.memory.allocate(source.shape, source.dtype, source.lo is not None)
-            self._copy(source, target)
+            if move and _same_layouts(source, target):
+                for a, b in zip(_parts(source), _parts(target), strict=True):
+                    self._swap(a.id, b.id)  # the next replay writes what target held first
+            else:
+                self._copy(source, target)
             outputs.append(target)
         return outputs
 
@@ -204,6 +210,13 @@ def _copy_uniforms(size: int) -> tuple[Any, ...]:
 
 def _same_lo(a: Handle, b: Handle) -> bool:
     return (a.lo.id if a.lo else None) == (b.lo.id if b.lo else None)
+
+
+def _same_layouts(a: Handle, b: Handle) -> bool:
+    """Textures of one physical shape part by part (what a swap needs)."""
+    return all(
+        x.layout == y.layout and x.half == y.half for x, y in zip(_parts(a), _parts(b), strict=True)
+    )
 
 
 def _parts(handle: Handle) -> list[Any]:

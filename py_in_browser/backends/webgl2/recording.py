@@ -40,6 +40,7 @@ class Recording:
     textures: frozenset[int]  # every texture id the commands name
     signature: Any
     lendable: tuple[bool, ...] = ()  # per state pair: may a replay read a caller's textures
+    movable: tuple[bool, ...] = ()  # per output: may a replay hand it out by a swap, not a copy
 
 
 def texture_ids(builder: RecordingBuilder) -> set[int]:
@@ -172,6 +173,24 @@ def lendable(
     return tuple(result)
 
 
+def movable(
+    builder: RecordingBuilder, inputs: list[Any], state: list[tuple[Any, Any]], outputs: list[Any]
+) -> tuple[bool, ...]:
+    """Per output: whether a replay may hand it to the caller by exchanging its textures with
+    new ones of the same layout (a swap, no copy draw): sound when the step overwrites them
+    before reading them (what they hold when a replay starts is never seen) and no other role
+    names them, as for swappable state."""
+    written = first_writes(builder)
+    named: dict[int, int] = {}
+    for handle in [*inputs, *outputs, *(h for pair in state for h in pair)]:
+        for tex in _textures(handle):
+            named[tex.id] = named.get(tex.id, 0) + 1
+    return tuple(
+        handle.repeat == 1 and all(named[t.id] == 1 and t.id in written for t in _textures(handle))
+        for handle in outputs
+    )
+
+
 def signature(builder: RecordingBuilder, inputs: list[Any], state: list[tuple[Any, Any]]) -> str:
     """The step with texture ids replaced by roles: inputs and state by position, constants by
     their data (host-side randomness shows up here), other textures by first appearance."""
@@ -201,10 +220,34 @@ def signature(builder: RecordingBuilder, inputs: list[Any], state: list[tuple[An
     return json.dumps(steps)
 
 
-def replay_program(builder: RecordingBuilder, inputs: list[Any]) -> tuple[str, np.ndarray]:
+def resident_constants(builder: RecordingBuilder, roles: set[int]) -> set[int]:
+    """Textures the step fills with a constant upload and nothing else writes: uploaded once, as
+    their first use, never a draw's target, and in no role a replay swaps, lends or copies
+    (`roles`: the inputs', state's and outputs' textures). The recorded step's own upload left
+    the constant there, and the recording keeps the texture to itself, so it still holds it at
+    every replay: the replay need not upload it again."""
+    uploads: dict[int, int] = {}
+    for tex, _ in builder.uploads:
+        uploads[tex] = uploads.get(tex, 0) + 1
+    drawn: set[int] = set()
+    for draw in builder.draws:
+        drawn.update((draw[wire.DRAW_TARGET], *draw[wire.DRAW_MORE_TARGETS]))
+    first = first_writes(builder)
+    return {
+        tex
+        for tex, count in uploads.items()
+        if count == 1 and tex in first and tex not in drawn and tex not in roles
+    }
+
+
+def replay_program(
+    builder: RecordingBuilder, inputs: list[Any], roles: set[int]
+) -> tuple[str, np.ndarray]:
     """The recording as bridge.js keeps it: draws and constant uploads, the constants' data in one
-    float32 array. Input uploads are left out: each replay uploads its batch just before."""
+    float32 array. Input uploads are left out (each replay uploads its batch just before), and so
+    are the constants their textures keep (resident_constants; `roles` as it takes them)."""
     input_ids = {h.texture.id for h in inputs} | {h.lo.id for h in inputs if h.lo is not None}
+    resident = resident_constants(builder, roles)
     commands: list[Any] = []
     constants: list[np.ndarray] = []
     offset = 0
@@ -213,7 +256,7 @@ def replay_program(builder: RecordingBuilder, inputs: list[Any]) -> tuple[str, n
             commands.append(builder.draws[index])
             continue
         tex, data = builder.uploads[index]
-        if tex not in input_ids:
+        if tex not in input_ids and tex not in resident:
             commands.append([wire.UPLOAD, tex, offset])
             constants.append(data)
             offset += data.size
