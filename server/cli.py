@@ -11,6 +11,7 @@ from pathlib import Path
 
 from server.engine_bundle import ensure_engine_bundle
 from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
+from server.runtime_snapshot import snapshots_offered
 from server.settings import Paths
 from server.simd_build import SimdBuildError, ensure_simd_module
 from server.snapshot_maker import SnapshotMakerError, find_chromium, make_runtime_snapshot
@@ -72,6 +73,8 @@ def serve(paths: Paths, host: str, port: int) -> None:
             + "), running setup first"
         )
         setup(paths)
+    elif snapshots_offered():
+        _make_snapshot(paths)  # after an engine edit, the snapshot set-up made is stale
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(
             f"serve: listening on {host}, beyond loopback; WebGPU needs a secure context there (https)."

@@ -1,5 +1,5 @@
 """A first visit restores the memory snapshot set-up made in headless Chromium (numpy and the
-engine imported) and trains like CPython. On a server without one, a second visit in the same
+engine imported), trains like CPython, and keeps the snapshot for the next visit. On a server without one, a second visit in the same
 browser profile reuses the first visit's work: the runtime and both packages come from the HTTP
 cache, the runtime with numpy and the engine imported from the snapshot the first visit stored and
 Python's bytecode from the Cache API (as the worker reports), and the engine trains like CPython's.
@@ -87,10 +87,12 @@ def test_first_visit_restores_the_snapshot_set_up_made_and_trains(
     startup, got = visit(playwright, tmp_path, f"{server_url}/console?backend=cpu", TRAIN)
     print(f"first visit {startup}")
     assert (startup["snapshot"], startup["snapshot_source"]) == ("loaded", "server"), startup
-    assert startup["snapshot_store"] is None, startup  # nothing to make: the server's was current
+    assert startup["snapshot_store"] == "stored", startup  # kept as the browser's own copy
     assert set(startup["stages"]) == STAGES
     expected = xor_in_cpython()
     np.testing.assert_allclose(got["losses"], expected["losses"], rtol=0, atol=1e-5)
+    again, _ = visit(playwright, tmp_path, f"{server_url}/console?backend=cpu")
+    assert (again["snapshot"], again["snapshot_source"]) == ("loaded", "browser"), again
 
 
 def test_second_visit_reuses_downloads_snapshot_and_bytecode_and_trains(

@@ -2,7 +2,14 @@
 import { restoreBytecode, saveBytecode } from "./bytecode-cache.js";
 import { probeGPU } from "./gpu-probe.js";
 import { fetchBundle, installBundle } from "./package-bundle.js";
-import { buildVersion, chooseSnapshot, openSnapshot, startRuntime, storeSnapshot } from "./runtime-snapshot.js";
+import {
+  buildVersion,
+  chooseSnapshot,
+  keepSnapshot,
+  openSnapshot,
+  startRuntime,
+  storeSnapshot,
+} from "./runtime-snapshot.js";
 
 let runner = null; // py_in_browser._worker, once the engine is loaded
 let hidden = false; // the page's visibility, told by pib-client.js; handed to the engine at boot
@@ -122,8 +129,11 @@ async function boot({ backend }) {
     numpy: fromHttpCache([engine.numpy_bundle_url]),
     engine: fromHttpCache([engine.bundle_url]),
   };
-  // A snapshot that failed to restore is replaced too.
+  const snapshotSource = snapshot === "loaded" ? (await stored).source : null;
+  // A snapshot that failed to restore is replaced too; the server's is kept in the browser, which
+  // reads it back faster than from the HTTP cache (stored decoded, no inflating).
   const makeSnapshot = snapshot !== "loaded" && snapshot !== "unavailable";
+  const keepServerSnapshot = snapshotSource === "server" && typeof caches !== "undefined";
   post({
     type: "ready",
     backend: chosen,
@@ -133,17 +143,20 @@ async function boot({ backend }) {
     bytecode,
     storeBytecode,
     snapshot,
-    snapshotSource: snapshot === "loaded" ? (await stored).source : null,
-    makeSnapshot,
+    snapshotSource,
+    storeSnapshot: makeSnapshot || keepServerSnapshot,
   });
+  const snapshotStored = (outcome) => post({ type: "snapshot-stored", outcome });
   if (makeSnapshot) {
     whenIdle(() =>
       storeSnapshot({
         indexURL: engine.runtime_url,
         version,
         bundleURLs: [engine.numpy_bundle_url, engine.bundle_url],
-      }).then((outcome) => post({ type: "snapshot-stored", outcome })),
+      }).then(snapshotStored),
     );
+  } else if (keepServerSnapshot) {
+    whenIdle(() => keepSnapshot(stored).then(snapshotStored));
   }
   if (storeBytecode) {
     // After ready, so the first visit does not wait for it; the page hears when it is stored.

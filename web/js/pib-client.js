@@ -73,7 +73,7 @@ export function startEngine({ onStage = () => {} } = {}) {
           http_cache: data.httpCache,
           snapshot: data.snapshot,
           snapshot_source: data.snapshotSource,
-          snapshot_store: data.makeSnapshot ? "storing" : null,
+          snapshot_store: data.storeSnapshot ? "storing" : null,
           bytecode: data.bytecode,
           bytecode_store: data.storeBytecode ? "storing" : null,
         };

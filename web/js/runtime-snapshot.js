@@ -13,7 +13,7 @@
 import { unframe } from "./framed.js";
 import { bundleFiles, installBundle } from "./package-bundle.js";
 import { compileLibraries, relinkLibraries } from "./shared-libraries.js";
-import { checkEntry, dropEntry, openEntry } from "./startup-cache.js";
+import { checkEntry, dropEntry, openEntry, writeEntry } from "./startup-cache.js";
 
 export const SNAPSHOT_CACHE = "pib-runtime-snapshot";
 
@@ -117,6 +117,16 @@ function runSnapshotWorker(task) {
 // resolves to "stored" or "failed: ...".
 export function storeSnapshot(build) {
   return runSnapshotWorker({ ...build, deliver: "cache" });
+}
+
+// Keeps a snapshot the server sent (chooseSnapshot's promise) as the browser's own; resolves to
+// "stored" or "failed: ...".
+export async function keepSnapshot(stored) {
+  const { header, body } = await stored;
+  return writeEntry(SNAPSHOT_CACHE, header, [body]).then(
+    () => "stored",
+    (error) => `failed: ${error.message ?? error}`,
+  );
 }
 
 // Makes the snapshot for `build` as a Blob in the stored layout (the server's copy).
