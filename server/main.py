@@ -20,6 +20,7 @@ from server.request_limits import RequestBodyLimits
 from server.routers import models, training
 from server.runtime_setup import runtime_problems
 from server.runtime_snapshot import (
+    SNAPSHOT_COOKIE,
     SNAPSHOT_NAME,
     SNAPSHOT_URL_PREFIX,
     snapshot_path,
@@ -117,15 +118,18 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
     web_digest = WebFolderDigest(paths.web)
     offer_snapshot = snapshots_offered()
 
-    def web_page(relative: str) -> Response:
+    def web_page(request: Request, relative: str) -> Response:
         """A page of the web folder, its scripts and styles under content-versioned URLs."""
         path = resolve_inside(paths.web, relative)
         if path is None:
             raise HTTPException(404, "not found")
         html = versioned_page(path.read_text(encoding="utf-8"), web_digest.current())
-        # The snapshot is the largest download of a start-up; the rest come while it arrives.
-        snapshot = snapshot_url(paths, engine_bundle().digest) if offer_snapshot else None
-        html = with_preloads(html, [snapshot] if snapshot else [])
+        # The snapshot is the largest download of a first visit, preloaded so the rest come while
+        # it arrives; a browser holding its own copy (SNAPSHOT_COOKIE) would only read it twice.
+        digest = engine_bundle().digest
+        snapshot = snapshot_url(paths, digest) if offer_snapshot else None
+        held = request.cookies.get(SNAPSHOT_COOKIE) == digest
+        html = with_preloads(html, [snapshot] if snapshot and not held else [])
         return HTMLResponse(html, headers={"Cache-Control": REVALIDATE})
 
     def engine_bundle() -> EngineBundle:
@@ -212,7 +216,7 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
     @app.api_route("/console", methods=["GET", "HEAD"], include_in_schema=False)
     def console_page(request: Request) -> Response:
         """The engine console (the app has /)."""
-        return web_page("console.html")
+        return web_page(request, "console.html")
 
     @app.api_route("/docs", methods=["GET", "HEAD"], include_in_schema=False)
     def docs_root() -> Response:
@@ -241,7 +245,7 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
     @app.api_route("/{relative:path}", methods=["GET", "HEAD"], include_in_schema=False)
     def web_file(request: Request, relative: str) -> Response:
         if relative in ("", "index.html"):
-            return web_page("index.html")
+            return web_page(request, "index.html")
         return _serve_web_folder(request, paths.web, relative)
 
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)

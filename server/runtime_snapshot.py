@@ -20,6 +20,9 @@ from server.settings import NUMPY_BUNDLE_URL, RUNTIME_URL, Paths
 
 SNAPSHOT_NAME = "runtime.snapshot"
 SNAPSHOT_URL_PREFIX = "/runtime-snapshot"
+# The engine build whose snapshot the browser holds in its own cache, as the page records it
+# (web/js/pib-client.js): the server then leaves out the snapshot's preload.
+SNAPSHOT_COOKIE = "pib-snapshot"
 # A snapshot holds Python's heap after the imports (~40 MB); anything far larger is not one.
 MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024
 

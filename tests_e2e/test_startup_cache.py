@@ -67,7 +67,7 @@ def visit(
         page.wait_for_function("() => window.pib !== undefined")
         startup = page.evaluate(READY)
         page.wait_for_function(STORED)
-        startup = page.evaluate("() => window.pib.startup")
+        startup = page.evaluate("() => ({...window.pib.startup, cookie: document.cookie})")
         value = None if then is None else page.evaluate("(c) => window.pib.runPython(c)", then)
         if spoil:
             page.evaluate(SPOIL_CACHES)
@@ -88,6 +88,8 @@ def test_first_visit_restores_the_snapshot_set_up_made_and_trains(
     print(f"first visit {startup}")
     assert (startup["snapshot"], startup["snapshot_source"]) == ("loaded", "server"), startup
     assert startup["snapshot_store"] == "stored", startup  # kept as the browser's own copy
+    # ...which the page tells the server, so its pages stop preloading the server's copy
+    assert f"pib-snapshot={startup['build']}" in startup["cookie"], startup
     assert set(startup["stages"]) == STAGES
     expected = xor_in_cpython()
     np.testing.assert_allclose(got["losses"], expected["losses"], rtol=0, atol=1e-5)

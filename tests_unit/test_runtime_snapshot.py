@@ -12,7 +12,12 @@ from fastapi.testclient import TestClient
 
 from server.engine_bundle import ensure_engine_bundle
 from server.main import create_app
-from server.runtime_snapshot import SnapshotRejected, build_version, store_snapshot
+from server.runtime_snapshot import (
+    SNAPSHOT_COOKIE,
+    SnapshotRejected,
+    build_version,
+    store_snapshot,
+)
 from server.settings import Paths
 
 
@@ -40,6 +45,11 @@ def test_engine_names_the_snapshot_of_its_build_only_once_stored(paths: Paths) -
     assert url is not None and digest in url
     for page in ("/", "/console"):
         assert f'<link rel="preload" href="{url}" as="fetch" crossorigin>' in client.get(page).text
+    # A browser that holds this build's snapshot itself is not made to read the server's too.
+    client.cookies.set(SNAPSHOT_COOKIE, digest)
+    assert 'rel="preload"' not in client.get("/console").text
+    client.cookies.set(SNAPSHOT_COOKIE, "an-older-build")
+    assert 'rel="preload"' in client.get("/console").text
     served = client.get(url, headers={"accept-encoding": "gzip"})
     assert served.content == data
     assert served.headers["content-encoding"] == "gzip"  # the precompressed sibling

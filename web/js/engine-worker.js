@@ -145,6 +145,7 @@ async function boot({ backend }) {
     snapshot,
     snapshotSource,
     storeSnapshot: makeSnapshot || keepServerSnapshot,
+    build: engine.digest,
   });
   const snapshotStored = (outcome) => post({ type: "snapshot-stored", outcome });
   if (makeSnapshot) {

@@ -2,6 +2,12 @@
 
 const BACKENDS = ["webgpu", "webgl2", "cpu"];
 
+// Tells the server which engine build's snapshot this browser holds (server/runtime_snapshot.py's
+// SNAPSHOT_COOKIE), so its pages stop preloading the server's copy.
+function recordHeldSnapshot(build) {
+  document.cookie = `pib-snapshot=${build}; path=/; max-age=31536000; samesite=strict`;
+}
+
 export function startEngine({ onStage = () => {} } = {}) {
   const requested = new URLSearchParams(location.search).get("backend");
   const pending = new Map();
@@ -25,7 +31,8 @@ export function startEngine({ onStage = () => {} } = {}) {
     // whether its downloads came from the browser's HTTP cache), snapshot (the runtime's memory
     // snapshot, numpy and the engine imported) and bytecode (numpy's and the engine's): "loaded" from an earlier visit, or
     // "absent", "stale", "unavailable" or "failed: ..."; snapshot_source: where a loaded snapshot
-    // came from, "server" (made at set-up) or "browser" (an earlier visit's); snapshot_store and bytecode_store:
+    // came from, "server" (made at set-up) or "browser" (an earlier visit's); build: the engine
+    // build's digest (/api/engine); snapshot_store and bytecode_store:
     // "storing", then "stored" or "failed: ...", null when nothing needed storing.
     startup: null,
     ready: null,
@@ -73,13 +80,16 @@ export function startEngine({ onStage = () => {} } = {}) {
           http_cache: data.httpCache,
           snapshot: data.snapshot,
           snapshot_source: data.snapshotSource,
+          build: data.build,
           snapshot_store: data.storeSnapshot ? "storing" : null,
           bytecode: data.bytecode,
           bytecode_store: data.storeBytecode ? "storing" : null,
         };
+        if (data.snapshot === "loaded" && !data.storeSnapshot) recordHeldSnapshot(data.build);
         resolve(pib);
       } else if (data.type === "snapshot-stored") {
         pib.startup.snapshot_store = data.outcome;
+        if (data.outcome === "stored") recordHeldSnapshot(pib.startup.build);
       } else if (data.type === "bytecode-stored") {
         pib.startup.bytecode_store = data.outcome;
       } else if (data.type === "boot-error") {
