@@ -2,7 +2,7 @@
 engine imported), trains like CPython, and keeps the snapshot for the next visit. On a server without one, a second visit in the same
 browser profile reuses the first visit's work: the runtime and both packages come from the HTTP
 cache, the runtime with numpy and the engine imported from the snapshot the first visit stored and
-Python's bytecode from the Cache API (as the worker reports), and the engine trains like CPython's.
+Python's bytecode from the origin-private file system (as the worker reports), and the engine trains like CPython's.
 Bytecode stored for another build is refused and replaced, and so is a snapshot whose shared
 libraries do not relink into the function table they were recorded with."""
 
@@ -34,15 +34,18 @@ STORED = "() => [window.pib.startup.snapshot_store, window.pib.startup.bytecode_
 # Bytecode-cache.js's entry rewritten as if an earlier engine build had stored it, and the
 # snapshot's record of the function table made one slot longer than the libraries relink to.
 SPOIL_CACHES = """async () => {
+  const folder = await (await navigator.storage.getDirectory()).getDirectoryHandle("pib-startup");
   const rewrite = async (name, edit) => {
-    const cache = await caches.open(name);
-    const bytes = new Uint8Array(await (await cache.match("/current")).arrayBuffer());
+    const file = await folder.getFileHandle(name);
+    const bytes = new Uint8Array(await (await file.getFile()).arrayBuffer());
     const length = new DataView(bytes.buffer).getUint32(0, true);
     const header = JSON.parse(new TextDecoder().decode(bytes.subarray(4, 4 + length)));
     const encoded = new TextEncoder().encode(JSON.stringify(edit(header)));
     const prefix = new Uint8Array(4);
     new DataView(prefix.buffer).setUint32(0, encoded.length, true);
-    await cache.put("/current", new Response(new Blob([prefix, encoded, bytes.subarray(4 + length)])));
+    const writable = await file.createWritable();
+    await writable.write(new Blob([prefix, encoded, bytes.subarray(4 + length)]));
+    await writable.close();
   };
   await rewrite("pib-bytecode", (header) => ({ ...header, version: "another build" }));
   await rewrite("pib-runtime-snapshot", (header) => {

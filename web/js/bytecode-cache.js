@@ -1,4 +1,4 @@
-// Python bytecode of numpy's and the engine's modules, kept between visits in the Cache API.
+// Python bytecode of numpy's and the engine's modules, kept between visits (startup-cache.js).
 //
 // Neither package ships .pyc files, so every visit compiled some 160 modules from source (about a
 // third of the numpy and engine stages). The first visit lets Python write its __pycache__ as it
@@ -24,7 +24,7 @@ function pycFiles(FS, root) {
 }
 
 // Writes the stored .pyc files into place: "loaded", or why not: "absent", "stale" (stored for
-// other versions; ignored) or "unavailable" (no Cache API here).
+// other versions; ignored) or "unavailable" (nowhere to keep it here).
 export async function restoreBytecode(pyodide, version) {
   const { state, header, body } = await readEntry(CACHE_NAME, version);
   if (state !== "loaded") return state;

@@ -10,6 +10,7 @@ import {
   startRuntime,
   storeSnapshot,
 } from "./runtime-snapshot.js";
+import { canKeepEntries } from "./startup-cache.js";
 
 let runner = null; // py_in_browser._worker, once the engine is loaded
 let hidden = false; // the page's visibility, told by pib-client.js; handed to the engine at boot
@@ -131,9 +132,9 @@ async function boot({ backend }) {
   };
   const snapshotSource = snapshot === "loaded" ? (await stored).source : null;
   // A snapshot that failed to restore is replaced too; the server's is kept in the browser, which
-  // reads it back faster than from the HTTP cache (stored decoded, no inflating).
+  // reads it back faster than from the HTTP cache (a plain file, no inflating).
   const makeSnapshot = snapshot !== "loaded" && snapshot !== "unavailable";
-  const keepServerSnapshot = snapshotSource === "server" && typeof caches !== "undefined";
+  const keepServerSnapshot = snapshotSource === "server" && canKeepEntries();
   post({
     type: "ready",
     backend: chosen,

@@ -1,5 +1,5 @@
 // One buffer holding a JSON header and bytes: a little-endian uint32 header length, the UTF-8 JSON
-// header, then the body. The layout of the Cache API entries (startup-cache.js) and of package
+// header, then the body. The layout of the entries kept between visits (startup-cache.js) and of package
 // bundles (package-bundle.js, written by server/package_bundle.py).
 
 // {header, body} of a framed buffer (a Uint8Array).
