@@ -136,6 +136,7 @@ async function boot({ backend }) {
     snapshotSource: snapshot === "loaded" ? (await stored).source : null,
     makeSnapshot,
   });
+  runner.after_ready(); // the backend's warm-up starts now that it cannot delay ready
   if (makeSnapshot) {
     whenIdle(() =>
       storeSnapshot({
