@@ -410,6 +410,7 @@ class Engine {
         gl.texStorage2D(gl.TEXTURE_2D, 1, format, 1, 1);
         gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0 + t, gl.TEXTURE_2D, texture, 0);
       }
+      gl.bindTexture(gl.TEXTURE_2D, null); // a target still bound to a sampler unit: a feedback loop
       gl.drawBuffers([...Array(targets).keys()].map((t) => gl.COLOR_ATTACHMENT0 + t));
       this.warmFramebuffers.set(name, framebuffer);
     }
