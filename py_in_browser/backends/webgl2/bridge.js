@@ -376,8 +376,15 @@ class Engine {
     const programs = this.toDrawWarm;
     this.toDrawWarm = [];
     if (this.lost || programs.length === 0) return;
-    const entries = programs.map(([key]) => this.program(key));
-    programs.forEach(([, , channels, targets, half], k) => this.warmDraw(entries[k], channels, targets, half));
+    const ready = [];
+    for (const [key, source, channels, targets, half] of programs) {
+      try {
+        ready.push([this.program(key), channels, targets, half]);
+      } catch {
+        this.warmUp.set(key, source); // linked again at its first draw, which reports why it fails
+      }
+    }
+    for (const [entry, channels, targets, half] of ready) this.warmDraw(entry, channels, targets, half);
     this.resetState(); // program, framebuffer and viewport changed behind draw's back
     this.warmDrawsFence = this.gl.fenceSync(this.gl.SYNC_GPU_COMMANDS_COMPLETE, 0);
     this.gl.flush();
