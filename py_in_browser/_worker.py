@@ -33,6 +33,12 @@ async def boot(backend: str | None) -> str:
     return chosen
 
 
+def after_ready() -> None:
+    """The worker has posted ready: the backend starts what init left for later (compiling
+    kernels ahead of the first step), now that it no longer delays ready."""
+    _namespace["pib"].runtime.current_backend().start_background()
+
+
 def set_hidden(hidden: bool) -> None:
     """The page was hidden or shown (visibilitychange): a running fit pauses while hidden."""
     from py_in_browser import visibility

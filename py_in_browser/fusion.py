@@ -367,6 +367,10 @@ INPUT_KINDS = {
     "gate": "bool, shape ()",
 }
 _COMMON: dict[tuple[Program, tuple[str, ...]], None] = {}
+# Those the first training step of the most common model runs (relu layers, softmax
+# cross-entropy on logits, the default Adam): a backend whose first use of a kernel is costly
+# (webgl2 on a software GPU) prepares these before the first step, the others in the background.
+_TYPICAL: dict[tuple[Program, tuple[str, ...]], None] = {}
 
 
 def register_common(
@@ -374,14 +378,18 @@ def register_common(
     input_kinds: tuple[str, ...],
     gradient_kind: str | None = None,
     wrt: tuple[int, ...] = (),
+    typical: bool = False,
 ) -> None:
     """Registers a program; with `gradient_kind` (how the result's gradient arrives) also the
-    programs of its VJP for the inputs `wrt`, which the backward pass of every step runs."""
+    programs of its VJP for the inputs `wrt`, which the backward pass of every step runs.
+    `typical`: the most common model's first step runs it (typical_programs)."""
     if any(kind not in INPUT_KINDS for kind in input_kinds):
         raise ValueError(f"fused: input kinds are {list(INPUT_KINDS)}, got {input_kinds}")
     values = tuple("bool" if kind in ("gate", "mask") else "float" for kind in input_kinds)
     step_kinds(program, values)
     _COMMON[(program, input_kinds)] = None
+    if typical:
+        _TYPICAL[(program, input_kinds)] = None
     if gradient_kind is None:
         return
     for k in wrt:
@@ -389,12 +397,17 @@ def register_common(
         if gradient is not None:
             compact, used = used_inputs(gradient)
             kinds = (*input_kinds, gradient_kind)
-            register_common(compact, tuple(kinds[i] for i in used))
+            register_common(compact, tuple(kinds[i] for i in used), typical=typical)
 
 
 def common_programs() -> list[tuple[Program, tuple[str, ...]]]:
     """The registered programs, in registration order, each once."""
     return list(_COMMON)
+
+
+def typical_programs() -> list[tuple[Program, tuple[str, ...]]]:
+    """The registered programs marked typical, in registration order, each once."""
+    return list(_TYPICAL)
 
 
 # Runs of registered programs over one output shape that training draws back to back (an

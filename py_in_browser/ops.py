@@ -177,7 +177,7 @@ _TANH_GRAD = fusion.trace(lambda g, y: g - g * (y * y), 2)
 _SIGMOID_GRAD = fusion.trace(lambda g, y: g * (y - y * y), 2)
 _RELU_GRAD = fusion.trace(lambda g, x: fusion.where(fusion.less(0.0, x), g, 0.0), 2)
 for _program in (_TANH_GRAD, _SIGMOID_GRAD, _RELU_GRAD):
-    fusion.register_common(_program, ("full", "full"))
+    fusion.register_common(_program, ("full", "full"), typical=_program is _RELU_GRAD)
 
 _define(
     "tanh",

@@ -523,34 +523,36 @@ def _register_common_programs() -> None:
     """Tells the GPU backends which fused programs training runs every step (each optimizer
     kind with its defaults; constants are not part of a compiled kernel, so any setting of the
     same kind reuses them), so they compile them at start-up instead of in the first step."""
+    default_adam = Adam()  # the typical model's optimizer (fusion.typical_programs)
     for optimizer in (
         SGD(),
         SGD(momentum=0.9),
         SGD(momentum=0.9, nesterov=True),
         RMSprop(),
-        Adam(),
+        default_adam,
         AdamW(),
         Adam(epsilon_placement="keras"),
         AdamW(epsilon_placement="keras"),
     ):
         scalars = set(optimizer._step_rules())
+        typical = optimizer is default_adam
         # A variable's rules run back to back over its shape, as do the step rules over ().
         updates = []
         for rule in optimizer._rules(epsilon_floor=0.0):
             kinds = tuple("scalar" if n in scalars else "full" for n in rule.reads)
             program = fusion.trace(_gate_rule(rule.fn), len(kinds) + 1)
-            fusion.register_common(program, (*kinds, "gate"))
+            fusion.register_common(program, (*kinds, "gate"), typical=typical)
             updates.append((program, (*rule.reads, "gate")))
         step_updates = []
         for fn in optimizer._step_rules().values():
             program = fusion.trace(fn, 1)
-            fusion.register_common(program, ("scalar",))
+            fusion.register_common(program, ("scalar",), typical=typical)
             step_updates.append((program, ("step",)))
         for group in (updates, step_updates):
             if len(group) > 1:
                 fusion.register_common_group(group)
-    fusion.register_common(fusion.trace(_advance, 1), ("scalar",))
-    fusion.register_common(fusion.trace(_gate_rule(_advance), 2), ("scalar", "gate"))
+    fusion.register_common(fusion.trace(_advance, 1), ("scalar",), typical=True)
+    fusion.register_common(fusion.trace(_gate_rule(_advance), 2), ("scalar", "gate"), typical=True)
 
 
 _register_common_programs()

@@ -63,15 +63,17 @@ async def init(backend: str | None = None, limits: dict[str, Any] | None = None)
         >>> pib.capabilities()["selection"]["mode"]
         'forced'
     """
-    usable = available_backends()
-    if backend is not None and backend not in usable:
+    # A named backend's own probe only: probing the others costs a WebGL2 context (~10-40 ms).
+    entry = backends.BACKENDS.get(backend) if backend is not None else None
+    if backend is not None and (entry is None or not entry.available()):
+        usable = available_backends()
         raise ValueError(f"backend {backend!r} is not available here; available: {usable}")
     previous = _state["backend"]
     if previous is not None and previous.is_lost():
         # Nothing will recover it now: its listeners go (and a WebGPU backend lost with
         # lose_device(restore=False) stops withholding adapters, which this init may need).
         previous.detach()
-    names = [backend] if backend is not None else usable
+    names = [backend] if backend is not None else available_backends()
     chosen, report = await selection.choose(names, limits, forced=backend is not None)
     await chosen.prepare()
     _state["backend"] = chosen

@@ -302,7 +302,7 @@ def _loss_total(samples: float) -> Callable[[fusion.Value, fusion.Value], fusion
 
 
 # Every step runs it (with its batch's size, a constant outside the compiled kernel).
-fusion.register_common(fusion.trace(_loss_total(1.0), 2), ("scalar", "scalar"))
+fusion.register_common(fusion.trace(_loss_total(1.0), 2), ("scalar", "scalar"), typical=True)
 
 
 def _accumulate(

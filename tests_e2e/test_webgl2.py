@@ -30,6 +30,36 @@ def test_capabilities_are_probed(engine_page: EnginePage) -> None:
     assert caps["max_texture_size"] >= 4096
 
 
+def test_a_small_cnns_first_step_draws_only_programs_drawn_ahead(engine_page: EnginePage) -> None:
+    """Once ready, the bridge has linked and drawn once every program first_step.py lists, and
+    those are all the benchmark's W3s model draws in its first step (32x32 RGB, two relu
+    convolutions with max pooling, two dense layers, softmax cross-entropy on class labels,
+    Adam): the step finishes no program of its own (on SwiftShader, ~25 ms each)."""
+    finished_in_step = engine_page.run(
+        """
+from py_in_browser import layers, runtime
+engine = runtime.current_backend().queue.engine
+before = set(engine.programs.keys())
+model = pib.Sequential([
+    layers.Conv2D(16, 3, activation="relu", padding="same", input_shape=(32, 32, 3)),
+    layers.MaxPool2D(2),
+    layers.Conv2D(32, 3, activation="relu", padding="same"),
+    layers.MaxPool2D(2),
+    layers.Flatten(),
+    layers.Dense(64, activation="relu"),
+    layers.Dense(4),
+])
+model.compile("adam", pib.losses.SparseCategoricalCrossentropy(from_logits=True))
+rng = np.random.default_rng(0)
+x = pib.tensor(rng.uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32))
+loss = await model.train_on_batch(x, pib.tensor(np.arange(8) % 4, dtype="int32"))
+await loss.numpy()
+[engine.toDrawWarm.length, sorted(set(engine.programs.keys()) - before)]
+"""
+    )
+    assert finished_in_step == [0, []]
+
+
 def test_training_compiles_no_program_after_the_warm_up(engine_page: EnginePage) -> None:
     """init's warm-up handed the bridge every program a CNN's training step draws, the
     optimizer's fused updates included although its learning rate is not the default

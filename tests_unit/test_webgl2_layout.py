@@ -15,7 +15,7 @@ import pytest
 
 from py_in_browser import runtime
 from py_in_browser.backends import OutSpec
-from py_in_browser.backends.webgl2 import blocks, kernels, shaders, wire
+from py_in_browser.backends.webgl2 import blocks, first_step, kernels, shaders, wire
 from py_in_browser.backends.webgl2.backend import WebGL2Backend
 from py_in_browser.backends.webgl2.context import WebGLContextLostError
 from py_in_browser.backends.webgl2.recorder import REPLAY_COPY_LABEL
@@ -317,9 +317,21 @@ def test_context_loss_is_a_clear_error_and_one_runtime_event() -> None:
 
 def test_every_warm_up_program_has_a_fragment_shader() -> None:
     block_keys = blocks.warmup_keys(8) + blocks.warmup_keys(4)
-    for key in shaders.warmup_keys() + block_keys:
+    drawn_ahead = [key for n in (8, 4) for key, _, _ in first_step.warm_draws(n, False)]
+    for key in shaders.warmup_keys() + block_keys + drawn_ahead:
         source = shaders.program_source(key)
         assert source.startswith("#version 300 es") and "precision highp float" in source
+
+
+def test_programs_drawn_ahead_have_as_many_targets_as_outputs() -> None:
+    """bridge.js warmDraw draws into that many 1x1 targets; with compensated float16 storage
+    the programs that would write a low part are left to their first use."""
+    for key, channels, targets in first_step.warm_draws(4, False):
+        outputs = shaders.program_source(key).count("layout(location = ")
+        assert targets == outputs and channels in (1, 4) and (targets == 1 or channels == 4), key
+    keys = [key for key, _, _ in first_step.warm_draws(8, True)]
+    assert "pool4:max" in keys and not [k for k in keys if k.startswith(("fused", "where"))]
+    assert "binary4:add" not in keys and "binary4:mul" in keys
 
 
 # ---- fused programs -------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ self-test and probe step init measures every backend with (selection.py ranks th
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable
@@ -82,6 +83,7 @@ class Backend:
         self.bytes_downloaded = 0
         # Per-kernel wall times while pib.profile runs; None when not profiling.
         self.profile_log: dict[str, list[float]] | None = None
+        self._background: asyncio.TimerHandle | None = None  # see schedule_background
 
     async def start(self) -> None:
         """Acquires what the backend needs before its self-test (a GPU device, a GL context)."""
@@ -222,7 +224,26 @@ class Backend:
         return SelfTestResult(not detail, detail, worst, ms)
 
     async def prepare(self) -> None:
-        """Work worth doing only for the backend init keeps (compiling the common kernels)."""
+        """Work worth doing only for the backend init keeps, before init returns. Work that can
+        wait (compiling kernels ahead of the first step) goes in background() instead."""
+
+    def schedule_background(self) -> None:
+        """For prepare to call: background() runs once, when start_background is called (the
+        engine's worker does, once it has posted ready: the work does not delay it) or else
+        BACKGROUND_AFTER_S after prepare (init called by page code, a recovery)."""
+        loop = asyncio.get_running_loop()
+        self._background = loop.call_later(BACKGROUND_AFTER_S, self.start_background)
+
+    def start_background(self) -> None:
+        """Runs background() now unless it ran already or nothing was scheduled."""
+        handle, self._background = self._background, None
+        if handle is not None:
+            handle.cancel()
+            self.background()
+
+    def background(self) -> None:
+        """Work prepare scheduled for after init: GPU backends compile kernels ahead of the
+        first step here."""
 
     def close(self) -> None:
         """Releases the device or context of a backend init started but did not keep; unusable
@@ -233,6 +254,9 @@ class Backend:
         or None for real GPU hardware and for the cpu backend."""
         return None
 
+
+# Seconds after prepare a backend starts its background work when nobody asked it to sooner.
+BACKGROUND_AFTER_S = 0.05
 
 # ---- the numeric self-test and the timed step init ranks backends by ---------------------------
 

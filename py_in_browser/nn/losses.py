@@ -137,10 +137,14 @@ def softmax_cross_entropy(target: Tensor, logits: Tensor) -> Tensor:
 # Every training step with a logits loss runs these, forward and backward (see fusion.py).
 fusion.register_common(fusion.trace(_squared_error(1.0), 2), ("full", "full"), "filled", wrt=(0,))
 # Gradients flow to the logits and the row sums, never to the target or the (stopped) row max.
-fusion.register_common(fusion.trace(_shifted_exp, 2), ("full", "rows"), "rows", wrt=(0,))
+# Softmax cross-entropy on logits with class labels (the mask) is the typical classifier's loss
+# (fusion.typical_programs).
+_SHIFTED_EXP = fusion.trace(_shifted_exp, 2)
+fusion.register_common(_SHIFTED_EXP, ("full", "rows"), "rows", wrt=(0,), typical=True)
 for _terms, _target in ((_weighted_terms(1.0), "full"), (_masked_terms(1.0), "mask")):
     _kinds = (_target, "full", "rows", "rows")
-    fusion.register_common(fusion.trace(_terms, 4), _kinds, "filled", wrt=(1, 3))
+    _typical = _target == "mask"
+    fusion.register_common(fusion.trace(_terms, 4), _kinds, "filled", wrt=(1, 3), typical=_typical)
 
 
 class CategoricalCrossentropy(Loss):

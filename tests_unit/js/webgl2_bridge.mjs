@@ -77,3 +77,5 @@ for (const [payload, staging] of input.payloads) {
   engine.run(payload, { getBuffer: () => ({ data, release() {} }) });
 }
 console.log(JSON.stringify(log));
+// The engine's MessageChannel (its Pauser's next-task wake-ups) keeps Node's event loop alive.
+process.exit(0);

@@ -148,6 +148,7 @@ async function boot({ backend }) {
     storeSnapshot: makeSnapshot || keepServerSnapshot,
     build: engine.digest,
   });
+  runner.after_ready(); // the backend's warm-up starts now that it cannot delay ready
   const snapshotStored = (outcome) => post({ type: "snapshot-stored", outcome });
   if (makeSnapshot) {
     whenIdle(() =>

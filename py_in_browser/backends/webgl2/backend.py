@@ -10,7 +10,17 @@ import numpy as np
 
 from ... import _js
 from .. import Backend, OutSpec
-from . import blocks, dtypes, epilogues, kernels, multi_target, rewrites, shaders, wire
+from . import (
+    blocks,
+    dtypes,
+    epilogues,
+    first_step,
+    kernels,
+    multi_target,
+    rewrites,
+    shaders,
+    wire,
+)
 from .draw_queue import DrawQueue
 from .memory import TextureMemory
 from .recorder import StepRecorder
@@ -93,6 +103,14 @@ class WebGL2Backend(Backend):
         self.memory.compensated = half and bool(self.limits.get("compensated_updates", True))
 
     async def prepare(self) -> None:
+        self.warm_draws()
+        self.schedule_background()
+
+    def background(self) -> None:
+        """Draws the first step's programs once (bridge.js drawWarm waits for their links, the
+        GPU process then builds their pipelines while Python builds the step), then hands over
+        the rest of the warm-up (~60 ms of making sources), which is linked while idle."""
+        self.queue.call("drawWarm")
         self.warm_up()
 
     def close(self) -> None:
@@ -106,9 +124,25 @@ class WebGL2Backend(Backend):
         renderer = str(self.probed.get("renderer") or "")
         return next((name for name in SOFTWARE_RENDERERS if name.lower() in renderer.lower()), None)
 
+    def warm_draws(self) -> None:
+        """Sends the programs a typical first training step draws (first_step.py) to be linked
+        now and drawn once in background(), so that the GPU process builds their pipelines
+        before the step needs them (nothing waits here)."""
+        draws = [
+            (key, channels, targets)
+            for key, channels, targets in first_step.warm_draws(
+                self.draw_buffers, self.memory.compensated
+            )
+            if key not in self.queue.known_programs
+        ]
+        half = self.memory.half
+        sent = [[key, shaders.program_source(key), c, t, half] for key, c, t in draws]
+        self.queue.call("warmDraws", json.dumps(sent))
+        self.queue.known_programs.update(key for key, _, _ in draws)
+
     def warm_up(self) -> None:
-        """Sends every program a training step needs to be compiled and linked before the first
-        step draws (the GPU process links them in the background; nothing waits here)."""
+        """Sends every other program a training step may need to be linked while the engine is
+        idle (the GPU process links them in the background; nothing waits here)."""
         fused = shaders.fused_warmup_keys()
         keys = shaders.warmup_keys() + blocks.warmup_keys(self.draw_buffers) + fused
         if self.memory.compensated:
@@ -116,6 +150,7 @@ class WebGL2Backend(Backend):
             keys += [f"{key}+pair" for key in fused]
         else:  # float16 pair programs write their low part as a second target: never merged
             keys += multi_target.warmup_keys(self.draw_buffers)
+        keys = [key for key in dict.fromkeys(keys) if key not in self.queue.known_programs]
         self.queue.call("compile", json.dumps({k: shaders.program_source(k) for k in keys}))
         self.queue.known_programs.update(keys)
 

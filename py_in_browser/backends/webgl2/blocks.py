@@ -34,9 +34,14 @@ def shape_for(rows: int, columns: int, draw_buffers: int) -> tuple[int, int] | N
     return None
 
 
+def best_shape(draw_buffers: int) -> tuple[int, int]:
+    """The largest block shape (rows, texel columns) the device's draw buffers allow."""
+    return next((r, c) for r, c in SHAPES if r * c <= draw_buffers)
+
+
 def warmup_keys(draw_buffers: int) -> list[str]:
     """The programs of the best block shape the device allows (others compile on first use)."""
-    rows, cols = next((r, c) for r, c in SHAPES if r * c <= draw_buffers)
+    rows, cols = best_shape(draw_buffers)
     shape = f"{rows}x{cols}"
     programs = ["matmul_block:nn", "matmul_block:nt", "matmul_block:tn"]
     programs += ["conv2d_block:vec", "conv2d_block:scalar"]

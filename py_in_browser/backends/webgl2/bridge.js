@@ -189,6 +189,9 @@ class Engine {
     this.warmUp = new Map(); // key -> source: warm-up programs not compiled yet, in order
     this.warmUpTimer = null;
     this.linking = new Map(); // key -> a warm-up program compiled and linked, not yet finished
+    this.warmFramebuffers = new Map(); // `${channels}:${targets}:${half}` -> warmDraw's target
+    this.toDrawWarm = []; // warmDraws' programs drawWarm has not drawn yet
+    this.warmDrawsFence = null; // set once drawWarm has drawn, until the GPU passed it
     this.lastRun = 0; // performance.now() of the last command list: the warm-up links while idle
     this.fences = [];
     this.recordings = new Map(); // id -> {commands, constants}: recorded train steps
@@ -342,7 +345,7 @@ class Engine {
     this.warmUpTimer = setTimeout(() => {
       this.warmUpTimer = null;
       if (this.lost) return;
-      if (performance.now() - this.lastRun >= WARM_UP_IDLE_MS && this.pendingReads.size === 0) {
+      if (performance.now() - this.lastRun >= WARM_UP_IDLE_MS && this.pendingReads.size === 0 && this.warmDrawsDone()) {
         for (const [key, source] of [...this.warmUp].slice(0, WARM_UP_CHUNK)) {
           this.warmUp.delete(key);
           this.linking.set(key, this.startProgram(key, source));
@@ -351,6 +354,77 @@ class Engine {
       }
       this.pumpWarmUp();
     }, WARM_UP_IDLE_MS);
+  }
+
+  // Programs a typical first training step draws ([key, source, channels, targets, half] each,
+  // first_step.py): linked now, drawn by drawWarm.
+  warmDraws(programsJson) {
+    this.toDrawWarm = JSON.parse(programsJson).filter(([key]) => !this.programs.has(key));
+    for (const [key, source] of this.toDrawWarm) {
+      this.warmUp.delete(key);
+      if (!this.linking.has(key)) this.linking.set(key, this.startProgram(key, source));
+    }
+    this.gl.flush();
+  }
+
+  // Draws warmDraws' programs once each into 1x1 targets of their format. On a software GPU a
+  // program's first draw is its costly part (the GPU process builds its pipeline then): drawn
+  // here, after ready, that runs while Python builds the first step. All links went before all
+  // draws, so the one wait (for the links, when the first is finished) waits for no draw, and
+  // the draws are not waited for at all.
+  drawWarm() {
+    const programs = this.toDrawWarm;
+    this.toDrawWarm = [];
+    if (this.lost || programs.length === 0) return;
+    const ready = [];
+    for (const [key, source, channels, targets, half] of programs) {
+      try {
+        ready.push([this.program(key), channels, targets, half]);
+      } catch {
+        this.warmUp.set(key, source); // linked again at its first draw, which reports why it fails
+      }
+    }
+    for (const [entry, channels, targets, half] of ready) this.warmDraw(entry, channels, targets, half);
+    this.resetState(); // program, framebuffer and viewport changed behind draw's back
+    this.warmDrawsFence = this.gl.fenceSync(this.gl.SYNC_GPU_COMMANDS_COMPLETE, 0);
+    this.gl.flush();
+  }
+
+  // Whether the GPU has made the warm draws: the idle warm-up links nothing before, since a
+  // step's draws would queue behind those links too.
+  warmDrawsDone() {
+    if (this.warmDrawsFence === null) return true;
+    const gl = this.gl;
+    if (gl.getSyncParameter(this.warmDrawsFence, gl.SYNC_STATUS) !== gl.SIGNALED) return false;
+    gl.deleteSync(this.warmDrawsFence);
+    this.warmDrawsFence = null;
+    return true;
+  }
+
+  // One draw of `entry` into `targets` 1x1 textures of `channels` (float16 if `half`), made once
+  // per format and count; nothing reads them.
+  warmDraw(entry, channels, targets, half) {
+    const gl = this.gl;
+    const name = `${channels}:${targets}:${half}`;
+    let framebuffer = this.warmFramebuffers.get(name);
+    if (framebuffer === undefined) {
+      framebuffer = gl.createFramebuffer();
+      gl.bindFramebuffer(gl.FRAMEBUFFER, framebuffer);
+      const format = channels === 4 ? (half ? gl.RGBA16F : gl.RGBA32F) : half ? gl.R16F : gl.R32F;
+      for (let t = 0; t < targets; t++) {
+        const texture = gl.createTexture();
+        gl.bindTexture(gl.TEXTURE_2D, texture);
+        gl.texStorage2D(gl.TEXTURE_2D, 1, format, 1, 1);
+        gl.framebufferTexture2D(gl.FRAMEBUFFER, gl.COLOR_ATTACHMENT0 + t, gl.TEXTURE_2D, texture, 0);
+      }
+      gl.bindTexture(gl.TEXTURE_2D, null); // a target still bound to a sampler unit: a feedback loop
+      gl.drawBuffers([...Array(targets).keys()].map((t) => gl.COLOR_ATTACHMENT0 + t));
+      this.warmFramebuffers.set(name, framebuffer);
+    }
+    gl.bindFramebuffer(gl.FRAMEBUFFER, framebuffer);
+    gl.useProgram(entry.program);
+    gl.viewport(0, 0, 1, 1);
+    gl.drawArrays(gl.TRIANGLES, 0, 3);
   }
 
   // Program `key` ready to draw: linked ahead and finished now, or compiled now.

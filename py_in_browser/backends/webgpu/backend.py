@@ -134,7 +134,10 @@ class WebGPUBackend(Backend):
 
     async def prepare(self) -> None:
         if WARM_UP:
-            self.warm_up()
+            self.schedule_background()
+
+    def background(self) -> None:
+        self.warm_up()
 
     def close(self) -> None:
         """Destroys the device. Its lost signal then calls a destroyed proxy, which throws into
