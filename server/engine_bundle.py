@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.package_bundle import BUNDLE_SUFFIX, write_bundle
+from server.package_bundle import BUNDLE_SUFFIX, drop_other_builds, write_bundle
 from server.settings import Paths
 from server.simd_build import PACKAGE_PATH, SimdBuildError, SimdModule, ensure_simd_module
 
@@ -66,9 +66,5 @@ def ensure_engine_bundle(paths: Paths) -> EngineBundle:
     if simd is not None:
         members.append((f"{PACKAGE_NAME}/{PACKAGE_PATH}", simd.path.read_bytes()))
     write_bundle(bundle, members)
-    for stale in paths.engine.iterdir():
-        if stale.is_dir() and stale.name != digest:
-            for leftover in stale.iterdir():
-                leftover.unlink()
-            stale.rmdir()
+    drop_other_builds(paths.engine, digest)
     return EngineBundle(bundle, digest, simd)

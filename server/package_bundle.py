@@ -49,6 +49,16 @@ def write_served(path: Path, data: bytes) -> None:
         partial.replace(target)
 
 
+def drop_other_builds(parent: Path, current: str) -> None:
+    """Removes the folders under `parent` of builds other than `current` (one folder of plain
+    files per build, named by its digest), so the cache holds only what is served."""
+    for other in parent.iterdir():
+        if other.is_dir() and other.name != current:
+            for leftover in other.iterdir():
+                leftover.unlink()
+            other.rmdir()
+
+
 def read_bundle(data: bytes) -> dict[str, bytes]:
     """The files of a bundle by path: what the worker writes, read back (for checks)."""
     (header_length,) = struct.unpack_from("<I", data)

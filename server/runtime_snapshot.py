@@ -15,7 +15,7 @@ import os
 import struct
 from pathlib import Path
 
-from server.package_bundle import write_served
+from server.package_bundle import drop_other_builds, write_served
 from server.settings import NUMPY_BUNDLE_URL, RUNTIME_URL, Paths
 
 SNAPSHOT_NAME = "runtime.snapshot"
@@ -80,9 +80,5 @@ def store_snapshot(paths: Paths, digest: str, data: bytes) -> Path:
     target = snapshot_path(paths, digest)
     target.parent.mkdir(parents=True, exist_ok=True)
     write_served(target, data)
-    for other in paths.runtime_snapshots.iterdir():
-        if other.is_dir() and other.name != digest:
-            for leftover in other.iterdir():
-                leftover.unlink()
-            other.rmdir()
+    drop_other_builds(paths.runtime_snapshots, digest)
     return target
