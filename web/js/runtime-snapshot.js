@@ -13,7 +13,7 @@
 import { unframe } from "./framed.js";
 import { bundleFiles, installBundle } from "./package-bundle.js";
 import { compileLibraries, relinkLibraries } from "./shared-libraries.js";
-import { checkEntry, dropEntry, openEntry, writeEntry } from "./startup-cache.js";
+import { checkEntry, openEntry, writeEntry } from "./startup-cache.js";
 
 export const SNAPSHOT_CACHE = "pib-runtime-snapshot";
 
@@ -36,8 +36,8 @@ export function openSnapshot() {
 
 // The snapshot to restore for `version` (a promise for startRuntime): the browser's own (`local`,
 // openSnapshot's promise) when it was made for this build, else the server's at `serverURL` (null
-// when it has none), else the local entry's state. A stale local entry is dropped when the server's
-// replaces it, so later visits do not read it in vain.
+// when it has none), else the local entry's state. The server's, once restored, replaces a stale
+// local entry (keepSnapshot).
 export async function chooseSnapshot(local, serverURL, version) {
   const expected = snapshotVersion(version);
   const own = checkEntry(await local, expected);
@@ -46,7 +46,6 @@ export async function chooseSnapshot(local, serverURL, version) {
   if (!response.ok) return own;
   const served = checkEntry({ state: "found", ...unframe(new Uint8Array(await response.arrayBuffer())) }, expected);
   if (served.state !== "loaded") return own;
-  if (own.state === "stale") dropEntry(SNAPSHOT_CACHE).catch(() => {});
   return { ...served, source: "server" };
 }
 

@@ -71,8 +71,3 @@ export async function writeEntry(name, header, parts) {
     access.close();
   }
 }
-
-// Removes the entry, whatever versions it was made from.
-export async function dropEntry(name) {
-  if (canKeepEntries()) await (await folder()).removeEntry(name).catch(() => {});
-}
