@@ -27,10 +27,23 @@ def import_engine() -> None:
     _namespace.update(pib=pib, np=np)
 
 
-async def boot(backend: str | None) -> str:
-    """Chooses and starts the backend (the "init" stage), once import_engine has run."""
+async def boot(backend: str | None, kept_verdicts: str | None) -> str:
+    """Chooses and starts the backend (the "init" stage), once import_engine has run.
+    kept_verdicts: what selection learned on earlier visits (backends/verdicts.py; "" when
+    nothing was kept yet), or None where the worker cannot keep it."""
+    from py_in_browser.backends import verdicts
+
+    if kept_verdicts is not None:
+        verdicts.load(kept_verdicts)
     chosen: str = await _namespace["pib"].init(backend=backend)
     return chosen
+
+
+def verdicts_to_keep() -> str:
+    """What backend selection learned, for the worker to keep until the next visit."""
+    from py_in_browser.backends import verdicts
+
+    return verdicts.dump()
 
 
 def after_ready() -> None:

@@ -52,7 +52,11 @@ async def init(backend: str | None = None, limits: dict[str, Any] | None = None)
     a small training step within about 1.5 s in all and the fastest is kept, the others closed.
     A named backend skips the timing, still self-tests, and raises BackendSelectionError with
     the reason when it fails. pib.capabilities()["selection"] tells the choice and why each
-    other candidate was rejected or ranked lower. `limits` are passed to every backend (device
+    other candidate was rejected or ranked lower. In the browser, the engine's worker keeps these
+    verdicts between visits on the same browser, GPU and engine build (backends/verdicts.py): a
+    backend that passed its self-test then skips it, and a measured choice among the same
+    candidates is reused without starting the others; the report says "remembered". Init with
+    `limits` always tests afresh. `limits` are passed to every backend (device
     limits to emulate a weaker device, e.g. {"max_texture_size": 512}; test hook:
     {"fail_self_test": ["webgpu"]} makes that backend's self-test fail). Tensors created before
     a switch stay on their old backend.

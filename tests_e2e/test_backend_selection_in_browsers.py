@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests_e2e.conftest import BOOT_TIMEOUT_MS
 from tests_e2e.engine_page import EnginePage, PythonError
 
 BROWSERS = ["chromium", pytest.param("firefox", marks=pytest.mark.firefox)]
@@ -28,7 +29,7 @@ def test_the_backend_is_chosen_by_measurement_and_the_ranking_reported(
     engine_page: EnginePage, browser_kind: str
 ) -> None:
     report = selection(engine_page)
-    assert report["mode"] == "measured"
+    assert report["mode"] == "measured" and report["remembered"] is False  # a fresh profile
     candidates = {c["name"]: c for c in report["candidates"]}
     assert set(candidates) == set(engine_page.run("pib.available_backends()"))
     assert "cpu" in candidates and "webgl2" in candidates
@@ -68,3 +69,30 @@ def test_a_failing_self_test_falls_back_to_the_next_candidate(
     assert rejected["reason"].startswith("self-test failed: conv2d is off by")
     with pytest.raises(PythonError, match=f"backend '{failing}' self-test failed"):
         engine_page.run(f"await pib.init('{failing}', limits={{'fail_self_test': ['{failing}']}})")
+
+
+def test_a_reload_reuses_the_measured_choice_and_passed_self_tests(
+    engine_page: EnginePage, browser_kind: str
+) -> None:
+    """The worker keeps the verdicts (backend-verdicts.js): the next visit in the profile starts
+    only the backend measured fastest, and a named backend that passed skips its self-test."""
+    measured = engine_page.run("await pib.init()")
+    first = selection(engine_page)
+    engine_page.page.reload()
+    engine_page.page.wait_for_function(
+        "() => window.pib !== undefined && window.pib.backend !== null", timeout=BOOT_TIMEOUT_MS
+    )
+    again = selection(engine_page)
+    assert again["remembered"] is True and again["chosen"] == measured == first["chosen"]
+    assert engine_page.run("pib.get_backend()") == measured
+    was = {c["name"]: c for c in first["candidates"]}
+    for c in again["candidates"]:
+        assert c["remembered"] is True
+        assert (c["status"], c["step_ms"]) == (was[c["name"]]["status"], was[c["name"]]["step_ms"])
+    named = engine_page.run(f"await pib.init('{measured}')")
+    forced = selection(engine_page)
+    assert (named, forced["mode"], forced["remembered"]) == (measured, "forced", True)
+    assert forced["candidates"][0]["self_test_error"] < 1e-4
+    # Limits (an emulated device, the failure hook) always test afresh.
+    engine_page.run(f"await pib.init('{measured}', limits={{'max_texture_size': 4096}})")
+    assert selection(engine_page)["remembered"] is False

@@ -7,6 +7,7 @@ registered here as an extra candidate the way the browser registers webgpu.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 import py_in_browser as pib
 from py_in_browser import runtime
-from py_in_browser.backends import BACKENDS, ProbeStep, register_backend, selection
+from py_in_browser.backends import BACKENDS, ProbeStep, register_backend, selection, verdicts
 from py_in_browser.backends.cpu import CpuBackend
 from tests_unit.wgpu_native import NAME, WgpuNativeBackend, request_device
 
@@ -36,6 +37,18 @@ def native_candidate() -> Iterator[None]:
         yield
     finally:
         del BACKENDS[NAME]
+        runtime._state.update(previous)
+
+
+@pytest.fixture
+def kept_verdicts() -> Iterator[None]:
+    """Verdicts kept as the engine's worker keeps them (nothing kept yet), for one test."""
+    previous = runtime._state.copy()
+    verdicts.load("")
+    try:
+        yield
+    finally:
+        verdicts.disable()
         runtime._state.update(previous)
 
 
@@ -108,4 +121,70 @@ def test_a_candidate_that_cannot_start_is_reported() -> None:
         }
     finally:
         del BACKENDS["broken"]
+        runtime._state.update(previous)
+
+
+def test_a_backend_that_passed_on_an_earlier_visit_is_not_self_tested_again(
+    kept_verdicts: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asyncio.run(pib.init("cpu"))
+    first = by_name(pib.capabilities()["selection"])["cpu"]
+    assert first["remembered"] is False and first["self_test_ms"] > 0
+    verdicts.load(verdicts.dump())  # the next visit
+
+    async def not_again(self: CpuBackend) -> None:
+        raise AssertionError("self-tested again")
+
+    monkeypatch.setattr(CpuBackend, "self_test", not_again)
+    asyncio.run(pib.init("cpu"))
+    report = pib.capabilities()["selection"]
+    again = by_name(report)["cpu"]
+    assert report["remembered"] is True and again["remembered"] is True
+    assert (again["self_test_ms"], again["self_test_error"]) == (
+        first["self_test_ms"],
+        first["self_test_error"],
+    )
+    # Limits (an emulated device, the failure hook) always self-test.
+    with pytest.raises(selection.BackendSelectionError, match="self-tested again"):
+        asyncio.run(pib.init("cpu", limits={"max_texture_size": 512}))
+
+
+def test_a_measured_choice_is_reused_without_starting_the_other_candidates(
+    native_candidate: None, kept_verdicts: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chosen = asyncio.run(pib.init())
+    measured = pib.capabilities()["selection"]
+    assert measured["remembered"] is False
+    verdicts.load(verdicts.dump())  # the next visit
+    for name in BACKENDS:
+        if name != chosen:
+
+            def not_started(limits: dict[str, Any] | None, name: str = name) -> Any:
+                raise AssertionError(f"{name} was started")
+
+            monkeypatch.setitem(
+                BACKENDS, name, dataclasses.replace(BACKENDS[name], factory=not_started)
+            )
+    assert asyncio.run(pib.init()) == chosen
+    reused = pib.capabilities()["selection"]
+    assert reused["remembered"] is True and reused["chosen"] == chosen
+    assert [c["name"] for c in reused["candidates"]] == [c["name"] for c in measured["candidates"]]
+    for was, now in zip(measured["candidates"], reused["candidates"], strict=True):
+        assert now["remembered"] is True
+        assert (now["status"], now["reason"], now["step_ms"]) == (
+            was["status"],
+            was["reason"],
+            was["step_ms"],
+        )
+    assert np.allclose(asyncio.run((pib.ones((2,)) * 3).numpy()), 3.0)
+
+
+def test_without_a_store_nothing_is_remembered() -> None:
+    previous = runtime._state.copy()
+    try:
+        for _ in range(2):
+            asyncio.run(pib.init("cpu"))
+            assert pib.capabilities()["selection"]["remembered"] is False
+        assert verdicts.dump() == '{"passed": {}, "choices": []}'
+    finally:
         runtime._state.update(previous)

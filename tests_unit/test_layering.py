@@ -52,7 +52,9 @@ LAYERS: list[tuple[str, ...]] = [
         "py_in_browser.backends.webgpu.*",
         "py_in_browser.backends.webgl2.*",
     ),
-    # Choosing among the registered backends by self-test and timing (init's helper).
+    # What selection learned on earlier visits, then choosing among the registered backends by
+    # self-test and timing (init's helper).
+    ("py_in_browser.backends.verdicts",),
     ("py_in_browser.backends.selection",),
     # The op table (rules and VJPs) and the runtime (active backend, memory, tidy, profile).
     ("py_in_browser.ops", "py_in_browser.runtime"),

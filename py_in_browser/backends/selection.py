@@ -4,8 +4,11 @@ A GPU can report capabilities it does not honour, and a software GPU (SwiftShade
 often slower than numpy on the same CPU, so preference order alone picks badly. Each candidate
 is started and runs Backend.self_test (a convolution, a reduction and an optimizer update
 against numpy), all candidates at once; those that pass then run chained ProbeSteps one
-backend at a time within TIMING_BUDGET_S in all, and the fastest is kept. The others are closed at once (browsers cap live GPU contexts). The report
-says why each candidate was not chosen; pib.capabilities() shows it under "selection".
+backend at a time within TIMING_BUDGET_S in all, and the fastest is kept. The others are closed
+at once (browsers cap live GPU contexts). The report says why each candidate was not chosen;
+pib.capabilities() shows it under "selection". Where the engine's worker keeps verdicts between
+visits (verdicts.py), a backend that passed before skips its self-test and a measured choice among
+the same candidates is reused; the report then says "remembered".
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import BACKENDS, Backend, ProbeStep
+from . import BACKENDS, Backend, ProbeStep, verdicts
 
 # Wall time all timed probe steps of one init may take together, shared by the candidates.
 TIMING_BUDGET_S = 1.5
@@ -42,7 +45,8 @@ class BackendSelectionError(RuntimeError):
 
 @dataclass
 class Candidate:
-    """What init learned about one backend: status is "chosen", "slower", "rejected"."""
+    """What init learned about one backend: status is "chosen", "slower", "rejected";
+    remembered: its self-test (and step time) are an earlier visit's, not measured now."""
 
     name: str
     status: str = "rejected"
@@ -52,10 +56,12 @@ class Candidate:
     self_test_error: float | None = None
     step_ms: float | None = None
     software_renderer: str | None = None
+    remembered: bool = False
 
 
 async def _examine(name: str, limits: dict[str, Any] | None) -> tuple[Backend | None, Candidate]:
-    """Starts and self-tests `name`; a backend that fails either is closed and returned as None."""
+    """Starts and self-tests `name` (unless it passed on an earlier visit); a backend that fails
+    either is closed and returned as None."""
     found = Candidate(name)
     backend = BACKENDS[name].factory(limits)
     began = time.perf_counter()
@@ -66,6 +72,11 @@ async def _examine(name: str, limits: dict[str, Any] | None) -> tuple[Backend | 
         return None, found
     found.start_ms = (time.perf_counter() - began) * 1000.0
     found.software_renderer = backend.software_renderer()
+    earlier = verdicts.passed_before(name) if verdicts.applies(limits) else None
+    if earlier is not None:
+        found.self_test_ms, found.self_test_error = earlier
+        found.remembered = True
+        return backend, found
     try:
         result = await backend.self_test()
     except Exception as exc:
@@ -77,6 +88,8 @@ async def _examine(name: str, limits: dict[str, Any] | None) -> tuple[Backend | 
         found.reason = f"self-test failed: {result.detail}"
         backend.close()
         return None, found
+    if verdicts.applies(limits):
+        verdicts.record_pass(name, result.ms, result.max_error)
     return backend, found
 
 
@@ -104,13 +117,55 @@ def _software_note(candidate: Candidate) -> str:
 async def choose(
     names: list[str], limits: dict[str, Any] | None, forced: bool
 ) -> tuple[Backend, dict[str, Any]]:
-    """The backend to keep and the report: {"mode", "chosen", "ms", "candidates": [Candidate
-    dicts]}.
+    """The backend to keep and the report: {"mode", "chosen", "ms", "remembered",
+    "candidates": [Candidate dicts]}; remembered: some verdict is an earlier visit's.
 
     forced: `names` is the one backend asked for; it is self-tested but not timed, and a
     failure raises BackendSelectionError naming the reason.
     """
     began = time.perf_counter()
+    earlier = verdicts.earlier_choice(names) if verdicts.applies(limits) and not forced else None
+    if earlier is not None:
+        kept = await _reuse(earlier, limits, began)
+        if kept is not None:
+            return kept
+    chosen, report = await _measure(names, limits, forced, began)
+    if verdicts.applies(limits) and not forced:
+        verdicts.record_choice(names, report)
+    return chosen, report
+
+
+async def _reuse(
+    earlier: dict[str, Any], limits: dict[str, Any] | None, began: float
+) -> tuple[Backend, dict[str, Any]] | None:
+    """Starts only the backend an earlier visit's measurement chose and reports that choice;
+    None when it no longer starts (the caller measures afresh)."""
+    backend, found = await _examine(earlier["chosen"], limits)
+    if backend is None:
+        return None
+    started = {"start_ms": found.start_ms, "software_renderer": found.software_renderer}
+    candidates = [
+        kept | {"remembered": True} | (started if kept["name"] == found.name else {})
+        for kept in earlier["candidates"]
+    ]
+    ms = (time.perf_counter() - began) * 1000.0
+    return backend, _report(candidates, "measured", found.name, ms)
+
+
+def _report(candidates: list[dict[str, Any]], mode: str, chosen: str, ms: float) -> dict[str, Any]:
+    return {
+        "mode": mode,
+        "chosen": chosen,
+        "ms": ms,  # what choosing cost init
+        "remembered": any(c["remembered"] for c in candidates),
+        "candidates": candidates,
+    }
+
+
+async def _measure(
+    names: list[str], limits: dict[str, Any] | None, forced: bool, began: float
+) -> tuple[Backend, dict[str, Any]]:
+    """Starts and self-tests every candidate, then times those that pass (choose's own path)."""
     # Concurrently: a GPU compiles the self-test's kernels off this thread while others run.
     examined = await asyncio.gather(*(_examine(name, limits) for name in names))
     report = [found for _, found in examined]
@@ -139,9 +194,6 @@ async def choose(
             + _software_note(found)
         )
         backend.close()
-    return best, {
-        "mode": "forced" if forced else "measured",
-        "chosen": winner.name,
-        "ms": (time.perf_counter() - began) * 1000.0,  # what choosing cost init
-        "candidates": [asdict(c) for c in report],
-    }
+    ms = (time.perf_counter() - began) * 1000.0
+    mode = "forced" if forced else "measured"
+    return best, _report([asdict(c) for c in report], mode, winner.name, ms)

@@ -1,4 +1,5 @@
 // The engine's Web Worker: loads Pyodide, numpy and the py_in_browser package, then runs page code.
+import { keptVerdicts, openVerdicts, storeVerdicts, verdictsVersion } from "./backend-verdicts.js";
 import { restoreBytecode, saveBytecode } from "./bytecode-cache.js";
 import { probeGPU } from "./gpu-probe.js";
 import { fetchBundle, installBundle } from "./package-bundle.js";
@@ -92,6 +93,7 @@ async function stage(name, work) {
 async function boot({ backend }) {
   const environmentPromise = probeGPU();
   const ownSnapshot = openSnapshot();
+  const storedVerdicts = openVerdicts();
   const engine = await (await fetchOk("/api/engine")).json();
   // The bundles download while the runtime compiles and starts Python, not after it.
   const numpyBundle = fetchBundle(engine.numpy_bundle_url);
@@ -122,9 +124,12 @@ async function boot({ backend }) {
     runner.set_hidden(hidden);
     runner.import_engine();
   });
-  const chosen = await stage("init", () => runner.boot(backend ?? null));
-  pyodide.runPython("import sys; sys.dont_write_bytecode = True"); // init imports a few modules too
+  // Probed while the runtime started: the GPU the verdicts of earlier visits must have been made on.
   const environment = await environmentPromise;
+  const verdictsFor = verdictsVersion(engine.digest, environment);
+  const verdicts = await keptVerdicts(storedVerdicts, verdictsFor);
+  const chosen = await stage("init", () => runner.boot(backend ?? null, verdicts));
+  pyodide.runPython("import sys; sys.dont_write_bytecode = True"); // init imports a few modules too
   const httpCache = {
     runtime: fromHttpCache(["pyodide.asm.wasm", "pyodide.asm.js", "python_stdlib.zip"].map((f) => engine.runtime_url + f)),
     numpy: fromHttpCache([engine.numpy_bundle_url]),
@@ -149,6 +154,8 @@ async function boot({ backend }) {
     build: engine.digest,
   });
   runner.after_ready(); // the backend's warm-up starts now that it cannot delay ready
+  const learned = runner.verdicts_to_keep();
+  if (verdicts !== null && learned !== verdicts) storeVerdicts(verdictsFor, learned).catch(() => {});
   const snapshotStored = (outcome) => post({ type: "snapshot-stored", outcome });
   if (makeSnapshot) {
     whenIdle(() =>
