@@ -1,4 +1,5 @@
-"""Content-versioned URLs for the pages' scripts and styles.
+"""Content-versioned URLs for the pages' scripts and styles, and what else a page is served with
+so its engine starts sooner (preloads, the engine build's description).
 
 A page's module graph is a chain (page script -> client -> worker -> its imports), and with
 revalidated files every link of it is a round trip before the next one starts: ~400 ms on a
@@ -12,6 +13,7 @@ keep working, revalidated.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 from pathlib import Path
@@ -57,3 +59,16 @@ def with_preloads(html: str, urls: list[str]) -> str:
     and by then they are in the HTTP cache or on their way."""
     links = "".join(f'  <link rel="preload" href="{url}" as="fetch" crossorigin>\n' for url in urls)
     return html.replace("</head>", links + "</head>", 1)
+
+
+# The element pib-client.js reads the engine build's description from.
+ENGINE_DESCRIPTION_ID = "pib-engine"
+
+
+def with_engine_description(html: str, description: dict[str, str | None]) -> str:
+    """`html` carrying /api/engine's answer, which the engine's worker would otherwise ask for
+    after its own module graph has loaded: one round trip fewer before the runtime starts (the
+    page is revalidated on every visit, so the description is current)."""
+    text = json.dumps(description).replace("</", "<\\/")  # cannot end the script element
+    element = f'  <script type="application/json" id="{ENGINE_DESCRIPTION_ID}">{text}</script>\n'
+    return html.replace("</head>", element + "</head>", 1)

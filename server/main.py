@@ -12,7 +12,13 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.asset_versions import VERSIONED_PREFIX, WebFolderDigest, versioned_page, with_preloads
+from server.asset_versions import (
+    VERSIONED_PREFIX,
+    WebFolderDigest,
+    versioned_page,
+    with_engine_description,
+    with_preloads,
+)
 from server.engine_bundle import BUNDLE_NAME, EngineBundle, ensure_engine_bundle
 from server.registry import LazyRegistry
 from server.registry.config import RegistryConfig
@@ -126,15 +132,28 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
         html = versioned_page(path.read_text(encoding="utf-8"), web_digest.current())
         # The snapshot is the largest download of a first visit, preloaded so the rest come while
         # it arrives; a browser holding its own copy (SNAPSHOT_COOKIE) would only read it twice.
-        digest = engine_bundle().digest
-        snapshot = snapshot_url(paths, digest) if offer_snapshot else None
-        held = request.cookies.get(SNAPSHOT_COOKIE) == digest
+        description = engine_description()
+        snapshot = description["snapshot_url"]
+        held = request.cookies.get(SNAPSHOT_COOKIE) == description["digest"]
         html = with_preloads(html, [snapshot] if snapshot and not held else [])
+        html = with_engine_description(html, description)
         return HTMLResponse(html, headers={"Cache-Control": REVALIDATE})
 
     def engine_bundle() -> EngineBundle:
         with bundle_lock:
             return ensure_engine_bundle(paths)
+
+    def engine_description() -> dict[str, str | None]:
+        """The current engine build: its bundle, the runtime's and numpy's, and its snapshot."""
+        bundle = engine_bundle()
+        return {
+            "bundle_url": f"/engine/{bundle.digest}/{BUNDLE_NAME}",
+            "digest": bundle.digest,
+            "runtime_url": RUNTIME_URL,
+            "numpy_bundle_url": NUMPY_BUNDLE_URL,
+            # null when set-up made no snapshot of this build (no Chromium, or sources edited since)
+            "snapshot_url": snapshot_url(paths, bundle.digest) if offer_snapshot else None,
+        }
 
     @app.get("/api/health")
     def health() -> dict[str, object]:
@@ -148,15 +167,7 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
 
     @app.get("/api/engine")
     def engine() -> dict[str, str | None]:
-        bundle = engine_bundle()
-        return {
-            "bundle_url": f"/engine/{bundle.digest}/{BUNDLE_NAME}",
-            "digest": bundle.digest,
-            "runtime_url": RUNTIME_URL,
-            "numpy_bundle_url": NUMPY_BUNDLE_URL,
-            # null when set-up made no snapshot of this build (no Chromium, or sources edited since)
-            "snapshot_url": snapshot_url(paths, bundle.digest) if offer_snapshot else None,
-        }
+        return engine_description()
 
     @app.api_route(
         SNAPSHOT_URL_PREFIX + "/{digest}/" + SNAPSHOT_NAME,

@@ -90,6 +90,15 @@ def test_page_scripts_are_cached_for_good_until_the_web_folder_changes(
     assert client.get(script[1].replace("console.js", "../../pyproject.toml")).status_code == 404
 
 
+@pytest.mark.parametrize("path", ["/", "/console"])
+def test_pages_carry_the_engine_description_the_api_gives(client: TestClient, path: str) -> None:
+    """The engine's worker starts from the page's copy instead of asking /api/engine."""
+    html = client.get(path).text
+    found = re.search(r'<script type="application/json" id="pib-engine">(.*?)</script>', html)
+    assert found is not None, html
+    assert json.loads(found[1]) == client.get("/api/engine").json()
+
+
 @pytest.mark.parametrize(
     ("path", "mime"),
     [

@@ -90,11 +90,12 @@ async function stage(name, work) {
   return value;
 }
 
-async function boot({ backend }) {
+// `described`: /api/engine's answer as the page was served with it, or null.
+async function boot({ backend, engine: described }) {
   const environmentPromise = probeGPU();
   const ownSnapshot = openSnapshot();
   const storedVerdicts = openVerdicts();
-  const engine = await (await fetchOk("/api/engine")).json();
+  const engine = described ?? (await (await fetchOk("/api/engine")).json());
   // The bundles download while the runtime compiles and starts Python, not after it.
   const numpyBundle = fetchBundle(engine.numpy_bundle_url);
   const engineBundle = fetchEngineBundle(engine);

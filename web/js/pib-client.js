@@ -109,7 +109,10 @@ export function startEngine({ onStage = () => {} } = {}) {
       fail(new Error(`engine worker failed: ${event.message}`));
       reject(failure);
     };
-    worker.postMessage({ type: "boot", backend: requested });
+    // The server writes the engine build's description into the page (server/asset_versions.py),
+    // sparing the worker a round trip to /api/engine; pages without it leave the worker to ask.
+    const described = document.getElementById("pib-engine")?.textContent;
+    worker.postMessage({ type: "boot", backend: requested, engine: described ? JSON.parse(described) : null });
     // The worker cannot see the page's visibility: tell it, so fit pauses on hidden tabs.
     const tellVisibility = () => worker?.postMessage({ type: "visibility", hidden: document.hidden });
     document.addEventListener("visibilitychange", tellVisibility);
