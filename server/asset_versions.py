@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
 import threading
 from pathlib import Path
@@ -21,6 +22,9 @@ from pathlib import Path
 VERSIONED_PREFIX = "/v"
 # src="/js/..." and href="/css/..." in the pages: the files whose URLs get the digest.
 _ASSET_ATTRIBUTE = re.compile(r'((?:src|href)=")/((?:js|css)/)')
+# A page's module scripts, and the static relative imports inside a script.
+_MODULE_SCRIPT = re.compile(r'<script type="module" src="/(js/[^"]+)"')
+_STATIC_IMPORT = re.compile(r'^import\b[^;]*?from "(\.{1,2}/[^"]+)";', re.MULTILINE | re.DOTALL)
 
 
 class WebFolderDigest:
@@ -51,6 +55,30 @@ class WebFolderDigest:
 def versioned_page(html: str, digest: str) -> str:
     """`html` with its /js/ and /css/ URLs moved under /v/<digest>/."""
     return _ASSET_ATTRIBUTE.sub(rf"\1{VERSIONED_PREFIX}/{digest}/\2", html)
+
+
+def with_module_preloads(html: str, web_root: Path) -> str:
+    """`html` (before versioned_page) asking for every module its module scripts import,
+    directly or not, as soon as it reads the head: the browser would otherwise find each level
+    of the import graph only once the level above has loaded (the page -> client -> worker chain
+    is what starts the engine)."""
+    found: list[str] = []
+    pending = _MODULE_SCRIPT.findall(html)
+    roots = set(pending)
+    while pending:
+        module = pending.pop()
+        path = web_root / module
+        if module in found or not path.is_file():
+            continue
+        found.append(module)
+        for target in _STATIC_IMPORT.findall(path.read_text(encoding="utf-8")):
+            pending.append(posixpath.normpath(posixpath.join(posixpath.dirname(module), target)))
+    links = "".join(
+        f'  <link rel="modulepreload" href="/{module}">\n'
+        for module in sorted(found)
+        if module not in roots
+    )
+    return html.replace("</head>", links + "</head>", 1)
 
 
 def with_preloads(html: str, urls: list[str]) -> str:

@@ -17,6 +17,7 @@ from server.asset_versions import (
     WebFolderDigest,
     versioned_page,
     with_engine_description,
+    with_module_preloads,
     with_preloads,
 )
 from server.engine_bundle import BUNDLE_NAME, EngineBundle, ensure_engine_bundle
@@ -129,7 +130,8 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
         path = resolve_inside(paths.web, relative)
         if path is None:
             raise HTTPException(404, "not found")
-        html = versioned_page(path.read_text(encoding="utf-8"), web_digest.current())
+        html = with_module_preloads(path.read_text(encoding="utf-8"), paths.web)
+        html = versioned_page(html, web_digest.current())
         # The snapshot is the largest download of a first visit, preloaded so the rest come while
         # it arrives; a browser holding its own copy (SNAPSHOT_COOKIE) would only read it twice.
         description = engine_description()

@@ -100,6 +100,22 @@ def test_pages_carry_the_engine_description_the_api_gives(client: TestClient, pa
 
 
 @pytest.mark.parametrize(
+    ("path", "imported"),
+    [("/", ["pib-client.js", "trainer/frames.js"]), ("/console", ["pib-client.js"])],
+)
+def test_pages_preload_the_whole_static_import_graph_of_their_scripts(
+    client: TestClient, path: str, imported: list[str]
+) -> None:
+    """frames.js is imported by main.js and by engine.js (one level deeper): listed once."""
+    preloads = re.findall(r'<link rel="modulepreload" href="([^"]+)">', client.get(path).text)
+    names = [url.split("/js/", 1)[1] for url in preloads]
+    assert all(name in names for name in imported), names
+    assert len(names) == len(set(names))
+    for url in preloads:
+        assert client.get(url).status_code == 200, url
+
+
+@pytest.mark.parametrize(
     ("path", "mime"),
     [
         (f"{RUNTIME_PREFIX}/pyodide.asm.wasm", "application/wasm"),
