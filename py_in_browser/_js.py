@@ -136,13 +136,18 @@ _webgl2_probe: list[bool] = []
 
 
 def webgl2_available() -> bool:
-    """Whether this worker can make a WebGL2 context on an OffscreenCanvas (probed once; the
-    probe context is released at once because browsers cap live contexts)."""
+    """Whether this worker can make a WebGL2 context on an OffscreenCanvas: what the engine's
+    worker probed at boot (web/js/gpu-probe.js), else probed here once (the probe context is
+    released at once because browsers cap live contexts)."""
     if not _webgl2_probe:
         context = None
         if in_browser():
             import js
 
+            probed = getattr(js, "pibGpuEnvironment", None)
+            if probed is not None:
+                _webgl2_probe.append(bool(probed.webgl2.available))
+                return _webgl2_probe[0]
             if hasattr(js, "OffscreenCanvas"):
                 context = js.OffscreenCanvas.new(1, 1).getContext("webgl2")
         if context is not None:

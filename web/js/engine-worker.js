@@ -1,7 +1,7 @@
 // The engine's Web Worker: loads Pyodide, numpy and the py_in_browser package, then runs page code.
 import { keptVerdicts, openVerdicts, storeVerdicts, verdictsVersion } from "./backend-verdicts.js";
 import { restoreBytecode, saveBytecode } from "./bytecode-cache.js";
-import { probeGPU } from "./gpu-probe.js";
+import { probeGPU, releaseProbedContext } from "./gpu-probe.js";
 import { fetchBundle, installBundle } from "./package-bundle.js";
 import {
   buildVersion,
@@ -130,6 +130,7 @@ async function boot({ backend, engine: described }) {
   const verdictsFor = verdictsVersion(engine.digest, environment);
   const verdicts = await keptVerdicts(storedVerdicts, verdictsFor);
   const chosen = await stage("init", () => runner.boot(backend ?? null, verdicts));
+  releaseProbedContext();
   pyodide.runPython("import sys; sys.dont_write_bytecode = True"); // init imports a few modules too
   const httpCache = {
     runtime: fromHttpCache(["pyodide.asm.wasm", "pyodide.asm.js", "python_stdlib.zip"].map((f) => engine.runtime_url + f)),

@@ -23,9 +23,14 @@ async function probeWebGPU() {
   }
 }
 
+// The webgl2 backend takes over this context (its bridge.js), which draws only into textures: of
+// the context's attributes only the GPU it runs on matters, the one the engine asks for.
+const ENGINE_CONTEXT = { powerPreference: "high-performance" };
+
 function probeWebGL2() {
   if (typeof OffscreenCanvas === "undefined") return { available: false, reason: "no OffscreenCanvas" };
-  const gl = new OffscreenCanvas(1, 1).getContext("webgl2");
+  const canvas = new OffscreenCanvas(1, 1);
+  const gl = canvas.getContext("webgl2", ENGINE_CONTEXT);
   if (!gl) return { available: false, reason: "getContext('webgl2') returned null" };
   const colorBufferFloat = gl.getExtension("EXT_color_buffer_float") !== null;
   const high = gl.getShaderPrecisionFormat(gl.FRAGMENT_SHADER, gl.HIGH_FLOAT);
@@ -48,10 +53,22 @@ function probeWebGL2() {
     float32_render: colorBufferFloat && float32Render,
     highp: high !== null && high.precision > 0,
   };
-  gl.getExtension("WEBGL_lose_context")?.loseContext();
+  // Kept for the webgl2 backend to take (a context costs 10-40 ms to make); released once init
+  // has chosen (releaseProbedContext), since browsers cap live contexts.
+  self.pibProbedWebGL2 = canvas;
   return result;
 }
 
 export async function probeGPU() {
-  return { webgpu: await probeWebGPU(), webgl2: probeWebGL2() };
+  const environment = { webgpu: await probeWebGPU(), webgl2: probeWebGL2() };
+  // What Python's backend availability checks read instead of probing again (py_in_browser/_js.py).
+  self.pibGpuEnvironment = environment;
+  return environment;
+}
+
+// Loses the probe's WebGL2 context unless the webgl2 backend took it.
+export function releaseProbedContext() {
+  const canvas = self.pibProbedWebGL2;
+  self.pibProbedWebGL2 = undefined;
+  canvas?.getContext("webgl2")?.getExtension("WEBGL_lose_context")?.loseContext();
 }

@@ -134,7 +134,25 @@ export class DrawTimer {
 // OffscreenCanvas of an engine whose context was lost and then restored (recovery rebuilds every
 // resource on it), or undefined for a new one.
 export function createEngine(protocolJson, canvas) {
-  return new Engine(JSON.parse(protocolJson), canvas);
+  return new Engine(JSON.parse(protocolJson), canvas ?? takeProbedCanvas());
+}
+
+const CONTEXT_ATTRIBUTES = {
+  alpha: true, antialias: false, depth: false, stencil: false,
+  premultipliedAlpha: false, preserveDrawingBuffer: false, powerPreference: "high-performance",
+};
+
+// The OffscreenCanvas whose context the engine's worker made to probe WebGL2 (web/js/gpu-probe.js),
+// if it is there, alive and on the GPU CONTEXT_ATTRIBUTES asks for: taking it over spares making a
+// context (10-40 ms of init). Its other attributes concern its own drawing buffer, which the
+// engine never draws into (every draw targets a texture). Undefined otherwise (Node tests, page
+// code's second init).
+function takeProbedCanvas() {
+  const canvas = globalThis.pibProbedWebGL2;
+  globalThis.pibProbedWebGL2 = undefined;
+  const made = canvas?.getContext("webgl2");
+  if (!made || made.isContextLost()) return undefined;
+  return made.getContextAttributes().powerPreference === CONTEXT_ATTRIBUTES.powerPreference ? canvas : undefined;
 }
 
 // {name: position} for a list of field names.
@@ -151,10 +169,7 @@ class Engine {
     // Where each command keeps each field: this.at.draw.key, this.at.input.repeat, ...
     this.at = Object.fromEntries(Object.entries(protocol.fields).map(([kind, names]) => [kind, positions(names)]));
     this.canvas = canvas ?? new OffscreenCanvas(1, 1);
-    const gl = this.canvas.getContext("webgl2", {
-      alpha: true, antialias: false, depth: false, stencil: false,
-      premultipliedAlpha: false, preserveDrawingBuffer: false, powerPreference: "high-performance",
-    });
+    const gl = this.canvas.getContext("webgl2", CONTEXT_ATTRIBUTES);
     if (!gl) throw new Error("WebGL2 is not available on an OffscreenCanvas in this worker");
     this.gl = gl;
     this.lostEvent = false;
