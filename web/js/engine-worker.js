@@ -109,7 +109,11 @@ async function boot({ backend, engine: described }) {
   );
   // A restored runtime has both packages installed and imported already.
   const restored = snapshot === "loaded";
-  const sitePackages = pyodide.runPython("import site; site.getsitepackages()[0]");
+  // Python is driven through proxies here, not runPython: compiling source wakes the parser.
+  const sys = pyodide.pyimport("sys");
+  const listed = pyodide.pyimport("site").getsitepackages();
+  const sitePackages = listed.get(0);
+  listed.destroy();
   await stage("numpy", async () => restored || installBundle(pyodide, await numpyBundle, sitePackages));
   const roots = ["numpy", "py_in_browser"].map((name) => `${sitePackages}/${name}`);
   let bytecode = null; // "loaded", "absent", "stale" or "unavailable" (bytecode-cache.js)
@@ -120,7 +124,7 @@ async function boot({ backend, engine: described }) {
     bytecode = await restoreBytecode(pyodide, version);
     // Python writes __pycache__ only when asked; what it writes now is stored after ready.
     storeBytecode = bytecode === "absent" || bytecode === "stale";
-    if (storeBytecode) pyodide.runPython("import sys; sys.dont_write_bytecode = False");
+    if (storeBytecode) sys.dont_write_bytecode = false;
     runner = pyodide.pyimport("py_in_browser._worker");
     runner.set_hidden(hidden);
     runner.import_engine();
@@ -131,7 +135,7 @@ async function boot({ backend, engine: described }) {
   const verdicts = await keptVerdicts(storedVerdicts, verdictsFor);
   const chosen = await stage("init", () => runner.boot(backend ?? null, verdicts));
   releaseProbedContext();
-  pyodide.runPython("import sys; sys.dont_write_bytecode = True"); // init imports a few modules too
+  sys.dont_write_bytecode = true; // init imports a few modules too
   const httpCache = {
     runtime: fromHttpCache(["pyodide.asm.wasm", "pyodide.asm.js", "python_stdlib.zip"].map((f) => engine.runtime_url + f)),
     numpy: fromHttpCache([engine.numpy_bundle_url]),
