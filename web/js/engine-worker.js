@@ -1,6 +1,7 @@
 // The engine's Web Worker: loads Pyodide, numpy and the py_in_browser package, then runs page code.
 import { keptVerdicts, openVerdicts, storeVerdicts, verdictsVersion } from "./backend-verdicts.js";
 import { restoreBytecode, saveBytecode } from "./bytecode-cache.js";
+import { primeCodeCache } from "./code-cache.js";
 import { probeGPU, releaseProbedContext } from "./gpu-probe.js";
 import { fetchBundle, installBundle } from "./package-bundle.js";
 import {
@@ -172,7 +173,11 @@ async function boot({ backend, engine: described }) {
       }).then(snapshotStored),
     );
   } else if (keepServerSnapshot) {
-    whenIdle(() => keepSnapshot(stored).then(snapshotStored));
+    // The next visit then also finds the runtime's script compiled (code-cache.js).
+    const script = `${engine.runtime_url}pyodide.asm.js`;
+    whenIdle(() =>
+      Promise.all([keepSnapshot(stored), primeCodeCache(script)]).then(([outcome]) => snapshotStored(outcome)),
+    );
   }
   if (storeBytecode) {
     // After ready, so the first visit does not wait for it; the page hears when it is stored.
