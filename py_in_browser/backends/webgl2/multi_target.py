@@ -6,7 +6,8 @@ tensors (Adam: the weight's rule reads w, m, v, g and three scalars; m's and v's
 and the gate), so a step fetched every texel of g three times and every scalar texel three
 times per fragment, and paid three draws' set-up. One draw with three targets fetches each once:
 W2's Adam update of its 784 x 128 weight went from 3 passes to 1 (about 35% less time on
-SwiftShader).
+SwiftShader). A step two of the programs share (Adam's weight rule recomputes the new m and v
+the m and v rules write) is computed once in that pass (shaders._shared_function).
 
 Draws merge when they are adjacent in the command list, all whole-texel fused programs
 ("fused4:"; not a compensated float16 one, which writes a low part as its second target), their

@@ -230,7 +230,9 @@ def _multi_target(arg: str) -> tuple[str, int]:
     reads = "".join(f"  vec4 v{k} = x{k}v(p);\n" for k in range(count))
     results = ", ".join(f"r{t}" for t in range(len(parts)))
     calls = "".join(
-        "  f(" + ", ".join([f"v{k}.{c}" for k in range(count)] + [f"r{t}.{c}" for t in range(len(parts))]) + ");\n"
+        "  f("
+        + ", ".join([f"v{k}.{c}" for k in range(count)] + [f"r{t}.{c}" for t in range(len(parts))])
+        + ");\n"
         for c in "xyzw"
     )
     writes = "".join(
@@ -253,24 +255,24 @@ def _shared_function(
     """GLSL `void f(float i0, ..., out float r0, ...)`: r<t> is program t's result over the
     merged inputs, and a step that is the same op on the same values as an earlier one (same
     merged inputs, constants of one class, equal earlier steps) is not computed again: Adam's
-    weight rule recomputes the new m and v that the m and v rules write, 9 of its 23 steps."""
-    values: dict[Any, str] = {}  # a step's op and operands -> the variable holding it
+    weight rule recomputes the new m and v that the m and v rules write, 7 of its 14 steps."""
+    values: dict[str, str] = {}  # a step's call text -> the variable holding it
     first_slot: dict[int, str] = {}  # constant class -> the uniform element that holds it
     lines, results = [], []
     for t, ((program, at), classes) in enumerate(zip(parts, numbers, strict=True)):
         names: list[str] = []  # program t's step j -> its variable
         constants = iter(enumerate(classes))
-
-        def operand(where: str, value: Any) -> str:
-            if where == "input":
-                return f"i{at[value]}"
-            if where == "step":
-                return names[value]
-            i, number = next(constants)
-            return first_slot.setdefault(number, f"intBitsToFloat(u_c{t}[{i}])")
-
         for op, args in program:
-            call = f"op_{op}({', '.join(operand(*arg) for arg in args)})"
+            operands = []
+            for where, value in args:
+                if where == "input":
+                    operands.append(f"i{at[value]}")
+                elif where == "step":
+                    operands.append(names[value])
+                else:
+                    i, number = next(constants)
+                    operands.append(first_slot.setdefault(number, f"intBitsToFloat(u_c{t}[{i}])"))
+            call = f"op_{op}({', '.join(operands)})"
             if call not in values:
                 values[call] = f"s{len(values)}"
                 lines.append(f"  float {values[call]} = {call};\n")
