@@ -88,7 +88,7 @@ def _inputs(count: int, pair: bool, periodic: bool) -> str:
     fewer elements than the output is a broadcast along leading dims (rewrites.alias): one
     element everywhere, or a period of whole texels, which only `periodic` programs read (its
     integer division and modulo cost more than the rest of a fetch on SwiftShader, which runs
-    both sides of a branch: W2's Adam update 2.2 -> 1.1 ms without them)."""
+    both sides of a branch: W2's Adam update 2.3 -> 1.2 ms without them)."""
     lines = []
     for k in range(count):
         lines.append(f"uniform sampler2D u_x{k};\nuniform ivec4 u_l{k};")
@@ -170,16 +170,16 @@ def _op_helper(op: str) -> str:
     return f"float op_{op}(float a, float b) {{ return {BINARY[op]}; }}\n"
 
 
-def _fused_function(program: Program, count: int, suffix: str = "") -> str:
-    """GLSL `float f<suffix>(i0, ..., i<count-1>)` of a fusion program, its constants in the
-    uniform u_c<suffix> (fused_constant_bits); the op helpers it calls come from _fused_helpers."""
+def _fused_function(program: Program, count: int) -> str:
+    """GLSL `float f(i0, ..., i<count-1>)` of a fusion program, its constants in the uniform
+    u_c (fused_constant_bits); the op helpers it calls come from _fused_helpers."""
     constants = 0
 
     def ref(where: str, value: Any) -> str:
         nonlocal constants
         if where == "const":
             constants += 1
-            return f"intBitsToFloat(u_c{suffix}[{constants - 1}])"
+            return f"intBitsToFloat(u_c[{constants - 1}])"
         return f"i{value}" if where == "input" else f"s{value}"
 
     steps = "".join(
@@ -187,8 +187,8 @@ def _fused_function(program: Program, count: int, suffix: str = "") -> str:
         for j, (op, args) in enumerate(program)
     )
     params = ", ".join(f"float i{k}" for k in range(count))
-    uniform = f"uniform int u_c{suffix}[{constants}];\n" if constants else ""
-    return f"{uniform}float f{suffix}({params}) {{\n{steps}  return s{len(program) - 1};\n}}\n"
+    uniform = f"uniform int u_c[{constants}];\n" if constants else ""
+    return f"{uniform}float f({params}) {{\n{steps}  return s{len(program) - 1};\n}}\n"
 
 
 def _fused_helpers(programs: Sequence[Program]) -> str:
