@@ -84,13 +84,17 @@ sorted(set(backend.queue.known_programs) - before)
 
 def test_broadcast_views_compute_and_read_back_like_numpy(engine_page: EnginePage) -> None:
     """Expands along leading and trailing dims are views read in place (no draw); kernels and
-    read-back see numpy's broadcast."""
+    read-back see numpy's broadcast, also a whole-texel kernel reading a bias's period of texels
+    (a "+periodic" program)."""
     got = engine_page.run(
         """
 column = pib.tensor(np.arange(6, dtype=np.float32).reshape(1, 6, 1))
 rows = pib.broadcast_to(column, (2, 6, 3))
 total = rows + pib.tensor(np.ones((2, 6, 3), np.float32))
-[await rows.numpy(), await total.numpy(), await pib.softmax(pib.reshape(rows, (12, 3))).numpy()]
+batch = pib.tensor(np.arange(32 * 64, dtype=np.float32).reshape(32, 64))
+bias = pib.tensor(np.arange(64, dtype=np.float32) / 8)
+[await rows.numpy(), await total.numpy(), await pib.softmax(pib.reshape(rows, (12, 3))).numpy(),
+ await (batch + bias).numpy()]
 """
     )
     column = np.arange(6, dtype=np.float32).reshape(1, 6, 1)
@@ -98,6 +102,8 @@ total = rows + pib.tensor(np.ones((2, 6, 3), np.float32))
     np.testing.assert_array_equal(got[0], rows)
     np.testing.assert_array_equal(got[1], rows + 1)
     np.testing.assert_allclose(got[2], np.full((12, 3), 1 / 3), rtol=1e-6)
+    batch = np.arange(32 * 64, dtype=np.float32).reshape(32, 64)
+    np.testing.assert_array_equal(got[3], batch + np.arange(64, dtype=np.float32) / 8)
 
 
 def test_op_table_matches_numpy_on_float32(engine_page: EnginePage) -> None:

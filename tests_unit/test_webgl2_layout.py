@@ -611,12 +611,51 @@ def test_an_optimizers_rules_for_one_variable_draw_as_one_multi_target_pass() ->
     assert [u[0] for u in draw[wire.DRAW_UNIFORMS]] == ["u_c0", "u_c1", "u_c2"]
     source = shaders.program_source(draw[wire.DRAW_KEY])
     assert "layout(location = 2) out vec4 o_2;" in source and "o_3" not in source
+    # w's rule recomputes the new m (3 steps) and v (4 steps) the other two rules write: the
+    # pass computes them once, 16 steps instead of 14 + 4 + 5.
+    assert source.count("  float s") == 16
     # A device with 2 draw buffers: no compiled pass fits, so the three draws stay.
     backend.queue.draw_buffers = 2
     for handle in (w, m, v):
         backend.free(handle)
     _adam_draws(backend, inputs)
     assert len(_sent_draws(backend, engine)) == 3
+
+
+def test_merged_keys_number_the_constants_by_value() -> None:
+    """Equal constants share a number across the merged programs (a step computed once reads
+    one of them); any values with the same pattern share the compiled program."""
+    from py_in_browser.backends.webgl2 import multi_target
+
+    key = multi_target.merged_key([("a", ["w", "g"], [0.9, 0.1]), ("b", ["m", "g"], [0.1])])
+    assert key == "fused_multi4:a@0.1;b@2.1|0.1;1"
+    same_pattern = multi_target.merged_key(
+        [("a", ["w", "g"], [0.8, 0.2]), ("b", ["m", "g"], [0.2])]
+    )
+    assert same_pattern == key
+    other = multi_target.merged_key([("a", ["w", "g"], [0.9, 0.1]), ("b", ["m", "g"], [0.9])])
+    assert other == "fused_multi4:a@0.1;b@2.1|0.1;0"
+
+
+def test_whole_texel_kernels_read_a_period_of_texels_only_in_periodic_programs() -> None:
+    """An input repeating a period of whole texels (a bias over a batch) needs an integer
+    division and modulo per fetch, which SwiftShader pays on every fetch of a program that can
+    take that path: same-layout and one-element inputs get programs without it."""
+    backend, _ = fake_backend()
+    matrix = backend.upload(np.ones((8, 16), np.float32))
+    one = backend.upload(np.ones((1,), np.float32))
+    bias = backend.upload(np.ones((16,), np.float32))
+    batch = backend.run("expand", [bias], {"shape": (8, 16)}, spec((8, 16), (16,)))
+    scalar = backend.run("expand", [one], {"shape": (8, 16)}, spec((8, 16), (1,)))
+
+    def key(*inputs: Handle) -> str:
+        backend.run("add", list(inputs), {}, spec((8, 16), (8, 16), (8, 16)))
+        return str([c for c in backend.queue.commands if c[0] == wire.DRAW][-1][wire.DRAW_KEY])
+
+    assert key(matrix, matrix) == key(matrix, scalar) == "binary4:add"
+    assert key(matrix, batch) == "binary4:add+periodic"
+    assert "% (n / 4)" in shaders.program_source("binary4:add+periodic")
+    assert "% (n / 4)" not in shaders.program_source("binary4:add")
 
 
 def test_fused_draws_merge_only_into_programs_the_warm_up_compiled() -> None:

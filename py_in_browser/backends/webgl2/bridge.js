@@ -7,10 +7,13 @@ in vec2 position;
 void main() { gl_Position = vec4(position, 0.0, 1.0); }`;
 
 const POLL_MS = 1;
-// Warm-up programs linked per idle moment (~3 ms each on SwiftShader), and how long the engine
-// must have run no command list (and wait for no read) for that moment to count as idle.
-const WARM_UP_CHUNK = 8;
-const WARM_UP_IDLE_MS = 20;
+// The warm-up links one program at a time (~3 ms on SwiftShader, ~4.5 ms under load) once the
+// engine has run no command list (and waits for no read) for WARM_UP_IDLE_MS, and looks every
+// WARM_UP_POLL_MS whether the GPU finished the last one. Why that long an idle moment: a step
+// queued behind a link waits for it, and someone who is training comes back within ~100 ms
+// (the benchmark's other side, a UI frame); one who is not leaves far longer gaps.
+const WARM_UP_IDLE_MS = 100;
+const WARM_UP_POLL_MS = 4;
 
 // A profile's timer queries that are not available after this long are discarded, not awaited.
 const QUERY_DEADLINE_MS = 10000;
@@ -206,7 +209,7 @@ class Engine {
     this.linking = new Map(); // key -> a warm-up program compiled and linked, not yet finished
     this.warmFramebuffers = new Map(); // `${channels}:${targets}:${half}` -> warmDraw's target
     this.toDrawWarm = []; // warmDraws' programs drawWarm has not drawn yet
-    this.warmDrawsFence = null; // set once drawWarm has drawn, until the GPU passed it
+    this.warmFence = null; // after drawWarm's draws or a chunk of links, until the GPU passed it
     this.lastRun = 0; // performance.now() of the last command list: the warm-up links while idle
     this.fences = [];
     this.recordings = new Map(); // id -> {commands, constants}: recorded train steps
@@ -343,9 +346,12 @@ class Engine {
     this.programs.set(key, { program, uniforms, inputs, out, outSize });
   }
 
-  // Programs to compile ahead (the warm-up), linked a few at a time while the engine is idle:
-  // each link is GPU-process work that every later draw queues behind (WebGL runs in order), so
-  // init does not wait for them and a step never waits for more than one WARM_UP_CHUNK. Link
+  // Programs to compile ahead (the warm-up), linked one at a time while the engine is idle: each
+  // link is GPU-process work that every later draw queues behind (WebGL runs in order), so init
+  // does not wait for them, and the next is linked only once the GPU finished the warm work
+  // before it (warmFence): a step that starts while the warm-up runs waits for one link at most,
+  // not for a queue of them (linked 8 per 20 ms idle moment, faster than SwiftShader links, a
+  // queue of them delayed the benchmark's W1 blocks 10-40 ms each). Link
   // status and uniforms are read at a program's first draw (program(key)); a draw that needs a
   // program not linked yet links it then (as any new program).
   compile(programsJson) {
@@ -360,15 +366,20 @@ class Engine {
     this.warmUpTimer = setTimeout(() => {
       this.warmUpTimer = null;
       if (this.lost) return;
-      if (performance.now() - this.lastRun >= WARM_UP_IDLE_MS && this.pendingReads.size === 0 && this.warmDrawsDone()) {
-        for (const [key, source] of [...this.warmUp].slice(0, WARM_UP_CHUNK)) {
-          this.warmUp.delete(key);
-          this.linking.set(key, this.startProgram(key, source));
-        }
+      if (this.idle() && this.warmWorkDone()) {
+        const [key, source] = this.warmUp.entries().next().value;
+        this.warmUp.delete(key);
+        this.linking.set(key, this.startProgram(key, source));
+        this.warmFence = this.gl.fenceSync(this.gl.SYNC_GPU_COMMANDS_COMPLETE, 0);
         this.gl.flush();
       }
       this.pumpWarmUp();
-    }, WARM_UP_IDLE_MS);
+    }, WARM_UP_POLL_MS);
+  }
+
+  // No command list for WARM_UP_IDLE_MS and no read waiting: the user is not stepping.
+  idle() {
+    return performance.now() - this.lastRun >= WARM_UP_IDLE_MS && this.pendingReads.size === 0;
   }
 
   // Programs a typical first training step draws ([key, source, channels, targets, half] each,
@@ -401,18 +412,18 @@ class Engine {
     }
     for (const [entry, channels, targets, half] of ready) this.warmDraw(entry, channels, targets, half);
     this.resetState(); // program, framebuffer and viewport changed behind draw's back
-    this.warmDrawsFence = this.gl.fenceSync(this.gl.SYNC_GPU_COMMANDS_COMPLETE, 0);
+    this.warmFence = this.gl.fenceSync(this.gl.SYNC_GPU_COMMANDS_COMPLETE, 0);
     this.gl.flush();
   }
 
-  // Whether the GPU has made the warm draws: the idle warm-up links nothing before, since a
-  // step's draws would queue behind those links too.
-  warmDrawsDone() {
-    if (this.warmDrawsFence === null) return true;
+  // Whether the GPU has done the warm work queued last (drawWarm's draws, a chunk of links): the
+  // idle warm-up links nothing before, since a step's draws would queue behind those links too.
+  warmWorkDone() {
+    if (this.warmFence === null) return true;
     const gl = this.gl;
-    if (gl.getSyncParameter(this.warmDrawsFence, gl.SYNC_STATUS) !== gl.SIGNALED) return false;
-    gl.deleteSync(this.warmDrawsFence);
-    this.warmDrawsFence = null;
+    if (gl.getSyncParameter(this.warmFence, gl.SYNC_STATUS) !== gl.SIGNALED) return false;
+    gl.deleteSync(this.warmFence);
+    this.warmFence = null;
     return true;
   }
 

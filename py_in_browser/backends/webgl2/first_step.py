@@ -23,7 +23,7 @@ RGBA, R = 4, 1
 # check. Scalars (the loss, the step counter) live in one-element R textures.
 _FORWARD = ["conv2d_block:c3_{shape}.bias", "block_interleave:{shape}.relu", "pool4:max"]
 _FORWARD += ["conv2d_block:vec_{shape}.bias", "copy4", "matmul_block:nn_{shape}.bias"]
-_FORWARD += ["binary4:mul", "binary4:add"]
+_FORWARD += ["binary4:mul", "binary4:add", "binary4:add+periodic"]
 _LOSS = [("strided", R), ("binary:equal", RGBA), ("reduce:max", R), ("reduce:sum", R)]
 _BACKWARD = ["matmul4:nt_aligned", "transpose4", "matmul_block:nt_{shape}"]
 _BACKWARD += ["block_interleave:{shape}", "matmul_block:tn_{shape}", "pool4:max_grad_disjoint"]
@@ -65,6 +65,6 @@ def warm_draws(draw_buffers: int, compensated: bool) -> list[tuple[str, int, int
 
 
 def _writes_low_part(key: str) -> bool:
-    kind, _, arg = key.partition(":")
+    kind, _, arg = key.split("+")[0].partition(":")
     base = kind.removesuffix("4")
     return base in shaders.PAIR_OPS or (base == "binary" and arg in shaders.PAIR_OPS)

@@ -6,7 +6,8 @@ tensors (Adam: the weight's rule reads w, m, v, g and three scalars; m's and v's
 and the gate), so a step fetched every texel of g three times and every scalar texel three
 times per fragment, and paid three draws' set-up. One draw with three targets fetches each once:
 W2's Adam update of its 784 x 128 weight went from 3 passes to 1 (about 35% less time on
-SwiftShader).
+SwiftShader). A step two of the programs share (Adam's weight rule recomputes the new m and v
+the m and v rules write) is computed once in that pass (shaders._shared_function).
 
 Draws merge when they are adjacent in the command list, all whole-texel fused programs
 ("fused4:"; not a compensated float16 one, which writes a low part as its second target), their
@@ -40,6 +41,11 @@ def _inputs(command: wire.Command) -> list[tuple[int, ...]]:
     return [tuple(fields) for fields in command[wire.DRAW_INPUTS]]
 
 
+def _constants(command: wire.Command) -> list[float]:
+    """A fused draw's constants (the bit patterns kernels.py sends in its uniform u_c)."""
+    return next((values for name, _, values in command[wire.DRAW_UNIFORMS] if name == "u_c"), [])
+
+
 def _joins(group: list[wire.Command], command: wire.Command, physical: Physical, most: int) -> bool:
     """Whether `command` can be drawn in one pass with the group before it."""
     first = group[0]
@@ -58,26 +64,43 @@ def _joins(group: list[wire.Command], command: wire.Command, physical: Physical,
     )
 
 
-def merged_key(members: Sequence[tuple[str, Sequence[Hashable]]]) -> str:
+def merged_key(members: Sequence[tuple[str, Sequence[Hashable], Sequence[float]]]) -> str:
     """The fused_multi4 program of fused programs run as one pass: each member is a fused
-    draw's token and what identifies its inputs (equal: one input of the merged draw)."""
+    draw's token, what identifies its inputs (equal: one input of the merged draw) and its
+    constants' values, numbered by value (equal values, one number: shaders.py computes a step
+    two programs share once, and a program compiled for one pattern of equal constants serves
+    any values of that pattern, as a fused program serves any values)."""
     inputs: list[Hashable] = []
-    parts = []
-    for token, reads in members:
+    values: list[float] = []
+    parts, classes = [], []
+    for token, reads, constants in members:
         at = []
         for read in reads:
             if read not in inputs:
                 inputs.append(read)
             at.append(str(inputs.index(read)))
         parts.append(f"{token}@{'.'.join(at)}")
-    return wire.MERGED_KEY + ";".join(parts)
+        for value in constants:
+            if value not in values:
+                values.append(value)
+        classes.append(".".join(str(values.index(value)) for value in constants))
+    return wire.MERGED_KEY + ";".join(parts) + "|" + ";".join(classes)
 
 
 def warmup_keys(draw_buffers: int) -> list[str]:
     """The merged programs of the runs training draws (fusion.common_groups: an optimizer's
     rules for one variable, its step rules) that fit the draw buffers."""
     return [
-        merged_key([(shaders.fused_token(program, len(names)), names) for program, names in group])
+        merged_key(
+            [
+                (
+                    shaders.fused_token(program, len(names)),
+                    names,
+                    shaders.fused_constant_bits(program),
+                )
+                for program, names in group
+            ]
+        )
         for group in fusion.common_groups()
         if len(group) <= draw_buffers
     ]
@@ -94,7 +117,9 @@ def _merged(group: list[wire.Command]) -> wire.Command:
     ]
     first = group[0]
     return wire.draw(
-        merged_key([(c[wire.DRAW_KEY].removeprefix(FUSED_KEY), _inputs(c)) for c in group]),
+        merged_key(
+            [(c[wire.DRAW_KEY].removeprefix(FUSED_KEY), _inputs(c), _constants(c)) for c in group]
+        ),
         first[wire.DRAW_TARGET],
         [c[wire.DRAW_TARGET] for c in group[1:]],
         first[wire.DRAW_SIZE],

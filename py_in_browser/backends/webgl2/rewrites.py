@@ -176,7 +176,9 @@ def vector_variant(
         for item in ins
     ):
         # Elementwise uniforms (a fused program's constants) serve both forms.
-        return (f"{kind}4:{arg}" if arg else f"{kind}4"), uniforms
+        periodic = any(1 < item.size < layout.size for item in ins)
+        texel_key = f"{kind}4:{arg}" if arg else f"{kind}4"
+        return texel_key + ("+periodic" if periodic else ""), uniforms
     if op == "reshape" and ins[0].channels == layout.channels and ins[0].size == layout.size:
         return "copy4", []
     return key, uniforms

@@ -82,19 +82,23 @@ def _frag(name: str) -> str:
     return resources.files(__package__).joinpath("glsl", f"{name}.frag").read_text()
 
 
-def _inputs(count: int, pair: bool) -> str:
+def _inputs(count: int, pair: bool, periodic: bool) -> str:
     """Uniforms and fetch functions per input: x<k>(flat index) for element kernels, x<k>v(texel
     position) for vector elementwise kernels; pair inputs add their low part. An input with
     fewer elements than the output is a broadcast along leading dims (rewrites.alias): one
-    element everywhere, or a period of whole texels."""
+    element everywhere, or a period of whole texels, which only `periodic` programs read (its
+    integer division and modulo cost more than the rest of a fetch on SwiftShader, which runs
+    both sides of a branch: W2's Adam update 2.3 -> 1.2 ms without them)."""
     lines = []
     for k in range(count):
         lines.append(f"uniform sampler2D u_x{k};\nuniform ivec4 u_l{k};")
-        where = (
-            f"ivec2 x{k}_at(ivec2 p) {{\n  int n = u_l{k}.z;\n"
-            f"  if (n >= u_out_size || n == 1) return n == 1 ? ivec2(0) : p;\n"
-            f"  return texel_at((p.y * u_out.x + p.x) % (n / 4), u_l{k}.x);\n}}"
-        )
+        where = f"ivec2 x{k}_at(ivec2 p) {{ return u_l{k}.z == 1 ? ivec2(0) : p; }}"
+        if periodic:
+            where = (
+                f"ivec2 x{k}_at(ivec2 p) {{\n  int n = u_l{k}.z;\n"
+                f"  if (n >= u_out_size || n == 1) return n == 1 ? ivec2(0) : p;\n"
+                f"  return texel_at((p.y * u_out.x + p.x) % (n / 4), u_l{k}.x);\n}}"
+            )
         lines.append(where)
         if pair:
             lines.append(
@@ -166,16 +170,16 @@ def _op_helper(op: str) -> str:
     return f"float op_{op}(float a, float b) {{ return {BINARY[op]}; }}\n"
 
 
-def _fused_function(program: Program, count: int, suffix: str = "") -> str:
-    """GLSL `float f<suffix>(i0, ..., i<count-1>)` of a fusion program, its constants in the
-    uniform u_c<suffix> (fused_constant_bits); the op helpers it calls come from _fused_helpers."""
+def _fused_function(program: Program, count: int) -> str:
+    """GLSL `float f(i0, ..., i<count-1>)` of a fusion program, its constants in the uniform
+    u_c (fused_constant_bits); the op helpers it calls come from _fused_helpers."""
     constants = 0
 
     def ref(where: str, value: Any) -> str:
         nonlocal constants
         if where == "const":
             constants += 1
-            return f"intBitsToFloat(u_c{suffix}[{constants - 1}])"
+            return f"intBitsToFloat(u_c[{constants - 1}])"
         return f"i{value}" if where == "input" else f"s{value}"
 
     steps = "".join(
@@ -183,8 +187,8 @@ def _fused_function(program: Program, count: int, suffix: str = "") -> str:
         for j, (op, args) in enumerate(program)
     )
     params = ", ".join(f"float i{k}" for k in range(count))
-    uniform = f"uniform int u_c{suffix}[{constants}];\n" if constants else ""
-    return f"{uniform}float f{suffix}({params}) {{\n{steps}  return s{len(program) - 1};\n}}\n"
+    uniform = f"uniform int u_c[{constants}];\n" if constants else ""
+    return f"{uniform}float f({params}) {{\n{steps}  return s{len(program) - 1};\n}}\n"
 
 
 def _fused_helpers(programs: Sequence[Program]) -> str:
@@ -207,34 +211,75 @@ def fused_token(program: Program, count: int) -> str:
 
 
 def _multi_target(arg: str) -> tuple[str, int]:
-    """Program "fused_multi4:<token>@<i>.<j>...;<token>@...": several fused programs over one
-    output shape in one pass, program t writing render target t (multi_target.py merges their
-    draws). Each names the merged draw's inputs its own inputs are, in order; program t reads
-    its constants from u_c<t>."""
+    """Program "fused_multi4:<token>@<i>.<j>...;<token>@...|<classes>;<classes>...": several
+    fused programs over one output shape in one pass, program t writing render target t
+    (multi_target.py merges their draws). Each names the merged draw's inputs its own inputs
+    are, in order; program t reads its constants from u_c<t>, and its <classes> number them by
+    value (one number for equal values across the programs, multi_target.merged_key)."""
+    members, _, classes = arg.partition("|")
     parts = [
-        (_FUSED[token], [int(i) for i in at.split(".")])
-        for token, _, at in (part.partition("@") for part in arg.split(";"))
+        (_FUSED[token][0], [int(i) for i in at.split(".")])
+        for token, _, at in (part.partition("@") for part in members.split(";"))
     ]
+    numbers = [[int(c) for c in group.split(".") if c] for group in classes.split(";")]
     count = 1 + max(i for _, at in parts for i in at)
-    helpers = _fused_helpers([program for (program, _), _ in parts])
-    functions = "".join(
-        _fused_function(program, n, str(t)) for t, ((program, n), _) in enumerate(parts)
+    constants = "".join(
+        f"uniform int u_c{t}[{len(group)}];\n" for t, group in enumerate(numbers) if group
     )
     outputs = "".join(f"layout(location = {t}) out vec4 o_{t};\n" for t in range(1, len(parts)))
     reads = "".join(f"  vec4 v{k} = x{k}v(p);\n" for k in range(count))
+    results = ", ".join(f"r{t}" for t in range(len(parts)))
+    calls = "".join(
+        "  f("
+        + ", ".join([f"v{k}.{c}" for k in range(count)] + [f"r{t}.{c}" for t in range(len(parts))])
+        + ");\n"
+        for c in "xyzw"
+    )
     writes = "".join(
-        f"  {'o_value' if t == 0 else f'o_{t}'} = inside ? vec4("
-        + ", ".join(f"f{t}(" + ", ".join(f"v{k}.{c}" for k in at) + ")" for c in "xyzw")
-        + ") : vec4(0.0);\n"
-        for t, (_, at) in enumerate(parts)
+        f"  {'o_value' if t == 0 else f'o_{t}'} = inside ? r{t} : vec4(0.0);\n"
+        for t in range(len(parts))
     )
     body = (
-        f"#define BLOCK_KERNEL\n{_frag('math')}\n{helpers}{functions}{outputs}"
+        f"#define BLOCK_KERNEL\n{_frag('math')}\n{_fused_helpers([p for p, _ in parts])}"
+        f"{constants}{_shared_function(parts, numbers, count)}{outputs}"
         "void write_block(ivec2 p) {\n"
         "  bool inside = (p.y * u_out.x + p.x) * u_out.y < u_out_size;\n"
-        f"{reads}{writes}}}\n"
+        f"{reads}  vec4 {results};\n{calls}{writes}}}\n"
     )
     return body, count
+
+
+def _shared_function(
+    parts: Sequence[tuple[Program, list[int]]], numbers: Sequence[Sequence[int]], count: int
+) -> str:
+    """GLSL `void f(float i0, ..., out float r0, ...)`: r<t> is program t's result over the
+    merged inputs, and a step that is the same op on the same values as an earlier one (same
+    merged inputs, constants of one class, equal earlier steps) is not computed again: Adam's
+    weight rule recomputes the new m and v that the m and v rules write, 7 of its 14 steps."""
+    values: dict[str, str] = {}  # a step's call text -> the variable holding it
+    first_slot: dict[int, str] = {}  # constant class -> the uniform element that holds it
+    lines, results = [], []
+    for t, ((program, at), classes) in enumerate(zip(parts, numbers, strict=True)):
+        names: list[str] = []  # program t's step j -> its variable
+        constants = iter(enumerate(classes))
+        for op, args in program:
+            operands = []
+            for where, value in args:
+                if where == "input":
+                    operands.append(f"i{at[value]}")
+                elif where == "step":
+                    operands.append(names[value])
+                else:
+                    i, number = next(constants)
+                    operands.append(first_slot.setdefault(number, f"intBitsToFloat(u_c{t}[{i}])"))
+            call = f"op_{op}({', '.join(operands)})"
+            if call not in values:
+                values[call] = f"s{len(values)}"
+                lines.append(f"  float {values[call]} = {call};\n")
+            names.append(values[call])
+        results.append(f"  r{t} = {names[-1]};\n")
+    params = [f"float i{k}" for k in range(count)] + [f"out float r{t}" for t in range(len(parts))]
+    return f"void f({', '.join(params)}) {{\n{''.join(lines)}{''.join(results)}}}\n"
 
 
 def _concat(count: int) -> str:
@@ -308,14 +353,16 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
 
 @cache
 def program_source(key: str) -> str:
-    """Key "kind[:arg][+pair]", e.g. "binary:add+pair", "reduce:sum", "matmul", "concat:3",
-    "fused4:<token>" (a program registered by fused_token)."""
-    name, _, variant = key.partition("+")
+    """Key "kind[:arg][+periodic][+pair]", e.g. "binary:add+pair", "reduce:sum", "matmul",
+    "concat:3", "fused4:<token>" (a program registered by fused_token), "binary4:add+periodic"
+    (a whole-texel kernel with an input that repeats a period of whole texels: _inputs)."""
+    name, *variants = key.split("+")
     kind, _, arg = name.partition(":")
     body, count = _body(kind, arg)
-    pair = variant == "pair"
+    pair = "pair" in variants
     defines = "#define PAIR_OUTPUT\nlayout(location = 1) out vec4 o_lo;\n" if pair else ""
-    return f"{_frag('header')}{defines}{_inputs(count, pair)}{body}\n{_frag('main')}"
+    inputs = _inputs(count, pair, "periodic" in variants)
+    return f"{_frag('header')}{defines}{inputs}{body}\n{_frag('main')}"
 
 
 def fused_warmup_keys() -> list[str]:
@@ -337,6 +384,7 @@ def warmup_keys() -> list[str]:
     keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2", "random_uniform", "flip_filter"]
     keys += [f"{kind}:{arg}" for kind, args in VECTOR_KERNELS.items() for arg in args]
     keys += [f"unary4:{op}" for op in UNARY] + [f"binary4:{op}" for op in BINARY]
+    keys += [f"binary4:{op}+periodic" for op in ("add", "sub", "mul", "div")]  # bias-like views
     keys += [
         "where4",
         *(f"cast4:{d}" for d in ("float32", "int32", "bool")),

@@ -9,10 +9,12 @@ void main() {
 #ifdef TEXEL_KERNEL
   vec4 result = texel * u_out.y < u_out_size ? value4(texel) : vec4(0.0);
 #else
+  // As many elements as the texel holds: SwiftShader runs both sides of a branch but leaves a
+  // loop once no fragment goes on, so an R target's fragment computes one element, not four.
   int base = texel * u_out.y;
   vec4 result = vec4(0.0);
-  for (int c = 0; c < 4; ++c) {
-    if (c < u_out.y && base + c < u_out_size) result[c] = value(base + c);
+  for (int c = 0; c < u_out.y; ++c) {
+    if (base + c < u_out_size) result[c] = value(base + c);
   }
 #endif
 #ifdef PAIR_OUTPUT
