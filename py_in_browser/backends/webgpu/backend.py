@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from typing import Any
 
@@ -70,7 +71,7 @@ def _resident_workgroups(info: dict[str, Any]) -> int:
 
 def gpu_nbytes(shape: tuple[int, ...]) -> int:
     """Bytes on the GPU: every element type is 4 bytes (bool as u32), and a buffer at least 4."""
-    return 4 * max(1, int(np.prod(shape, dtype=np.int64)))
+    return 4 * max(1, int(math.prod(shape)))  # per op: np.prod costs ~40x more per call
 
 
 class WebGPUBackend(Backend):
@@ -253,7 +254,7 @@ class WebGPUBackend(Backend):
             finally:
                 self.free(dense)
         await self.flush_async()
-        numel = int(np.prod(handle.shape, dtype=np.int64))
+        numel = int(math.prod(handle.shape))
         if numel == 0:
             return np.zeros(handle.shape, dtype=handle.dtype)
         self.js_calls += 1
