@@ -29,34 +29,37 @@ def _spec(shape: tuple[int, ...], out_dtype: str, *in_dtypes: str) -> OutSpec:
 
 
 def _first_step_calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
-    """What the first training step of a typical model dispatches, in first-use order: a
-    convolutional or dense classifier on RGB images with relu, max pooling, softmax
-    cross-entropy on class labels and the default Adam (fusion.typical_programs), trained
-    through the replayed step machinery (fit, train_on_batch)."""
+    """What the first training step of a typical model dispatches: a convolutional or dense
+    classifier on RGB images with relu, max pooling, softmax cross-entropy on class labels and
+    the default Adam (fusion.typical_programs), trained through the replayed step machinery
+    (fit, train_on_batch). The step waits for the last of them to compile, and the GPU process
+    compiles a few at a time in the order asked: the products, convolutions, pooling and long
+    reductions, which take longest (100-400 ms each on SwiftShader), come first, then the
+    elementwise kernels in first-use order."""
     c: tuple[int, ...] | None = None  # a contiguous input
     b: tuple[int, ...] | None = _COLUMN  # a broadcast one (here a scalar)
     r: tuple[int, ...] | None = _ROW  # a repeated row
+    conv = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
+    calls = [("conv2d", conv, _conv_spec(3, 16))]  # the first layer, on RGB
+    for channels in _CHANNELS:
+        calls.append(("conv2d", conv, _conv_spec(channels, channels)))
+        calls.append(("conv2d_backprop_input", conv, _conv_spec(channels, channels)))
+        calls.append(("conv2d_backprop_filter", conv, _conv_grad_spec(channels)))
+    calls += _matmuls()
+    calls.append(("max_pool2d", _POOL, _POOL_OUT))
+    calls.append(("max_pool2d_grad", _POOL, _POOL_GRAD))
+    calls.append(("reduce_sum", {"axes": (1,), "keepdims": False}, _row_sums(4096)))  # bias grads
     square = _spec(_SQUARE, _F32, _F32, _F32)
     # A recorded step reads private copies of the batch: images * 1 and labels * 1.
-    calls = [("mul", _strided((c, b)), square)]
+    calls.append(("mul", _strided((c, b)), square))
     calls.append(("mul", _strided((c, b)), _spec(_SQUARE, "int32", "int32", "int32")))
-    conv = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
-    calls.append(("conv2d", conv, _conv_spec(3, 16)))  # the first layer, on RGB
     calls.append(("add", _strided((c, r)), square))  # bias
     calls.append(("relu", {}, _spec(_SQUARE, _F32, _F32)))
-    calls.append(("max_pool2d", _POOL, _POOL_OUT))
-    calls += [("conv2d", conv, _conv_spec(channels, channels)) for channels in _CHANNELS]
-    calls += _matmuls()
     for op in ("reduce_sum", "reduce_max"):  # the loss: log-sum-exp over a few classes
         calls.append((op, {"axes": (1,), "keepdims": False}, _row_sums(8)))
     calls.append(("equal", _strided((b, r)), _spec(_SQUARE, "bool", "int32", "int32")))
     calls += _fused_calls(fusion.typical_programs())
     calls.append(("add", {}, square))  # gradients summed where a tensor fans out
-    calls.append(("max_pool2d_grad", _POOL, _POOL_GRAD))
-    calls.append(("reduce_sum", {"axes": (1,), "keepdims": False}, _row_sums(4096)))
-    for channels in _CHANNELS:
-        calls.append(("conv2d_backprop_input", conv, _conv_spec(channels, channels)))
-        calls.append(("conv2d_backprop_filter", conv, _conv_grad_spec(channels)))
     # The step's finite check and its loss sum.
     calls.append(("sub", {}, square))
     calls.append(("equal", {}, _spec(_SQUARE, "bool", _F32, _F32)))
@@ -173,8 +176,8 @@ def _strided(strides: tuple[tuple[int, ...] | None, ...]) -> dict[str, Any]:
 
 @cache
 def first_step_kernels(limits: DeviceLimits) -> tuple[tuple[str, str], ...]:
-    """(key, wgsl) of each kernel a typical first training step dispatches, once, in
-    first-use order."""
+    """(key, wgsl) of each kernel a typical first training step dispatches, once, longest to
+    compile first."""
     return _kernels(_first_step_calls(), limits, {})
 
 
