@@ -39,7 +39,7 @@ def _first_step_calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
     c: tuple[int, ...] | None = None  # a contiguous input
     b: tuple[int, ...] | None = _COLUMN  # a broadcast one (here a scalar)
     r: tuple[int, ...] | None = _ROW  # a repeated row
-    conv = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
+    conv: dict[str, Any] = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
     calls = [("conv2d", conv, _conv_spec(3, 16))]  # the first layer, on RGB
     for channels in _CHANNELS:
         calls.append(("conv2d", conv, _conv_spec(channels, channels)))
