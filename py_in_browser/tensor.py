@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -76,7 +77,7 @@ class Tensor:
     @property
     def size(self) -> int:
         """Number of elements (the product of the shape; 1 for a scalar)."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(math.prod(self.shape))  # math.prod: np.prod costs ~40x more per call
 
     @property
     def ndim(self) -> int:
@@ -324,7 +325,7 @@ def _infer_dtype(value: Any) -> str:
 
 
 def _wrap(backend: Backend, handle: Any, shape: tuple[int, ...], dtype: str) -> Tensor:
-    nbytes = int(np.prod(shape, dtype=np.int64)) * _ITEMSIZE[dtype]
+    nbytes = int(math.prod(shape)) * _ITEMSIZE[dtype]
     return Tensor(_Storage(backend, handle, nbytes), shape, dtype)
 
 

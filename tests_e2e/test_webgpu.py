@@ -69,6 +69,45 @@ def test_webgpu_is_active_with_its_limits(engine_page: EnginePage) -> None:
     assert caps["supports_replay"] is True
 
 
+def test_a_small_cnns_first_step_uses_only_kernels_compiled_at_ready(
+    engine_page: EnginePage,
+) -> None:
+    """The warm-up asks for warmup.first_step_kernels all at once once ready, and those are
+    every kernel the benchmark's W3s model dispatches in its first step (32x32 RGB, two relu
+    convolutions with max pooling, two dense layers, softmax cross-entropy on class labels,
+    Adam, train_on_batch on device tensors): none is left to compile while the step waits."""
+    outside_first_step = engine_page.run(
+        """
+from py_in_browser import layers, runtime
+from py_in_browser.backends.webgpu import warmup
+backend = runtime.current_backend()
+used = set()
+define = backend._pipeline_id
+backend._pipeline_id = lambda key, wgsl, background=False: used.add(key) or define(key, wgsl, background)
+try:
+    model = pib.Sequential([
+        layers.Conv2D(16, 3, activation="relu", padding="same", input_shape=(32, 32, 3)),
+        layers.MaxPool2D(2),
+        layers.Conv2D(32, 3, activation="relu", padding="same"),
+        layers.MaxPool2D(2),
+        layers.Flatten(),
+        layers.Dense(64, activation="relu"),
+        layers.Dense(4),
+    ])
+    model.compile("adam", pib.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rng = np.random.default_rng(0)
+    x = pib.tensor(rng.uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32))
+    loss = await model.train_on_batch(x, pib.tensor(np.arange(8) % 4, dtype="int32"))
+    await loss.numpy()
+finally:
+    del backend._pipeline_id
+first_step = {key for key, _ in warmup.first_step_kernels(backend.device_limits)}
+[sorted(first_step - set(backend._pipelines)), sorted(used - first_step)]
+"""
+    )
+    assert outside_first_step == [[], []]
+
+
 def test_op_table_matches_numpy(engine_page: EnginePage) -> None:
     worst = assert_op_table_matches(engine_page, rtol=1e-4)
     print("worst relative error per case:", {k: f"{v:.1e}" for k, v in worst.items()})

@@ -39,6 +39,7 @@ class Engine {
     this.pipelines = new Map(); // id -> {label, module, pipeline, promise, error}
     this.warmQueue = []; // warm-up entries not compiled yet, in order
     this.warming = false;
+    this.waits = 0; // settle, read and fence calls in flight: the warm-up waits for them
     this.labels = []; // label id -> op name: a DISPATCH's pipeline word is pipeline | label << shift
     this.bindGroups = new Map(); // key -> GPUBindGroup, oldest first
     this.groupsOfBuffer = new Map(); // buffer id -> Set of bind-group keys binding it
@@ -125,8 +126,11 @@ class Engine {
     return entry.promise;
   }
 
+  // One warm-up compile at a time, and none while Python waits for the GPU: the GPU process
+  // then runs (or compiles) what that wait is for, and on a software adapter every compile
+  // takes CPU from it.
   pumpWarmUp() {
-    if (this.warming) return;
+    if (this.warming || this.waits) return;
     const entry = this.warmQueue.find((e) => !e.promise);
     this.warmQueue = this.warmQueue.filter((e) => !e.promise && e !== entry);
     if (!entry) return;
@@ -145,7 +149,18 @@ class Engine {
   // synchronously; the warm-up's other pipelines keep compiling in the background.
   async settle(ids) {
     const waits = ids.split(",").map((id) => this.compile(this.pipelines.get(Number(id))));
-    await this.race(Promise.all(waits));
+    await this.waitFor(Promise.all(waits));
+  }
+
+  // race(promise), with the warm-up paused until it settles (see pumpWarmUp).
+  async waitFor(promise) {
+    this.waits++;
+    try {
+      return await this.race(promise);
+    } finally {
+      this.waits--;
+      this.pumpWarmUp();
+    }
   }
 
   pipeline(id) {
@@ -370,7 +385,7 @@ class Engine {
     encoder.clearBuffer(buffer);
     this.submit(encoder);
     const serial = this.submitted;
-    await this.race(buffer.mapAsync(GPUMapMode.READ));
+    await this.waitFor(buffer.mapAsync(GPUMapMode.READ));
     buffer.unmap();
     this.fenceBuffers.push(buffer);
     this.completed = Math.max(this.completed, serial);
@@ -386,7 +401,7 @@ class Engine {
     const encoder = this.device.createCommandEncoder();
     encoder.copyBufferToBuffer(this.buffers.get(id), 0, staging, 0, nbytes);
     this.submit(encoder);
-    await this.race(staging.mapAsync(GPUMapMode.READ, 0, nbytes));
+    await this.waitFor(staging.mapAsync(GPUMapMode.READ, 0, nbytes));
     const bytes = new Uint8Array(staging.getMappedRange(0, nbytes).slice(0));
     staging.unmap();
     this.staging.set(size, free);
