@@ -78,6 +78,13 @@ def _strided(
 ) -> Plan:
     big = 2**30  # an extent no coordinate reaches: no bounds check on this dim
     shape, stride, low, dim = _merge_dims(shape, stride, low, [min(d, big) for d in dim], big)
+    if stride[-1] == 1 and (len(shape) == 1 or (len(shape) == 2 and low[0] == 0 and dim[0] == big)):
+        # Rows (or one row) of contiguous elements, only the last dim sliced or padded.
+        row_stride = stride[0] if len(shape) == 2 else 0
+        return "rows", [
+            ints("u_rows", [shape[-1], row_stride, -low[-1], dim[-1]]),
+            ("u_fill", "f", [float(fill)]),
+        ]
     return "strided", [
         ints("u_rank", [len(shape)]),
         ints("u_shape", _left_pad(shape, 1)),

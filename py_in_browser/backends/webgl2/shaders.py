@@ -331,7 +331,7 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _POOL_DEFINES[arg] + _frag("pool"), 2 if arg == "max_grad" else 1
     if kind == "concat":
         return _concat(int(arg)), int(arg)
-    if kind in ("strided", "random_uniform", "image_rgb", "flip_filter"):
+    if kind in ("strided", "rows", "random_uniform", "image_rgb", "flip_filter"):
         return _frag(kind), 1
     if kind in ("matmul_block", "conv2d_block", "block_interleave"):  # "nn_4x2", "4x2.relu"
         # ".bias", ".maxpool", ".maxpool.bias" (blocks), ".relu" (interleave)
@@ -378,7 +378,7 @@ def fused_warmup_keys() -> list[str]:
 def warmup_keys() -> list[str]:
     """Every program a training step can need, compiled ahead during start()."""
     keys = [f"unary:{op}" for op in UNARY] + [f"binary:{op}" for op in BINARY]
-    keys += ["where", *(f"cast:{d}" for d in ("float32", "int32", "bool")), "strided"]
+    keys += ["where", *(f"cast:{d}" for d in ("float32", "int32", "bool")), "strided", "rows"]
     keys += [f"reduce:{r}" for r in ("sum", "max", "argmax")]
     keys += ["matmul", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"]
     keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2", "random_uniform", "flip_filter"]
