@@ -333,13 +333,15 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _concat(int(arg)), int(arg)
     if kind in ("strided", "rows", "random_uniform", "image_rgb", "flip_filter"):
         return _frag(kind), 1
-    if kind in ("matmul_block", "conv2d_block", "block_interleave"):  # "nn_4x2", "4x2.relu"
+    # "nn_4x2", "4x2.relu", "aligned_4x2.relu"
+    if kind in ("matmul_block", "conv2d_block", "block_interleave"):
         # ".bias", ".maxpool", ".maxpool.bias" (blocks), ".relu" (interleave)
         arg, _, epilogue = arg.partition(".")
         variant, _, shape = arg.rpartition("_")
         rows, cols = (int(d) for d in shape.split("x"))
         if kind == "block_interleave":
-            return blocks.interleave_source(rows, cols, epilogue == "relu"), rows * cols
+            source = blocks.interleave_source(rows, cols, epilogue == "relu", variant == "aligned")
+            return source, rows * cols
         bias = epilogue.endswith("bias")
         if kind == "conv2d_block":
             pool = epilogue.startswith("maxpool")
