@@ -751,3 +751,11 @@ def test_slices_and_pads_of_the_last_dim_of_rows_take_the_rows_kernel() -> None:
     rows_padded = {"paddings": ((1, 0), (0, 2)), "value": 0.0}
     assert kernels.plan("pad", rows_padded, spec((129, 12), (128, 10)))[0] == "strided"
     assert "float value(int i)" in shaders.program_source("rows")
+
+
+def test_reductions_over_one_axis_take_the_loop_free_program() -> None:
+    rows = kernels.plan("reduce_max", {"axes": (1,)}, spec((64,), (64, 10)))[0]
+    whole = kernels.plan("reduce_sum", {"axes": (0, 1)}, spec((), (64, 10)))[0]
+    assert (rows, whole) == ("reduce:max_axis", "reduce:sum_axis")
+    assert kernels.plan("reduce_sum", {"axes": (0, 2)}, spec((5,), (4, 5, 6)))[0] == "reduce:sum"
+    assert "#define ONE_AXIS" in shaders.program_source("reduce:sum_axis")

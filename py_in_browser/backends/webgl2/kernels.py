@@ -155,7 +155,10 @@ def _reduce(kind: str, shape: Sequence[int], axes: Sequence[int]) -> Plan:
     kept = [(n, s) for i, (n, s) in enumerate(zip(shape, strides, strict=True)) if i not in axes]
     red = [(n, s) for i, (n, s) in enumerate(zip(shape, strides, strict=True)) if i in axes]
     kept, red = _merge_index_space(kept), _merge_index_space(red)
-    return f"reduce:{kind}", [
+    # One reduced and at most one kept axis (rows of a matrix, a whole tensor): the "_axis"
+    # program, which indexes without a loop over dims.
+    one_axis = "_axis" if len(red) == 1 and len(kept) <= 1 else ""
+    return f"reduce:{kind}{one_axis}", [
         ints("u_parts", [1]),  # one pass (rewrites.split_reduction sets more)
         ints("u_chunk", [0]),
         ints("u_kept_rank", [len(kept)]),

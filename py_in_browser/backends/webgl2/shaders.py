@@ -316,8 +316,10 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return "#define TEXEL_KERNEL\nvec4 value4(int t) { return vec4(x0v(ivec2(0)).x); }\n", 1
     if kind == "copy4":  # same elements, same channels, another texture shape (reshape, copy)
         return "#define TEXEL_KERNEL\nvec4 value4(int t) { return x0v(texel_at(t, u_l0.x)); }\n", 1
-    if kind == "reduce":
-        return f"#define REDUCE_{arg.upper()}\n{_frag('reduce')}", 1
+    if kind == "reduce":  # "sum", "max", "argmax"; "<that>_axis": reduce.frag's ONE_AXIS
+        reduction, _, axis = arg.partition("_")
+        defines = f"#define REDUCE_{reduction.upper()}\n" + ("#define ONE_AXIS\n" if axis else "")
+        return f"{defines}{_frag('reduce')}", 1
     if kind == "pool4":  # whole-texel pooling: 4 channels per fragment
         arg, disjoint, _ = arg.partition("_disjoint")  # "max_grad_disjoint": windows tile
         grad = {
@@ -381,7 +383,7 @@ def warmup_keys() -> list[str]:
     """Every program a training step can need, compiled ahead during start()."""
     keys = [f"unary:{op}" for op in UNARY] + [f"binary:{op}" for op in BINARY]
     keys += ["where", *(f"cast:{d}" for d in ("float32", "int32", "bool")), "strided", "rows"]
-    keys += [f"reduce:{r}" for r in ("sum", "max", "argmax")]
+    keys += [f"reduce:{r}{a}" for r in ("sum", "max", "argmax") for a in ("", "_axis")]
     keys += ["matmul", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"]
     keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2", "random_uniform", "flip_filter"]
     keys += [f"{kind}:{arg}" for kind, args in VECTOR_KERNELS.items() for arg in args]
