@@ -689,7 +689,8 @@ def test_a_large_transposed_product_reads_a_in_place_in_blocks() -> None:
     attrs = {"transpose_a": True, "transpose_b": False}
     backend.run("matmul", [x, g], attrs, spec((784, 128), (64, 784), (64, 128)))
     keys = [c[wire.DRAW_KEY] for c in backend.queue.commands if c[0] == wire.DRAW]
-    assert keys == ["matmul_block:tn_4x2", "block_interleave:4x2"]  # no transpose4 of x
+    # no transpose4 of x; output and targets one matrix row per texture row: no divisions
+    assert keys == ["matmul_block:tn_4x2", "block_interleave:aligned_4x2"]
     assert "texelFetch(u_x0, ivec2(m4, kab + 4 * k + 3), 0)" in shaders.program_source(keys[0])
 
 
@@ -739,3 +740,22 @@ def test_a_tensor_padded_for_one_product_is_not_padded_again_while_it_lives() ->
     backend.free(w)  # the copy goes with it
     assert w.texture.id not in backend.memory.padded
     assert backend.memory.pool.is_free(padded.texture.id)
+
+
+def test_slices_and_pads_of_the_last_dim_of_rows_take_the_rows_kernel() -> None:
+    pad = {"paddings": ((0, 0), (0, 2)), "value": 0.0}
+    key, uniforms = kernels.plan("pad", pad, spec((128, 12), (128, 10)))
+    assert (key, uniforms[0]) == ("rows", kernels.ints("u_rows", [12, 10, 0, 10]))
+    key, uniforms = kernels.plan("slice", {"begin": (0, 1)}, spec((64, 10), (64, 12)))
+    assert (key, uniforms[0]) == ("rows", kernels.ints("u_rows", [10, 12, 1, 12]))
+    rows_padded = {"paddings": ((1, 0), (0, 2)), "value": 0.0}
+    assert kernels.plan("pad", rows_padded, spec((129, 12), (128, 10)))[0] == "strided"
+    assert "float value(int i)" in shaders.program_source("rows")
+
+
+def test_reductions_over_one_axis_take_the_loop_free_program() -> None:
+    rows = kernels.plan("reduce_max", {"axes": (1,)}, spec((64,), (64, 10)))[0]
+    whole = kernels.plan("reduce_sum", {"axes": (0, 1)}, spec((), (64, 10)))[0]
+    assert (rows, whole) == ("reduce:max_axis", "reduce:sum_axis")
+    assert kernels.plan("reduce_sum", {"axes": (0, 2)}, spec((5,), (4, 5, 6)))[0] == "reduce:sum"
+    assert "#define ONE_AXIS" in shaders.program_source("reduce:sum_axis")

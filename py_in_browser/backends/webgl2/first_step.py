@@ -21,12 +21,13 @@ from . import blocks, shaders
 RGBA, R = 4, 1
 # Kernels by first use in the step: forward, loss, backward, the step's loss sum and finite
 # check. Scalars (the loss, the step counter) live in one-element R textures.
-_FORWARD = ["conv2d_block:c3_{shape}.bias", "block_interleave:{shape}.relu", "pool4:max"]
+_FORWARD = ["conv2d_block:c3_{shape}.bias", "block_interleave:aligned_{shape}.relu", "pool4:max"]
 _FORWARD += ["conv2d_block:vec_{shape}.bias", "copy4", "matmul_block:nn_{shape}.bias"]
 _FORWARD += ["binary4:mul", "binary4:add", "binary4:add+periodic"]
-_LOSS = [("strided", R), ("binary:equal", RGBA), ("reduce:max", R), ("reduce:sum", R)]
+_LOSS = [("rows", R), ("binary:equal", RGBA), ("reduce:max_axis", R), ("reduce:sum_axis", R)]
 _BACKWARD = ["matmul4:nt_aligned", "transpose4", "matmul_block:nt_{shape}"]
-_BACKWARD += ["block_interleave:{shape}", "matmul_block:tn_{shape}", "pool4:max_grad_disjoint"]
+_BACKWARD += ["block_interleave:aligned_{shape}", "matmul_block:tn_{shape}"]
+_BACKWARD += ["pool4:max_grad_disjoint"]
 _BACKWARD += ["flip_filter", "conv2d_block:vec_{shape}", "patches4", "matmul_block:nn_{shape}"]
 _BACKWARD += ["sum_parts4"]
 _STEP = [("binary4:sub", R), ("binary4:equal", R), ("where4", R)]

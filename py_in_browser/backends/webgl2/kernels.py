@@ -78,6 +78,13 @@ def _strided(
 ) -> Plan:
     big = 2**30  # an extent no coordinate reaches: no bounds check on this dim
     shape, stride, low, dim = _merge_dims(shape, stride, low, [min(d, big) for d in dim], big)
+    if stride[-1] == 1 and (len(shape) == 1 or (len(shape) == 2 and low[0] == 0 and dim[0] == big)):
+        # Rows (or one row) of contiguous elements, only the last dim sliced or padded.
+        row_stride = stride[0] if len(shape) == 2 else 0
+        return "rows", [
+            ints("u_rows", [shape[-1], row_stride, -low[-1], dim[-1]]),
+            ("u_fill", "f", [float(fill)]),
+        ]
     return "strided", [
         ints("u_rank", [len(shape)]),
         ints("u_shape", _left_pad(shape, 1)),
@@ -148,7 +155,10 @@ def _reduce(kind: str, shape: Sequence[int], axes: Sequence[int]) -> Plan:
     kept = [(n, s) for i, (n, s) in enumerate(zip(shape, strides, strict=True)) if i not in axes]
     red = [(n, s) for i, (n, s) in enumerate(zip(shape, strides, strict=True)) if i in axes]
     kept, red = _merge_index_space(kept), _merge_index_space(red)
-    return f"reduce:{kind}", [
+    # One reduced and at most one kept axis (rows of a matrix, a whole tensor): the "_axis"
+    # program, which indexes without a loop over dims.
+    one_axis = "_axis" if len(red) == 1 and len(kept) <= 1 else ""
+    return f"reduce:{kind}{one_axis}", [
         ints("u_parts", [1]),  # one pass (rewrites.split_reduction sets more)
         ints("u_chunk", [0]),
         ints("u_kept_rank", [len(kept)]),

@@ -261,7 +261,10 @@ def blocked(
     key = f"{program}:{variant}_{block_rows}x{cols}"
     block_draw = backend.queue.draw(key, targets[0], inputs, uniforms, label, False, targets[1:])
     handle = backend.memory.allocate(out.shape, out.dtype, False)
-    interleave = f"block_interleave:{block_rows}x{cols}"
+    # One matrix row per texture row in the output and one block row in each target: the
+    # interleave finds its texels from the fragment's position alone (blocks.interleave_source).
+    rows_aligned = aligned and handle.texture.layout.width * 4 == columns
+    interleave = f"block_interleave:{'aligned_' if rows_aligned else ''}{block_rows}x{cols}"
     cols4 = [kernels.ints("u_cols4", [columns // 4])]
     interleave_draw = backend.queue.draw(interleave, handle, targets, cols4, label, False)
     # The targets live on with the output, for a bias or relu fused in later (epilogues.py).

@@ -316,8 +316,10 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return "#define TEXEL_KERNEL\nvec4 value4(int t) { return vec4(x0v(ivec2(0)).x); }\n", 1
     if kind == "copy4":  # same elements, same channels, another texture shape (reshape, copy)
         return "#define TEXEL_KERNEL\nvec4 value4(int t) { return x0v(texel_at(t, u_l0.x)); }\n", 1
-    if kind == "reduce":
-        return f"#define REDUCE_{arg.upper()}\n{_frag('reduce')}", 1
+    if kind == "reduce":  # "sum", "max", "argmax"; "<that>_axis": reduce.frag's ONE_AXIS
+        reduction, _, axis = arg.partition("_")
+        defines = f"#define REDUCE_{reduction.upper()}\n" + ("#define ONE_AXIS\n" if axis else "")
+        return f"{defines}{_frag('reduce')}", 1
     if kind == "pool4":  # whole-texel pooling: 4 channels per fragment
         arg, disjoint, _ = arg.partition("_disjoint")  # "max_grad_disjoint": windows tile
         grad = {
@@ -331,15 +333,17 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _POOL_DEFINES[arg] + _frag("pool"), 2 if arg == "max_grad" else 1
     if kind == "concat":
         return _concat(int(arg)), int(arg)
-    if kind in ("strided", "random_uniform", "image_rgb", "flip_filter"):
+    if kind in ("strided", "rows", "random_uniform", "image_rgb", "flip_filter"):
         return _frag(kind), 1
-    if kind in ("matmul_block", "conv2d_block", "block_interleave"):  # "nn_4x2", "4x2.relu"
+    # "nn_4x2", "4x2.relu", "aligned_4x2.relu"
+    if kind in ("matmul_block", "conv2d_block", "block_interleave"):
         # ".bias", ".maxpool", ".maxpool.bias" (blocks), ".relu" (interleave)
         arg, _, epilogue = arg.partition(".")
         variant, _, shape = arg.rpartition("_")
         rows, cols = (int(d) for d in shape.split("x"))
         if kind == "block_interleave":
-            return blocks.interleave_source(rows, cols, epilogue == "relu"), rows * cols
+            source = blocks.interleave_source(rows, cols, epilogue == "relu", variant == "aligned")
+            return source, rows * cols
         bias = epilogue.endswith("bias")
         if kind == "conv2d_block":
             pool = epilogue.startswith("maxpool")
@@ -378,8 +382,8 @@ def fused_warmup_keys() -> list[str]:
 def warmup_keys() -> list[str]:
     """Every program a training step can need, compiled ahead during start()."""
     keys = [f"unary:{op}" for op in UNARY] + [f"binary:{op}" for op in BINARY]
-    keys += ["where", *(f"cast:{d}" for d in ("float32", "int32", "bool")), "strided"]
-    keys += [f"reduce:{r}" for r in ("sum", "max", "argmax")]
+    keys += ["where", *(f"cast:{d}" for d in ("float32", "int32", "bool")), "strided", "rows"]
+    keys += [f"reduce:{r}{a}" for r in ("sum", "max", "argmax") for a in ("", "_axis")]
     keys += ["matmul", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"]
     keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2", "random_uniform", "flip_filter"]
     keys += [f"{kind}:{arg}" for kind, args in VECTOR_KERNELS.items() for arg in args]

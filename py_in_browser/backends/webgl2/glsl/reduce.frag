@@ -20,11 +20,17 @@ float value(int i) {
     start = part * u_chunk;
     stop = min(stop, start + u_chunk);
   }
+#ifdef ONE_AXIS
+  // One reduced axis and at most one kept (i is below its extent): no division per index,
+  // which SwiftShader does lane by lane (a 64 x 10 softmax sum: 0.105 -> 0.08 ms).
+  int base = i * u_kept_stride[5];
+#else
   int base = 0;
   for (int d = 5; d >= 6 - u_kept_rank; --d) {
     base += (i % u_kept_shape[d]) * u_kept_stride[d];
     i /= u_kept_shape[d];
   }
+#endif
 #if defined(REDUCE_SUM)
   // Sums of SUM_BLOCK values are added to acc: the rounding error grows with the number of
   // blocks plus the block length instead of with the length of the whole sum.
@@ -36,12 +42,16 @@ float value(int i) {
   int best = 0;
 #endif
   for (int r = start; r < stop; ++r) {
+#ifdef ONE_AXIS
+    int offset = r * u_red_stride[5];
+#else
     int offset = 0;
     int q = r;
     for (int d = 5; d >= 6 - u_red_rank; --d) {
       offset += (q % u_red_shape[d]) * u_red_stride[d];
       q /= u_red_shape[d];
     }
+#endif
     float v = x0(base + offset);
 #if defined(REDUCE_SUM)
     block += v;
