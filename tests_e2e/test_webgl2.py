@@ -10,6 +10,7 @@ import pytest
 
 from tests_e2e import webgl2_trajectories
 from tests_e2e.engine_page import EnginePage, PythonError
+from tests_e2e.first_step_model import W3S_FIRST_STEP
 from tests_e2e.non_finite_steps import check_bad_step_keeps_the_last_good_weights
 from tests_e2e.op_oracle import LONG_SUMS, assert_op_table_matches, assert_special_values_match
 
@@ -40,21 +41,9 @@ def test_a_small_cnns_first_step_draws_only_programs_drawn_ahead(engine_page: En
 from py_in_browser import layers, runtime
 engine = runtime.current_backend().queue.engine
 before = set(engine.programs.keys())
-model = pib.Sequential([
-    layers.Conv2D(16, 3, activation="relu", padding="same", input_shape=(32, 32, 3)),
-    layers.MaxPool2D(2),
-    layers.Conv2D(32, 3, activation="relu", padding="same"),
-    layers.MaxPool2D(2),
-    layers.Flatten(),
-    layers.Dense(64, activation="relu"),
-    layers.Dense(4),
-])
-model.compile("adam", pib.losses.SparseCategoricalCrossentropy(from_logits=True))
-rng = np.random.default_rng(0)
-x = pib.tensor(rng.uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32))
-loss = await model.train_on_batch(x, pib.tensor(np.arange(8) % 4, dtype="int32"))
-await loss.numpy()
-[engine.toDrawWarm.length, sorted(set(engine.programs.keys()) - before)]
+"""
+        + W3S_FIRST_STEP
+        + """[engine.toDrawWarm.length, sorted(set(engine.programs.keys()) - before)]
 """
     )
     assert finished_in_step == [0, []]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests_e2e.engine_page import EnginePage, PythonError
+from tests_e2e.first_step_model import W3S_FIRST_STEP, indented
 from tests_e2e.non_finite_steps import check_bad_step_keeps_the_last_good_weights
 from tests_e2e.op_oracle import LONG_SUMS, assert_op_table_matches, assert_special_values_match
 
@@ -85,21 +86,9 @@ used = set()
 define = backend._pipeline_id
 backend._pipeline_id = lambda key, wgsl, background=False: used.add(key) or define(key, wgsl, background)
 try:
-    model = pib.Sequential([
-        layers.Conv2D(16, 3, activation="relu", padding="same", input_shape=(32, 32, 3)),
-        layers.MaxPool2D(2),
-        layers.Conv2D(32, 3, activation="relu", padding="same"),
-        layers.MaxPool2D(2),
-        layers.Flatten(),
-        layers.Dense(64, activation="relu"),
-        layers.Dense(4),
-    ])
-    model.compile("adam", pib.losses.SparseCategoricalCrossentropy(from_logits=True))
-    rng = np.random.default_rng(0)
-    x = pib.tensor(rng.uniform(-1, 1, (8, 32, 32, 3)).astype(np.float32))
-    loss = await model.train_on_batch(x, pib.tensor(np.arange(8) % 4, dtype="int32"))
-    await loss.numpy()
-finally:
+"""
+        + indented(W3S_FIRST_STEP, 4)
+        + """finally:
     del backend._pipeline_id
 first_step = {key for key, _ in warmup.first_step_kernels(backend.device_limits)}
 [sorted(first_step - set(backend._pipelines)), sorted(used - first_step)]

@@ -4,17 +4,10 @@
 // server's snapshot loaded it once, so it loads it once more while idle; the second visit then
 // starts from compiled code. (A first visit without a snapshot loads it twice anyway: the snapshot
 // worker starts a runtime of its own.)
+import { askWorker } from "./one-shot-worker.js";
 
 // Loads the module script at `url` in a throwaway worker; resolves to "primed" or "failed: ...".
 export function primeCodeCache(url) {
-  const worker = new Worker(new URL("./code-cache-primer.js", import.meta.url), { type: "module" });
-  return new Promise((resolve) => {
-    const finish = (outcome) => {
-      worker.terminate();
-      resolve(outcome);
-    };
-    worker.onmessage = ({ data }) => finish(data);
-    worker.onerror = (event) => finish(`failed: ${event.message}`);
-    worker.postMessage(new URL(url, self.location.href).href);
-  });
+  const primer = new URL("./code-cache-primer.js", import.meta.url);
+  return askWorker(primer, new URL(url, self.location.href).href);
 }

@@ -11,6 +11,7 @@
 // made in headless Chromium with this same code (snapshot-maker.js), so even the first visit
 // skips Python's start-up; the browser makes its own only when the server has none for this build.
 import { unframe } from "./framed.js";
+import { askWorker } from "./one-shot-worker.js";
 import { bundleFiles, installBundle } from "./package-bundle.js";
 import { compileLibraries, relinkLibraries } from "./shared-libraries.js";
 import { checkEntry, openEntry, writeEntry } from "./startup-cache.js";
@@ -105,16 +106,8 @@ export async function startRuntime({ indexURL, bundles, stored }) {
 // Runs snapshot-worker.js on `task` ({indexURL, version, bundleURLs, deliver}); resolves to what
 // it answers.
 function runSnapshotWorker(task) {
-  const worker = new Worker(new URL("./snapshot-worker.js", import.meta.url), { type: "module" });
-  return new Promise((resolve) => {
-    const finish = (outcome) => {
-      worker.terminate();
-      resolve(outcome);
-    };
-    worker.onmessage = ({ data }) => finish(data);
-    worker.onerror = (event) => finish(`failed: ${event.message}`);
-    worker.postMessage({ ...task, version: snapshotVersion(task.version) });
-  });
+  const url = new URL("./snapshot-worker.js", import.meta.url);
+  return askWorker(url, { ...task, version: snapshotVersion(task.version) });
 }
 
 // Makes the snapshot for `build` ({indexURL, version, bundleURLs}) and stores it in the browser;
