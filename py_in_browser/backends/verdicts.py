@@ -3,8 +3,8 @@
 A GPU backend's self-test compiles and runs its kernels: 150-250 ms of a ~1 s second visit on a
 software GPU. Measuring every candidate (pib.init() without a name) starts each backend and
 times probe steps: up to 1.5 s more. Both answers depend only on the browser, the GPU and its
-driver, and the engine's build. The worker keeps them in the origin-private file system under a
-fingerprint of exactly those (web/js/backend-verdicts.js) and hands them back at the next boot
+driver, and the engine's build. The worker keeps them in IndexedDB with a fingerprint of exactly
+those (web/js/backend-verdicts.js) and hands them back at the next boot
 (load). Then a backend that passed its self-test is not tested again, and a measured choice among
 the same candidates is reused without starting the others.
 
