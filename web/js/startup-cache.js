@@ -23,24 +23,10 @@ async function folder() {
   return (await navigator.storage.getDirectory()).getDirectoryHandle(DIRECTORY, { create: true });
 }
 
-// Every open and write of this worker, one after another: the entries are read and written through
-// synchronous access handles, and an open in Chromium 156 sometimes never answered when it came
-// right beside another entry's (backend-verdicts.js says more).
-let previous = Promise.resolve();
-function oneAtATime(task) {
-  const run = previous.then(task, task);
-  previous = run.catch(() => {});
-  return run;
-}
-
 // The entry whatever versions it was made from, so reading can start before they are known:
 // {state: "found", header, body}, or {state} "absent" (none, unreadable, or another tab's worker
 // holds it) or "unavailable" (no origin-private file system here: not a secure context).
-export function openEntry(name) {
-  return oneAtATime(() => openNow(name));
-}
-
-async function openNow(name) {
+export async function openEntry(name) {
   if (!canKeepEntries()) return { state: "unavailable" };
   let access;
   try {
@@ -76,10 +62,6 @@ export async function readEntry(name, version) {
 export async function writeEntry(name, header, parts) {
   if (!canKeepEntries()) return;
   const bytes = new Uint8Array(await frame(header, parts).arrayBuffer());
-  await oneAtATime(() => writeNow(name, bytes));
-}
-
-async function writeNow(name, bytes) {
   const access = await (await (await folder()).getFileHandle(name, { create: true })).createSyncAccessHandle();
   try {
     access.truncate(0);

@@ -209,7 +209,7 @@ class Engine {
     this.linking = new Map(); // key -> a warm-up program compiled and linked, not yet finished
     this.warmFramebuffers = new Map(); // `${channels}:${targets}:${half}` -> warmDraw's target
     this.toDrawWarm = []; // warmDraws' programs drawWarm has not drawn yet
-    this.warmFence = null; // after drawWarm's draws or a chunk of links, until the GPU passed it
+    this.warmFence = null; // after drawWarm's draws or a warm-up link, until the GPU passed it
     this.lastRun = 0; // performance.now() of the last command list: the warm-up links while idle
     this.fences = [];
     this.recordings = new Map(); // id -> {commands, constants}: recorded train steps
@@ -416,7 +416,7 @@ class Engine {
     this.gl.flush();
   }
 
-  // Whether the GPU has done the warm work queued last (drawWarm's draws, a chunk of links): the
+  // Whether the GPU has done the warm work queued last (drawWarm's draws, a warm-up link): the
   // idle warm-up links nothing before, since a step's draws would queue behind those links too.
   warmWorkDone() {
     if (this.warmFence === null) return true;
