@@ -13,7 +13,10 @@ its own window: bringing that tab to the front (browsingContext.activate) hides 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -66,6 +69,7 @@ def cdp_browser(playwright: Playwright) -> Iterator[Browser]:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: ended as a whole below
         )
         try:
             endpoint = f"http://127.0.0.1:{port}"
@@ -82,8 +86,12 @@ def cdp_browser(playwright: Playwright) -> Iterator[Browser]:
             yield browser
             browser.close()
         finally:
-            process.terminate()
+            # The whole group: Chromium's storage and GPU processes outlive the browser process
+            # for a moment and were still writing the profile (IndexedDB) when it was removed.
+            os.killpg(process.pid, signal.SIGTERM)
             process.wait(10)
+            with contextlib.suppress(ProcessLookupError):  # none left
+                os.killpg(process.pid, signal.SIGKILL)
 
 
 def _engine(page: Page) -> EnginePage:
