@@ -523,6 +523,54 @@ def test_a_batch_one_layers_bias_and_relu_join_its_split_sum(engine_page: Engine
     assert not {"binary4:add", "unary4:relu"} & set(result["draws"])
 
 
+SMALL_PRODUCTS = (
+    SENT_COMMANDS
+    + """
+rng = np.random.default_rng(11)
+a = rng.standard_normal((4, 3)).astype(np.float32)
+k = rng.standard_normal((3, 5)).astype(np.float32)
+c = rng.standard_normal((5,)).astype(np.float32)
+d = rng.standard_normal((4, 5)).astype(np.float32)
+try:
+    at, kt, ct, dt = pib.tensor(a), pib.tensor(k), pib.tensor(c), pib.tensor(d)
+    relu = pib.relu(pib.matmul(at, kt) + ct)  # small Dense layers: the element kernel's product
+    sigmoid = pib.sigmoid(pib.matmul(at, kt) + ct)
+    tanh = pib.tanh(pib.matmul(at, kt))
+    plus = pib.matmul(at, kt) + dt  # any addend of the product's shape
+    raw = pib.matmul(at, kt)
+    raw_relu = pib.relu(raw + ct)  # raw is read back below: its draw stays
+    got = [await t.numpy() for t in (relu, sigmoid, tanh, plus, raw, raw_relu)]
+finally:
+    backend.queue.engine.run = engine_run
+{"got": got, "a": a, "k": k, "c": c, "d": d,
+ "draws": [command[1] for command in sent if command[0] == "draw"]}
+"""
+)
+
+
+def test_a_small_layers_add_and_activation_run_inside_its_product(engine_page: EnginePage) -> None:
+    """A product small enough for the element kernel takes the add after it and relu, sigmoid
+    or tanh (epilogues.fuse_product): one draw per layer, the unfused draws left out where
+    nothing reads them, kept where something does. The same numbers as numpy's."""
+    result = engine_page.run(SMALL_PRODUCTS)
+    a, k, c, d = (np.asarray(result[n], np.float64) for n in "akcd")
+    y = a @ k
+    want = [np.maximum(y + c, 0), 1 / (1 + np.exp(-(y + c))), np.tanh(y), y + d, y]
+    want.append(np.maximum(y + c, 0))
+    for got, expected in zip(result["got"], want, strict=True):
+        np.testing.assert_allclose(got, expected, rtol=F32_RTOL, atol=1e-5)
+    products = [draw for draw in result["draws"] if draw.startswith("matmul")]
+    assert products == [
+        "matmul:add_relu",
+        "matmul:add_sigmoid",
+        "matmul:tanh",
+        "matmul:add",
+        "matmul",  # raw, read back
+        "matmul:add_relu",
+    ], result["draws"]
+    assert not {"binary:add", "binary4:add", "unary:relu", "unary4:relu"} & set(result["draws"])
+
+
 def rule_spy(rule: str) -> str:
     """Python that wraps rewrites.`rule` so that `taken` says, per call, whether it rewrote the
     op; the snippet after it puts the rule back (`setattr(webgl2_rewrites, RULE, rule_before)`)."""

@@ -245,7 +245,9 @@ class WebGL2Backend(Backend):
         if pair:
             key += "+pair"
         handle = self.memory.allocate(out.shape, out.dtype, pair)
-        self.queue.draw(key, handle, inputs, uniforms, op, pair)
+        draw = self.queue.draw(key, handle, inputs, uniforms, op, pair)
+        if key == "matmul":
+            epilogues.remember_product(self.memory, draw, inputs, handle)
         return handle
 
     async def upload_image(self, bitmap: Any) -> Handle:

@@ -10,6 +10,9 @@ or when a recording ends (y unread and freed: neither add's nor relu's gradient 
 something does read them, both run: the same numbers, one pass more. In a forward pass
 (predict), a convolution's 2 x 2 max-pool joins its block draw too (pooled). A batch-1 product's
 sum of split-K parts (rewrites.matmul_split_k) takes the bias and relu the same way (fuse_sum).
+A small product drawn by the element kernel ("matmul": a few rows, as in an XOR MLP's layers)
+takes y + z and then relu, sigmoid or tanh into that one draw (fuse_product): a layer in one
+pass instead of three, which is most of a tiny model's forward pass.
 
 The block targets (and partial sums) stay allocated while an interleave output that can still be fused lives
 (TextureMemory.attach), and a fused draw re-reads its block draw's inputs only while the pool
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import OutSpec
-from . import wire
+from . import shaders, wire
 from .textures import Handle, TexturePool
 
 
@@ -61,11 +64,26 @@ class Summed:
     stamps: tuple[tuple[int, int], ...]  # of the bias
 
 
+@dataclass
+class Product:
+    """What drew a small product with the element kernel ("matmul" or "matmul:<epilogue>"):
+    that draw, what it reads (a, b, then the addend fused in), its uniforms, its output shape,
+    and the epilogue so far."""
+
+    draw: wire.Command
+    inputs: list[Handle]
+    uniforms: list[Any]
+    shape: tuple[int, ...]
+    added: bool
+    activation: str | None
+    stamps: tuple[tuple[int, int], ...]  # of the inputs
+
+
 def stamps(pool: TexturePool, handles: Sequence[Handle]) -> tuple[tuple[int, int], ...]:
     return tuple((h.texture.id, pool.generation(h.texture.id)) for h in handles)
 
 
-def still_valid(pool: TexturePool, record: Blocked | Summed) -> bool:
+def still_valid(pool: TexturePool, record: Blocked | Summed | Product) -> bool:
     """The block inputs still hold what the block draw read (same tensors, not pooled)."""
     return all(pool.generation(tex) == gen and not pool.is_free(tex) for tex, gen in record.stamps)
 
@@ -84,6 +102,9 @@ def is_column_bias(y: Handle, bias: Handle, out: OutSpec) -> bool:
         and layout.width * 4 == columns
         and math.prod(out.shape) % columns == 0
     )
+
+
+FUSABLE_OPS = ("add", "max_pool2d", *shaders.PRODUCT_ACTIVATIONS)
 
 
 def dead_draws(
@@ -133,13 +154,17 @@ def fuse(
 ) -> Handle | None:
     """y + bias or relu(y) as a fused draw where y is an interleave output still fusable
     (memory.blocked), and in a forward pass (`forward_only`, the backend's hint) a convolution's
-    2 x 2 max-pool (see pooled); else None. `memory`, `queue`: the backend's TextureMemory and
-    DrawQueue."""
-    if memory.half or op not in ("add", "relu", "max_pool2d") or out.dtype != "float32":
+    2 x 2 max-pool (see pooled); y + z and an activation for a small product (fuse_product);
+    else None. `memory`, `queue`: the backend's TextureMemory and DrawQueue."""
+    if memory.half or op not in FUSABLE_OPS or out.dtype != "float32":
         return None
     record = memory.blocked.get(inputs[0].texture.id)
     if record is None or not still_valid(memory.pool, record):
         return None
+    if isinstance(record, Product):
+        return fuse_product(memory, queue, op, inputs, out, record)
+    if op not in ("add", "relu", "max_pool2d"):
+        return None  # the block and split-sum epilogues know relu only
     if isinstance(record, Summed):
         return fuse_sum(memory, queue, op, inputs, out, record)
     if op == "max_pool2d":
@@ -256,4 +281,47 @@ def fuse_sum(
         draw, record.partial, record.uniforms, bias, op == "relu", stamps(memory.pool, extra)
     )
     memory.attach(handle, [record.partial], fused)
+    return handle
+
+
+def remember_product(memory: Any, draw: wire.Command, inputs: list[Handle], out: Handle) -> None:
+    """Keeps how the element kernel drew the product `out` (its draw, `inputs`, uniforms), so
+    that an add and an activation after it can join that draw (fuse_product)."""
+    if memory.half or out.dtype != "float32":
+        return
+    uniforms = draw[wire.DRAW_UNIFORMS]
+    reads = stamps(memory.pool, inputs)
+    memory.attach(
+        out, [], Product(draw, list(inputs), uniforms, tuple(out.shape), False, None, reads)
+    )
+
+
+def fuse_product(
+    memory: Any, queue: Any, op: str, inputs: list[Handle], out: OutSpec, record: Product
+) -> Handle | None:
+    """y + z, then relu, sigmoid or tanh, for y a small product: the product drawn again with
+    them ("matmul:add", "matmul:add_relu", "matmul:relu", ...), reading what it read and z, the
+    draw it replaces left out when unread, as with the blocks. z is any float32 tensor of y's
+    shape: a layer's bias is a broadcast view, which the kernel reads periodically. The numbers
+    are the unfused draws': the same float32 operations in the same order."""
+    y, shape = inputs[0], record.shape
+    if record.activation is not None or y.repeat != 1 or tuple(y.shape) != shape:
+        return None
+    if tuple(out.shape) != shape:
+        return None
+    if op == "add":
+        addend = inputs[1]
+        if record.added or addend.lo is not None or tuple(addend.shape) != shape:
+            return None
+        reads, added, activation = [*record.inputs, addend], True, None
+    elif op in shaders.PRODUCT_ACTIVATIONS:
+        reads, added, activation = record.inputs, record.added, op
+    else:
+        return None
+    epilogue = "_".join(part for part in ("add" if added else "", activation or "") if part)
+    handle = memory.allocate(out.shape, out.dtype, False)
+    draw = queue.draw(f"matmul:{epilogue}", handle, reads, record.uniforms, "matmul", False)
+    queue.mark_droppable(record.draw)
+    held = stamps(memory.pool, reads) if op == "add" else record.stamps
+    memory.attach(handle, [], Product(draw, reads, record.uniforms, shape, added, activation, held))
     return handle

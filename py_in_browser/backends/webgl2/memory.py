@@ -10,7 +10,7 @@ import numpy as np
 
 from . import dtypes, wire
 from .draw_queue import DrawQueue
-from .epilogues import Blocked, Summed
+from .epilogues import Blocked, Product, Summed
 from .texture_layout import choose_layout
 from .textures import Handle, Texture, TexturePool
 
@@ -28,9 +28,9 @@ class TextureMemory:
         self._retained: dict[int, int] = {}  # texture id -> recordings naming it
         self._deferred: dict[int, Texture] = {}  # freed, but a recording still names it
         self._shared: dict[int, int] = {}  # texture id -> handles on it beyond the first
-        # Interleave outputs (and split-K sums) a bias, relu or pool may still be fused into
-        # (epilogues.py), and the block targets (partial sums) each keeps until it is freed.
-        self.blocked: dict[int, Blocked | Summed] = {}
+        # Interleave outputs (split-K sums, small products) a bias, relu or pool may still be
+        # fused into (epilogues.py), and the block targets (partial sums) each keeps until it is freed.
+        self.blocked: dict[int, Blocked | Summed | Product] = {}
         self._attached: dict[int, list[Handle]] = {}
         # Zero-padded copies of a texture's tensor (rewrites.pad_matrix), kept until it is freed
         # or a replay may rewrite it: a layer's weight or gradient padded for one product is
@@ -78,7 +78,9 @@ class TextureMemory:
             if texture is not None:
                 self._shared[texture.id] = self._shared.get(texture.id, 0) + 1
 
-    def attach(self, handle: Handle, targets: list[Handle], record: Blocked | Summed) -> None:
+    def attach(
+        self, handle: Handle, targets: list[Handle], record: Blocked | Summed | Product
+    ) -> None:
         """Keeps `targets` allocated while handle's texture is, and remembers how it was drawn."""
         self.blocked[handle.texture.id] = record
         self._attached[handle.texture.id] = targets

@@ -48,6 +48,10 @@ CAST = {"float32": "a", "int32": "trunc(a)", "bool": "float(a != 0.0 || is_nan(a
 # (up to kernels.COMPENSATED_DRAW_BITS) stay exact, affine_sample because it reads its params
 # with their low parts: a coordinate rounded to half moves every sample (2.1e-3 relative).
 PAIR_OPS = ("add", "sub", "where", "fused", "random_uniform", "affine_sample")
+# Activations a small product's draw applies itself (glsl/matmul.frag's epilogue, drawn by
+# epilogues.fuse_product): Dense's usual ones. Epilogue "add", "add_<act>" or "<act>".
+PRODUCT_ACTIVATIONS = ("relu", "sigmoid", "tanh")
+PRODUCT_EPILOGUES = ("add", *(f"add_{a}" for a in PRODUCT_ACTIVATIONS), *PRODUCT_ACTIVATIONS)
 # Kernels applying a function f to the input elements at one index: key "<kind>:<arg>" is the
 # element form, "<kind>4:<arg>" the whole-texel form (see rewrites.vector_variant).
 ELEMENTWISE_KINDS = ("unary", "binary", "where", "cast", "fused")
@@ -297,6 +301,17 @@ def _concat(count: int) -> str:
     )
 
 
+def _product_epilogue(epilogue: str) -> tuple[str, int]:
+    """glsl/matmul.frag's defines (and activation()) for "add", "add_<act>" or "<act>", and the
+    program's number of inputs."""
+    add, _, act = epilogue.partition("_") if epilogue.startswith("add") else ("", "", epilogue)
+    defines = "#define EPILOGUE_ADD\n" if add else ""
+    if act:
+        defines += f"#define EPILOGUE_ACT\n{_frag('math')}\n"
+        defines += f"float activation(float a) {{ return {UNARY[act]}; }}\n"
+    return defines, 3 if add else 2
+
+
 def _body(kind: str, arg: str) -> tuple[str, int]:
     """The op-specific part of a program and its number of inputs."""
     base = kind.removesuffix("4")
@@ -352,6 +367,9 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
     if kind in VECTOR_KERNELS:  # "matmul4:nn", "conv2d4:vec", ...: whole-texel kernels
         defines = "".join(f"#define {d}\n" for d in VECTOR_KERNELS[kind][arg])
         return f"#define TEXEL_KERNEL\n{defines}{_frag(kind)}", 2
+    if kind == "matmul" and arg:
+        defines, count = _product_epilogue(arg)
+        return defines + _frag(kind), count
     return _frag(kind), 2  # matmul and the three convolutions
 
 
@@ -385,6 +403,7 @@ def warmup_keys() -> list[str]:
     keys += ["where", *(f"cast:{d}" for d in ("float32", "int32", "bool")), "strided", "rows"]
     keys += [f"reduce:{r}{a}" for r in ("sum", "max", "argmax") for a in ("", "_axis")]
     keys += ["matmul", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"]
+    keys += [f"matmul:{epilogue}" for epilogue in PRODUCT_EPILOGUES]
     keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2", "random_uniform", "flip_filter"]
     keys += [f"{kind}:{arg}" for kind, args in VECTOR_KERNELS.items() for arg in args]
     keys += [f"unary4:{op}" for op in UNARY] + [f"binary4:{op}" for op in BINARY]

@@ -1,4 +1,6 @@
 // Batched matmul with optional transposes expressed as strides: out[b, m, n] = sum_k a * b.
+// With EPILOGUE_ADD it adds input 2 (of the output's shape: a layer's bias, a broadcast view read
+// periodically) and with EPILOGUE_ACT applies activation() after: a small layer in one draw.
 uniform int u_m;
 uniform int u_n;
 uniform int u_k;
@@ -15,5 +17,11 @@ float value(int i) {
   for (int k = 0; k < u_k; ++k) {
     acc += x0(a + k * u_a_stride.z) * x1(b + k * u_b_stride.y);
   }
+#ifdef EPILOGUE_ADD
+  acc += x2(i);
+#endif
+#ifdef EPILOGUE_ACT
+  acc = activation(acc);
+#endif
   return acc;
 }
