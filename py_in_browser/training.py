@@ -242,8 +242,7 @@ def _gated_pass(
     finally:
         layer_lib.state_update_sink = None
     grads = tape.gradient(loss, variables)
-    finite = F.equal(F.sub(loss, loss), 0.0)  # NaN - NaN and Inf - Inf are NaN
-    ok = F.where(finite, state.ok, False)
+    ok = F.equal(F.fused(_not_ok_yet, loss, state.ok), 0.0)
     state.ok.assign(ok)
     for var, new in sink:
         var.assign(F.where(ok, new, var))
@@ -294,6 +293,16 @@ def accumulated_train_step(
     for part in sums:
         part.dispose()
     return batch_loss
+
+
+def _not_ok_yet(loss: fusion.Value, ok: fusion.Value) -> fusion.Value:
+    """0 where the step may land (ok so far, and loss - loss is 0: NaN - NaN and Inf - Inf are
+    NaN), else NaN or 1: `ok and isfinite(loss)` is this == 0, two kernels instead of three."""
+    return fusion.where(ok, loss - loss, 1.0)
+
+
+# Every step checks its loss with it.
+fusion.register_common(fusion.trace(_not_ok_yet, 2), ("scalar", "gate"), typical=True)
 
 
 def _loss_total(samples: float) -> Callable[[fusion.Value, fusion.Value], fusion.Value]:

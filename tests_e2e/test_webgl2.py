@@ -539,10 +539,16 @@ try:
     plus = pib.matmul(at, kt) + dt  # any addend of the product's shape
     raw = pib.matmul(at, kt)
     raw_relu = pib.relu(raw + ct)  # raw is read back below: its draw stays
-    got = [await t.numpy() for t in (relu, sigmoid, tanh, plus, raw, raw_relu)]
+    v = pib.Variable(rng.standard_normal((5, 2)).astype(np.float32))
+    with pib.GradientTape() as tape:
+        tape.watch(ct)
+        loss = pib.sum(pib.matmul(pib.relu(pib.matmul(at, kt) + ct), v))
+    grad = tape.gradient(loss, ct)  # relu's gradient of the product (ones @ v^T): one draw
+    got = [await t.numpy() for t in (relu, sigmoid, tanh, plus, raw, raw_relu, grad)]
+    v_value = await v.numpy()
 finally:
     backend.queue.engine.run = engine_run
-{"got": got, "a": a, "k": k, "c": c, "d": d,
+{"got": got, "a": a, "k": k, "c": c, "d": d, "v": v_value,
  "draws": [command[1] for command in sent if command[0] == "draw"]}
 """
 )
@@ -551,23 +557,30 @@ finally:
 def test_a_small_layers_add_and_activation_run_inside_its_product(engine_page: EnginePage) -> None:
     """A product small enough for the element kernel takes the add after it and relu, sigmoid
     or tanh (epilogues.fuse_product): one draw per layer, the unfused draws left out where
-    nothing reads them, kept where something does. The same numbers as numpy's."""
+    nothing reads them, kept where something does; in a backward pass the gradient at a relu,
+    a product, takes relu's gradient into its draw. The same numbers as numpy's."""
     result = engine_page.run(SMALL_PRODUCTS)
-    a, k, c, d = (np.asarray(result[n], np.float64) for n in "akcd")
+    a, k, c, d, v = (np.asarray(result[n], np.float64) for n in "akcdv")
     y = a @ k
     want = [np.maximum(y + c, 0), 1 / (1 + np.exp(-(y + c))), np.tanh(y), y + d, y]
     want.append(np.maximum(y + c, 0))
+    want.append(((np.ones((4, 2)) @ v.T) * (y + c > 0)).sum(axis=0))
     for got, expected in zip(result["got"], want, strict=True):
         np.testing.assert_allclose(got, expected, rtol=F32_RTOL, atol=1e-5)
     products = [draw for draw in result["draws"] if draw.startswith("matmul")]
-    assert products == [
+    assert products[:7] == [
         "matmul:add_relu",
         "matmul:add_sigmoid",
         "matmul:tanh",
         "matmul:add",
         "matmul",  # raw, read back
         "matmul:add_relu",
+        "matmul:add_relu",  # the gradient's forward pass
     ], result["draws"]
+    relu_gradient = [draw for draw in products if draw.startswith("matmul:then_")]
+    assert len(relu_gradient) == 1, result["draws"]
+    token = relu_gradient[0].removeprefix("matmul:then_")
+    assert not [draw for draw in result["draws"] if draw.endswith(token) and "fused" in draw]
     assert not {"binary:add", "binary4:add", "unary:relu", "unary4:relu"} & set(result["draws"])
 
 

@@ -12,7 +12,8 @@ something does read them, both run: the same numbers, one pass more. In a forwar
 sum of split-K parts (rewrites.matmul_split_k) takes the bias and relu the same way (fuse_sum).
 A small product drawn by the element kernel ("matmul": a few rows, as in an XOR MLP's layers)
 takes y + z and then relu, sigmoid or tanh into that one draw (fuse_product): a layer in one
-pass instead of three, which is most of a tiny model's forward pass.
+pass instead of three, which is most of a tiny model's forward pass; in the backward pass, the
+gradient reaching a layer's activation takes that activation's gradient (a fused program).
 
 The block targets (and partial sums) stay allocated while an interleave output that can still be fused lives
 (TextureMemory.attach), and a fused draw re-reads its block draw's inputs only while the pool
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import OutSpec
-from . import shaders, wire
+from . import kernels, shaders, wire
 from .textures import Handle, TexturePool
 
 
@@ -104,7 +105,7 @@ def is_column_bias(y: Handle, bias: Handle, out: OutSpec) -> bool:
     )
 
 
-FUSABLE_OPS = ("add", "max_pool2d", *shaders.PRODUCT_ACTIVATIONS)
+FUSABLE_OPS = ("add", "max_pool2d", "fused", *shaders.PRODUCT_ACTIVATIONS)
 
 
 def dead_draws(
@@ -162,7 +163,7 @@ def fuse(
     if record is None or not still_valid(memory.pool, record):
         return None
     if isinstance(record, Product):
-        return fuse_product(memory, queue, op, inputs, out, record)
+        return fuse_product(memory, queue, op, inputs, attrs, out, record)
     if op not in ("add", "relu", "max_pool2d"):
         return None  # the block and split-sum epilogues know relu only
     if isinstance(record, Summed):
@@ -297,31 +298,48 @@ def remember_product(memory: Any, draw: wire.Command, inputs: list[Handle], out:
 
 
 def fuse_product(
-    memory: Any, queue: Any, op: str, inputs: list[Handle], out: OutSpec, record: Product
+    memory: Any,
+    queue: Any,
+    op: str,
+    inputs: list[Handle],
+    attrs: dict[str, Any],
+    out: OutSpec,
+    record: Product,
 ) -> Handle | None:
     """y + z, then relu, sigmoid or tanh, for y a small product: the product drawn again with
     them ("matmul:add", "matmul:add_relu", "matmul:relu", ...), reading what it read and z, the
     draw it replaces left out when unread, as with the blocks. z is any float32 tensor of y's
-    shape: a layer's bias is a broadcast view, which the kernel reads periodically. The numbers
-    are the unfused draws': the same float32 operations in the same order."""
+    shape: a layer's bias is a broadcast view, which the kernel reads periodically. Or a fused
+    program f(y, z) compiled for this ("matmul:then_<token>": an activation's gradient). The
+    numbers are the unfused draws': the same float32 operations in the same order."""
     y, shape = inputs[0], record.shape
     if record.activation is not None or y.repeat != 1 or tuple(y.shape) != shape:
         return None
-    if tuple(out.shape) != shape:
+    if tuple(out.shape) != shape or not _dense_addend(inputs, shape):
         return None
-    if op == "add":
-        addend = inputs[1]
-        if record.added or addend.lo is not None or tuple(addend.shape) != shape:
-            return None
-        reads, added, activation = [*record.inputs, addend], True, None
+    uniforms = record.uniforms
+    if op == "add" and not record.added:
+        reads, added, activation = [*record.inputs, inputs[1]], True, None
+        key = "matmul:add"
     elif op in shaders.PRODUCT_ACTIVATIONS:
         reads, added, activation = record.inputs, record.added, op
+        key = f"matmul:add_{op}" if added else f"matmul:{op}"
+    elif op == "fused" and not record.added and len(inputs) == 2:
+        key = shaders.product_then_key(attrs["program"])
+        if key not in queue.known_programs:
+            return None  # compiled ahead for the registered programs only: no compile in a step
+        reads, added, activation = [*record.inputs, inputs[1]], False, "then"
+        uniforms = [*uniforms, *kernels.plan("fused", attrs, out)[1]]  # its constants, u_c
     else:
         return None
-    epilogue = "_".join(part for part in ("add" if added else "", activation or "") if part)
     handle = memory.allocate(out.shape, out.dtype, False)
-    draw = queue.draw(f"matmul:{epilogue}", handle, reads, record.uniforms, "matmul", False)
+    draw = queue.draw(key, handle, reads, uniforms, "matmul", False)
     queue.mark_droppable(record.draw)
-    held = stamps(memory.pool, reads) if op == "add" else record.stamps
-    memory.attach(handle, [], Product(draw, reads, record.uniforms, shape, added, activation, held))
+    held = stamps(memory.pool, reads) if len(reads) > len(record.inputs) else record.stamps
+    memory.attach(handle, [], Product(draw, reads, uniforms, shape, added, activation, held))
     return handle
+
+
+def _dense_addend(inputs: list[Handle], shape: tuple[int, ...]) -> bool:
+    """A second input, if any, of the product's shape with no float16 low part."""
+    return len(inputs) < 2 or (inputs[1].lo is None and tuple(inputs[1].shape) == shape)

@@ -30,7 +30,7 @@ _BACKWARD += ["block_interleave:aligned_{shape}", "matmul_block:tn_{shape}"]
 _BACKWARD += ["pool4:max_grad_disjoint"]
 _BACKWARD += ["flip_filter", "conv2d_block:vec_{shape}", "patches4", "matmul_block:nn_{shape}"]
 _BACKWARD += ["sum_parts4"]
-_STEP = [("binary4:sub", R), ("binary4:equal", R), ("where4", R)]
+_STEP = [("binary4:equal", R)]
 
 
 def _fused(program: fusion.Program, kinds: tuple[str, ...]) -> tuple[str, int]:

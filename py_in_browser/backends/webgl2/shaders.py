@@ -49,7 +49,8 @@ CAST = {"float32": "a", "int32": "trunc(a)", "bool": "float(a != 0.0 || is_nan(a
 # with their low parts: a coordinate rounded to half moves every sample (2.1e-3 relative).
 PAIR_OPS = ("add", "sub", "where", "fused", "random_uniform", "affine_sample")
 # Activations a small product's draw applies itself (glsl/matmul.frag's epilogue, drawn by
-# epilogues.fuse_product): Dense's usual ones. Epilogue "add", "add_<act>" or "<act>".
+# epilogues.fuse_product): Dense's usual ones. Epilogue "add", "add_<act>" or "<act>", or
+# "then_<token>": a two-input fused program of the product and another tensor.
 PRODUCT_ACTIVATIONS = ("relu", "sigmoid", "tanh")
 PRODUCT_EPILOGUES = ("add", *(f"add_{a}" for a in PRODUCT_ACTIVATIONS), *PRODUCT_ACTIVATIONS)
 # Kernels applying a function f to the input elements at one index: key "<kind>:<arg>" is the
@@ -302,8 +303,12 @@ def _concat(count: int) -> str:
 
 
 def _product_epilogue(epilogue: str) -> tuple[str, int]:
-    """glsl/matmul.frag's defines (and activation()) for "add", "add_<act>" or "<act>", and the
-    program's number of inputs."""
+    """glsl/matmul.frag's defines (and activation() or f()) for "add", "add_<act>", "<act>" or
+    "then_<token>", and the program's number of inputs."""
+    if epilogue.startswith("then_"):
+        program, _ = _FUSED[epilogue.removeprefix("then_")]
+        function = _fused_helpers([program]) + _fused_function(program, 2)
+        return f"#define EPILOGUE_THEN\n{_frag('math')}\n{function}", 3
     add, _, act = epilogue.partition("_") if epilogue.startswith("add") else ("", "", epilogue)
     defines = "#define EPILOGUE_ADD\n" if add else ""
     if act:
@@ -397,6 +402,16 @@ def fused_warmup_keys() -> list[str]:
     return keys
 
 
+def product_then_programs() -> list[Program]:
+    """The registered programs of two dense float inputs (the activations' gradients, a squared
+    error): the fused programs a small product's draw may take as its epilogue."""
+    return [program for program, kinds in fusion.common_programs() if kinds == ("full", "full")]
+
+
+def product_then_key(program: Program) -> str:
+    return f"matmul:then_{fused_token(program, 2)}"
+
+
 def warmup_keys() -> list[str]:
     """Every program a training step can need, compiled ahead during start()."""
     keys = [f"unary:{op}" for op in UNARY] + [f"binary:{op}" for op in BINARY]
@@ -404,6 +419,7 @@ def warmup_keys() -> list[str]:
     keys += [f"reduce:{r}{a}" for r in ("sum", "max", "argmax") for a in ("", "_axis")]
     keys += ["matmul", "conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"]
     keys += [f"matmul:{epilogue}" for epilogue in PRODUCT_EPILOGUES]
+    keys += [product_then_key(program) for program in product_then_programs()]
     keys += [f"pool:{p}" for p in _POOL_DEFINES] + ["concat:2", "random_uniform", "flip_filter"]
     keys += [f"{kind}:{arg}" for kind, args in VECTOR_KERNELS.items() for arg in args]
     keys += [f"unary4:{op}" for op in UNARY] + [f"binary4:{op}" for op in BINARY]

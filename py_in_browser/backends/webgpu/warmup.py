@@ -60,10 +60,8 @@ def _first_step_calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
     calls.append(("equal", _strided((b, r)), _spec(_SQUARE, "bool", "int32", "int32")))
     calls += _fused_calls(fusion.typical_programs())
     calls.append(("add", {}, square))  # gradients summed where a tensor fans out
-    # The step's finite check and its loss sum.
-    calls.append(("sub", {}, square))
+    # The step's finite check (a typical fused program, then this) and its loss sum.
     calls.append(("equal", {}, _spec(_SQUARE, "bool", _F32, _F32)))
-    calls.append(("where", {}, _spec(_SQUARE, "bool", "bool", "bool", "bool")))
     calls.append(("mul", {}, square))
     return calls
 

@@ -1,6 +1,7 @@
 // Batched matmul with optional transposes expressed as strides: out[b, m, n] = sum_k a * b.
 // With EPILOGUE_ADD it adds input 2 (of the output's shape: a layer's bias, a broadcast view read
 // periodically) and with EPILOGUE_ACT applies activation() after: a small layer in one draw.
+// With EPILOGUE_THEN it is a fused program's f(product, input 2) (an activation's gradient).
 uniform int u_m;
 uniform int u_n;
 uniform int u_k;
@@ -22,6 +23,9 @@ float value(int i) {
 #endif
 #ifdef EPILOGUE_ACT
   acc = activation(acc);
+#endif
+#ifdef EPILOGUE_THEN
+  acc = f(acc, x2(i));
 #endif
   return acc;
 }
