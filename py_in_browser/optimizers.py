@@ -134,11 +134,11 @@ class Optimizer:
         grads = self._clip([g for g, _ in pairs])
         self._applied += 1
         rules = self._rules(runtime.current_backend().min_epsilon)
-        step_rules = self._step_rules()
-        shared: dict[str, Tensor] = {}
-        if step_rules:  # once per step, not once per variable
-            step = F.fused(_advance, self.iterations)
-            shared = {name: F.fused(fn, step) for name, fn in step_rules.items()}
+        # The step counter after this step, which the step rules also read: where the gate is
+        # False it did not advance, but every update reading it is then discarded (gated).
+        advanced = gated(_advance, [self.iterations], gate)
+        # Once per step, not once per variable.
+        shared = {name: F.fused(fn, advanced) for name, fn in self._step_rules().items()}
         for (var, slots), grad in zip(zip(variables, self.slots, strict=True), grads, strict=True):
             if grad is None:
                 continue
@@ -151,7 +151,7 @@ class Optimizer:
             new_values = [gated(r.fn, [named[n] for n in r.reads], gate) for r in rules]
             for target, value in zip((var, *slots), new_values, strict=True):
                 target.assign(value)
-        self.iterations.assign(gated(_advance, [self.iterations], gate))
+        self.iterations.assign(advanced)
 
     def _clip(self, grads: list[Tensor | None]) -> list[Tensor | None]:
         if self.clipnorm is not None:
@@ -551,8 +551,8 @@ def _register_common_programs() -> None:
         for group in (updates, step_updates):
             if len(group) > 1:
                 fusion.register_common_group(group)
-    fusion.register_common(fusion.trace(_advance, 1), ("scalar",), typical=True)
     fusion.register_common(fusion.trace(_gate_rule(_advance), 2), ("scalar", "gate"), typical=True)
+    fusion.register_common(fusion.trace(_advance, 1), ("scalar",))  # no gate: a custom loop
 
 
 _register_common_programs()
