@@ -306,8 +306,7 @@ def _product_epilogue(epilogue: str) -> tuple[str, int]:
     """glsl/matmul.frag's defines (and activation() or f()) for "add", "add_<act>", "<act>" or
     "then_<token>", and the program's number of inputs."""
     if epilogue.startswith("then_"):
-        program, _ = _FUSED[epilogue.removeprefix("then_")]
-        function = _fused_helpers([program]) + _fused_function(program, 2)
+        function, _ = _function("fused", epilogue.removeprefix("then_"))
         return f"#define EPILOGUE_THEN\n{_frag('math')}\n{function}", 3
     add, _, act = epilogue.partition("_") if epilogue.startswith("add") else ("", "", epilogue)
     defines = "#define EPILOGUE_ADD\n" if add else ""
