@@ -212,8 +212,10 @@ class Run:
                 "numpy + engine + backend); TF.js ready: tf.setBackend + tf.ready (tf.min.js already "
                 f"loaded). First step: from ready, build the {wl.FIRST_STEP.name} model "
                 f"({wl.FIRST_STEP.title}) and finish one synced training step. "
-                "First/second visit: navigation to pib.ready on /console in one persistent profile, "
-                "the browser closed between visits (HTTP and wasm code caches kept).",
+                "First/second visit: navigation to pib.ready on /console in a persistent profile, "
+                "the browser closed between visits (HTTP and wasm code caches kept); "
+                f"{startup_visits.COLD_VISITS} first visits, each in an empty profile, and "
+                f"{startup_visits.WARM_VISITS} second visits in the first one's, median of each.",
             },
             "rows": [],
             "profiles": [],
@@ -259,7 +261,7 @@ class Run:
 
     async def run_visits(self, ours: str) -> None:
         """The start-up rows of a first and a second visit, with their stages in the notes."""
-        self.log(f"[{ours}] start-up in a persistent profile: a first visit, then second visits")
+        self.log(f"[{ours}] start-up in persistent profiles: first visits, then second visits")
         visits = await startup_visits.cold_and_warm(self.driver, self.base_url, ours)
         self.results["meta"].setdefault("startup_visits", {})[ours] = visits
         pair = (ours, "none")
