@@ -242,14 +242,11 @@ def _gated_pass(
     finally:
         layer_lib.state_update_sink = None
     grads = tape.gradient(loss, variables)
-    not_ok = F.fused(_not_ok_yet, loss, state.ok)
-    # The sums do not depend on ok; drawn right after the check, the check and the loss sum
-    # are one pass on webgl2 (the group registered below).
-    _accumulate(model, state, y, pred, loss)
-    ok = F.equal(not_ok, 0.0)
+    ok = F.equal(F.fused(_not_ok_yet, loss, state.ok), 0.0)
     state.ok.assign(ok)
     for var, new in sink:
         var.assign(F.where(ok, new, var))
+    _accumulate(model, state, y, pred, loss)
     return loss, grads, ok
 
 
@@ -315,15 +312,6 @@ def _loss_total(samples: float) -> Callable[[fusion.Value, fusion.Value], fusion
 
 # Every step runs it (with its batch's size, a constant outside the compiled kernel).
 fusion.register_common(fusion.trace(_loss_total(1.0), 2), ("scalar", "scalar"), typical=True)
-# ... right after the finite check (_gated_pass): one pass of both where a backend merges runs of
-# fused programs. Traced with a batch size other than 1: merged programs are keyed by which of
-# their constants are equal, and the check's is 1.
-fusion.register_common_group(
-    [
-        (fusion.trace(_not_ok_yet, 2), ("loss", "ok")),
-        (fusion.trace(_loss_total(2.0), 2), ("total", "loss")),
-    ]
-)
 
 
 def _accumulate(

@@ -622,47 +622,6 @@ def test_an_optimizers_rules_for_one_variable_draw_as_one_multi_target_pass() ->
     assert len(_sent_draws(backend, engine)) == 3
 
 
-def test_a_steps_finite_check_and_loss_sum_draw_as_one_pass() -> None:
-    """fit's step draws its finite check and then its running loss sum (training._gated_pass),
-    each over one element: one pass of the program the warm-up compiled for that group, for a
-    batch of any size but 1 (its constant would then equal the check's: another program)."""
-    from py_in_browser import fusion, training
-    from py_in_browser.backends.webgl2 import multi_target
-
-    backend, engine = fake_backend()
-    backend.draw_buffers = backend.queue.draw_buffers = 8
-    backend.queue.known_programs.update(multi_target.warmup_keys(8))
-    loss, total = (backend.upload(np.array(v, np.float32)) for v in (0.5, 3.0))
-    ok = backend.upload(np.array(True))
-    backend.flush()
-
-    gated = OutSpec((), "float32", ((), ()), ("float32", "bool"))
-    summed = OutSpec((), "float32", ((), ()), ("float32", "float32"))
-
-    def check_and_sum(batch: int) -> list[Handle]:
-        check = fusion.trace(training._not_ok_yet, 2)
-        add = fusion.trace(training._loss_total(float(batch)), 2)
-        return [
-            backend.run("fused", [loss, ok], {"program": check}, gated),
-            backend.run("fused", [total, loss], {"program": add}, summed),
-        ]
-
-    for handle in check_and_sum(64):  # the first step makes its textures between
-        backend.free(handle)
-    backend.flush()
-    results = check_and_sum(64)  # later steps find them pooled
-    (draw,) = _sent_draws(backend, engine)
-    assert draw[wire.DRAW_KEY] in multi_target.warmup_keys(8)
-    assert len(draw[wire.DRAW_INPUTS]) == 3  # the loss read once
-    assert [draw[wire.DRAW_TARGET], *draw[wire.DRAW_MORE_TARGETS]] == [
-        h.texture.id for h in results
-    ]
-    for handle in results:
-        backend.free(handle)
-    check_and_sum(1)
-    assert len(_sent_draws(backend, engine)) == 2
-
-
 def test_merged_keys_number_the_constants_by_value() -> None:
     """Equal constants share a number across the merged programs (a step computed once reads
     one of them); any values with the same pattern share the compiled program."""
