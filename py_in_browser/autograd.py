@@ -2,17 +2,51 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-from .ops import FLOAT, OPS, TensorLike, call, full
+from .ops import FLOAT, OPS, TensorLike, Thunk, call, full
 
 active_tapes: list[GradientTape] = []
+
+# The op name of a record made by record_composite: its attrs hold the composite's own VJP,
+# which receives the output's gradient as a tensor.Tensor (Any: this module sits below it).
+COMPOSITE = "composite"
+CompositeVjp = Callable[[Any], Sequence[Thunk | None]]
 
 
 def record(op: str, inputs: Sequence[TensorLike], attrs: dict[str, Any], out: TensorLike) -> None:
     for tape in active_tapes:
         tape._record(op, inputs, attrs, out)
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """Hides every active tape: no tape records what runs inside (stop_gradient, and composites
+    that give their own gradient with record_composite)."""
+    hidden = active_tapes[:]
+    active_tapes.clear()
+    try:
+        yield
+    finally:
+        active_tapes.extend(hidden)
+
+
+def recording() -> bool:
+    """Whether some tape records ops now. While a tape computes a gradient it records nothing,
+    but an outer tape may (a gradient of a gradient)."""
+    return any(tape._recording for tape in active_tapes)
+
+
+def record_composite(inputs: Sequence[TensorLike], out: TensorLike, vjp: CompositeVjp) -> None:
+    """Tells the active tapes that `out` came from `inputs` through ops run under paused():
+    `vjp(g)` returns, per input, a thunk computing its gradient or None, as the op table's VJPs
+    do. A composite whose gradient is simpler than its ops' (softmax cross-entropy) runs its
+    backward pass as one kernel this way; a VJP written in recorded ops keeps gradients of
+    gradients working."""
+    for tape in active_tapes:
+        tape._record(COMPOSITE, inputs, {"vjp": vjp}, out)
 
 
 class GradientTape:
@@ -101,12 +135,16 @@ class GradientTape:
             g = grads.get(id(out))
             if g is None:
                 continue
-            spec = OPS[op]
-            if spec.vjp is None:
-                if out.dtype in FLOAT:
-                    raise NotImplementedError(f"{op} has no gradient (second-order pooling)")
-                continue
-            for x, thunk in zip(inputs, spec.vjp(g, inputs, out, attrs), strict=True):
+            if op == COMPOSITE:
+                thunks = attrs["vjp"](g)
+            else:
+                spec = OPS[op]
+                if spec.vjp is None:
+                    if out.dtype in FLOAT:
+                        raise NotImplementedError(f"{op} has no gradient (second-order pooling)")
+                    continue
+                thunks = spec.vjp(g, inputs, out, attrs)
+            for x, thunk in zip(inputs, thunks, strict=True):
                 if thunk is None or not self._tracks(x):
                     continue
                 gx = thunk()

@@ -413,12 +413,8 @@ def stop_gradient(x: Tensor) -> Tensor:
         >>> await df(pib.tensor([3.0])).numpy()  # only the second factor is differentiated
         array([3.], dtype=float32)
     """
-    paused = autograd.active_tapes[:]
-    autograd.active_tapes.clear()
-    try:
+    with autograd.paused():
         return call("reshape", x, shape=x.shape)
-    finally:
-        autograd.active_tapes.extend(paused)
 
 
 # ---- creation ----------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import autograd, fusion
 from .. import functional as F
-from .. import fusion
 from ..tensor import Tensor, tensor
 
 _EPS = 1e-7  # Keras' backend epsilon: probabilities are clipped to [eps, 1 - eps]
@@ -109,16 +109,49 @@ def _weighted_terms(rows: float) -> Callable[..., fusion.Value]:
     return lambda t, x, m, s: t * (m + fusion.log(s) - x) * (1.0 / rows)
 
 
-def _masked_terms(rows: float) -> Callable[..., fusion.Value]:
-    """The same for a one-hot target given as a bool mask (sparse labels)."""
-    return lambda t, x, m, s: fusion.where(t, (m + fusion.log(s) - x) * (1.0 / rows), 0.0)
+def _masked_terms(rows: float, classes: float) -> Callable[..., fusion.Value]:
+    """The same for a bool mask target (sparse labels): a row's terms add up to its
+    logsumexp minus its masked logits, so no row count of the mask is needed."""
+    return lambda t, x, m, s: (
+        (m + fusion.log(s)) * (1.0 / (rows * classes)) - fusion.where(t, x, 0.0) * (1.0 / rows)
+    )
+
+
+def _masked_gradient(rows: float) -> Callable[..., fusion.Value]:
+    """d(loss)/d(logits) for a mask target: g * (softmax(x) - mask) / rows."""
+    return lambda t, x, m, s, g: (
+        g * (fusion.exp(x - m) / s - fusion.where(t, 1.0, 0.0)) * (1.0 / rows)
+    )
+
+
+def _weighted_gradient(rows: float) -> Callable[..., fusion.Value]:
+    """d(loss)/d(logits) for float targets: g * (softmax(x) * row sum of t - t) / rows."""
+    return lambda t, x, m, s, k, g: g * (fusion.exp(x - m) / s * k - t) * (1.0 / rows)
+
+
+def _target_gradient(rows: float) -> Callable[..., fusion.Value]:
+    """d(loss)/d(float targets): g * -log_softmax(x) / rows."""
+    return lambda x, m, s, g: g * (m + fusion.log(s) - x) * (1.0 / rows)
+
+
+def _row_max_and_sum(logits: Tensor) -> tuple[Tensor, Tensor]:
+    """The rows' (gradient-free) max and their sum of exp(x - max), as broadcast views."""
+    shape = logits.shape
+    row_max = F.broadcast_to(F.stop_gradient(F.max(logits, -1, keepdims=True)), shape)
+    total = F.sum(F.fused(_shifted_exp, logits, row_max), -1, keepdims=True)
+    return row_max, F.broadcast_to(total, shape)
 
 
 def softmax_cross_entropy(target: Tensor, logits: Tensor) -> Tensor:
-    """mean over rows of sum_j target_j * -log_softmax(logits)_j as three reductions and two
-    fused programs (the rows' max and sum read in place as broadcast views): a third of the
-    kernels of the op-by-op form, forward and backward. `target` is float weights or a bool
-    one-hot mask of the logits' shape.
+    """mean over rows of sum_j target_j * -log_softmax(logits)_j. `target` is float weights or
+    a bool one-hot mask of the logits' shape (a mask row's loss is its logsumexp minus its
+    masked logits).
+
+    The forward pass is two reductions and two fused programs (the rows' max and sum read in
+    place as broadcast views) and one sum; the backward pass is one fused program, softmax
+    minus the target (plus the targets' row sum for float targets), not the op-by-op
+    gradient. Under an outer tape (a gradient of a gradient) that kernel reads the rows' max
+    and sum recomputed in recorded ops, so its own gradient is exact.
 
     Example:
         >>> logits = pib.tensor([[0.0, 0.0], [0.0, 0.0]])
@@ -127,24 +160,52 @@ def softmax_cross_entropy(target: Tensor, logits: Tensor) -> Tensor:
         0.6931
     """
     shape = logits.shape
-    row_max = F.broadcast_to(F.stop_gradient(F.max(logits, -1, keepdims=True)), shape)
-    total = F.sum(F.fused(_shifted_exp, logits, row_max), -1, keepdims=True)
     rows = float(np.prod(shape[:-1], dtype=np.int64))
-    terms = _masked_terms(rows) if target.dtype == "bool" else _weighted_terms(rows)
-    return F.sum(F.fused(terms, target, logits, row_max, F.broadcast_to(total, shape)))
+    masked = target.dtype == "bool"
+    with autograd.paused():
+        row_max, total = _row_max_and_sum(logits)
+        terms = _masked_terms(rows, float(shape[-1])) if masked else _weighted_terms(rows)
+        loss = F.sum(F.fused(terms, target, logits, row_max, total))
+    if not autograd.active_tapes:
+        return loss
+
+    def rows_now() -> tuple[Tensor, Tensor]:
+        # The forward's views when nothing records; recorded anew when an outer tape does.
+        return _row_max_and_sum(logits) if autograd.recording() else (row_max, total)
+
+    def vjp(g: Tensor) -> list[Callable[[], Tensor] | None]:
+        filled = F.broadcast_to(g, shape)
+
+        def logits_gradient() -> Tensor:
+            m, s = rows_now()
+            if masked:
+                return F.fused(_masked_gradient(rows), target, logits, m, s, filled)
+            k = F.broadcast_to(F.sum(target, -1, keepdims=True), shape)
+            return F.fused(_weighted_gradient(rows), target, logits, m, s, k, filled)
+
+        def target_gradient() -> Tensor:
+            m, s = rows_now()
+            return F.fused(_target_gradient(rows), logits, m, s, filled)
+
+        return [None if masked else target_gradient, logits_gradient]
+
+    autograd.record_composite((target, logits), loss, vjp)
+    return loss
 
 
 # Every training step with a logits loss runs these, forward and backward (see fusion.py).
 fusion.register_common(fusion.trace(_squared_error(1.0), 2), ("full", "full"), "filled", wrt=(0,))
-# Gradients flow to the logits and the row sums, never to the target or the (stopped) row max.
 # Softmax cross-entropy on logits with class labels (the mask) is the typical classifier's loss
-# (fusion.typical_programs).
-_SHIFTED_EXP = fusion.trace(_shifted_exp, 2)
-fusion.register_common(_SHIFTED_EXP, ("full", "rows"), "rows", wrt=(0,), typical=True)
-for _terms, _target in ((_weighted_terms(1.0), "full"), (_masked_terms(1.0), "mask")):
-    _kinds = (_target, "full", "rows", "rows")
-    _typical = _target == "mask"
-    fusion.register_common(fusion.trace(_terms, 4), _kinds, "filled", wrt=(1, 3), typical=_typical)
+# (fusion.typical_programs); its gradient programs are its own (softmax_cross_entropy's VJP).
+for _fn, _kinds, _typical in (
+    (_shifted_exp, ("full", "rows"), True),
+    (_masked_terms(1.0, 1.0), ("mask", "full", "rows", "rows"), True),
+    (_masked_gradient(1.0), ("mask", "full", "rows", "rows", "filled"), True),
+    (_weighted_terms(1.0), ("full", "full", "rows", "rows"), False),
+    (_weighted_gradient(1.0), ("full", "full", "rows", "rows", "rows", "filled"), False),
+    (_target_gradient(1.0), ("full", "rows", "rows", "filled"), False),
+):
+    fusion.register_common(fusion.trace(_fn, len(_kinds)), _kinds, typical=_typical)
 
 
 class CategoricalCrossentropy(Loss):
