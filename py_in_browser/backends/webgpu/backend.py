@@ -428,14 +428,20 @@ class WebGPUBackend(Backend):
             self.commands.destroy(buffer_id)
 
     async def flush_async(self) -> None:
-        """flush(), after waiting for the pipelines it uses that are still compiling (only those:
-        the warm-up may still be compiling others)."""
-        if self._unready:
-            self.js_calls += 1
-            await self.engine.settle(",".join(map(str, self._unready)))
-            self._ready |= self._unready
-            self._unready.clear()
-        self.flush()
+        """flush(), submitting in parts while pipelines it uses are still compiling (only those:
+        the warm-up may still be compiling others): each part once its kernels compiled."""
+        if not self._unready or not len(self.commands):
+            self.flush()
+            return
+        words, blob = self.commands.take()
+        self.js_calls += 1
+        self.words_sent += len(words)
+        profiling = self.profile_log is not None
+        self.completed = int(await self.engine.flushWhenCompiled(words, blob, profiling))
+        self._ready |= self._unready
+        self._unready.clear()
+        self.submitted += 1
+        self._reclaim()
 
     async def end_step(self) -> None:
         """After each fit step: submit it, and every few steps wait for the GPU to catch up."""

@@ -39,7 +39,8 @@ class Engine {
     this.pipelines = new Map(); // id -> {label, module, pipeline, promise, error}
     this.warmQueue = []; // warm-up entries not compiled yet, in order
     this.warming = false;
-    this.waits = 0; // settle, read and fence calls in flight: the warm-up waits for them
+    this.earlyParts = 0; // submits of a command list's start while kernels of its rest compiled
+    this.waits = 0; // flushWhenCompiled, read and fence calls in flight: the warm-up waits for them
     this.labels = []; // label id -> op name: a DISPATCH's pipeline word is pipeline | label << shift
     this.bindGroups = new Map(); // key -> GPUBindGroup, oldest first
     this.groupsOfBuffer = new Map(); // buffer id -> Set of bind-group keys binding it
@@ -83,6 +84,7 @@ class Engine {
       js_staging_buffers: staging,
       submitted: this.submitted,
       completed: this.completed,
+      early_parts: this.earlyParts,
     });
   }
 
@@ -145,13 +147,6 @@ class Engine {
     this.labels[id] = name;
   }
 
-  // Waits for the pipelines `ids` ("3,5,8") still compiling, so that flushes never compile
-  // synchronously; the warm-up's other pipelines keep compiling in the background.
-  async settle(ids) {
-    const waits = ids.split(",").map((id) => this.compile(this.pipelines.get(Number(id))));
-    await this.waitFor(Promise.all(waits));
-  }
-
   // race(promise), with the warm-up paused until it settles (see pumpWarmUp).
   async waitFor(promise) {
     this.waits++;
@@ -166,7 +161,7 @@ class Engine {
   pipeline(id) {
     const entry = this.pipelines.get(id);
     if (entry.error) throw new Error(entry.error);
-    // Only reached when a long command list flushes before settle(): compile now.
+    // Only reached when a long command list flushes before its kernels compiled: compile now.
     entry.module ??= this.device.createShaderModule({ code: entry.wgsl, label: entry.label });
     entry.pipeline ??= this.device.createComputePipeline({
       label: entry.label,
@@ -255,13 +250,51 @@ class Engine {
     return this.completed;
   }
 
-  encode(words, blob, timed) {
+  // flush(), for a command list whose kernels may still be compiling: the commands up to the
+  // first dispatch of an uncompiled kernel go out as one submit, then the rest once it compiled,
+  // and so on, so the GPU runs the start of a first step while the kernels of its end compile
+  // (a step's kernels compile together, the longest first: warmup.py).
+  async flushWhenCompiled(wordsProxy, blobProxy, profiling) {
+    this.checkUsable();
+    // Copies: Python's memory may move while this waits.
+    const words = wordsProxy.getBuffer("i32"), blob = blobProxy.getBuffer("u8");
+    const [ownWords, ownBlob] = [words.data.slice(), blob.data.slice()];
+    words.release();
+    blob.release();
+    this.waits++;
+    try {
+      for (let i = 0; i < ownWords.length; ) {
+        const waitFor = this.uncompiledAt(ownWords, i);
+        if (waitFor !== undefined) await this.race(this.compile(this.pipelines.get(waitFor)));
+        this.checkUsable();
+        i = this.encode(ownWords, ownBlob, profiling && this.timestamps, i, true);
+      }
+    } finally {
+      this.waits--;
+      this.pumpWarmUp();
+    }
+    return this.completed;
+  }
+
+  // The kernel of the DISPATCH at words[i] when it has not compiled yet, else undefined.
+  uncompiledAt(words, i) {
+    if (words[i] !== this.op.DISPATCH) return undefined;
+    const id = words[i + this.at[this.op.DISPATCH].pipeline] & this.pipelineMask;
+    const entry = this.pipelines.get(id);
+    return entry.pipeline || entry.error ? undefined : id;
+  }
+
+  // Encodes and submits the commands from words[start]; with `untilUncompiled`, stops before a
+  // dispatch of a kernel still compiling. Returns where it stopped.
+  encode(words, blob, timed, start = 0, untilUncompiled = false) {
     const encoder = this.device.createCommandEncoder();
     const run = new Pass(encoder, timed ? this.device : null);
     const { CREATE, WRITE, PARAMS, DISPATCH, COPY, REPLAY, DESTROY } = this.op;
-    for (let i = 0; i < words.length; ) {
+    let i = start;
+    while (i < words.length) {
       const at = this.at[words[i]];
       if (!at) throw new Error(`bad command ${words[i]} at word ${i}`);
+      if (untilUncompiled && i > start && this.uncompiledAt(words, i) !== undefined) break;
       switch (words[i]) {
         case CREATE:
           this.buffers.set(words[i + at.buffer], this.device.createBuffer({ size: words[i + at.capacity], usage: STORAGE }));
@@ -299,12 +332,19 @@ class Engine {
       i += at.next;
     }
     run.end();
-    this.submit(encoder);
+    this.submit(encoder, i >= words.length);
     for (const chunk of run.chunks) this.profileReads.push(this.readTimestamps(chunk));
+    return i;
   }
 
-  submit(encoder) {
+  // `counted`: the last submit of a command list, which takes its serial (a list sent in parts
+  // has one serial, which Python counts on; the queue finishes the parts in order).
+  submit(encoder, counted = true) {
     this.queue.submit([encoder.finish()]);
+    if (!counted) {
+      this.earlyParts++;
+      return;
+    }
     const serial = ++this.submitted;
     this.queue.onSubmittedWorkDone().then(() => (this.completed = Math.max(this.completed, serial)));
   }

@@ -32,7 +32,8 @@ def _first_step_calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
     """What the first training step of a typical model dispatches: a convolutional or dense
     classifier on RGB images with relu, max pooling, softmax cross-entropy on class labels and
     the default Adam (fusion.typical_programs), trained through the replayed step machinery
-    (fit, train_on_batch). The step waits for the last of them to compile, and the GPU process
+    (fit, train_on_batch). The step goes to the GPU in parts, each once its kernels compiled
+    (bridge.js flushWhenCompiled), so its start runs while the rest compile. The GPU process
     compiles a few at a time in the order asked: the products, convolutions, pooling and long
     reductions, which take longest (100-400 ms each on SwiftShader), come first, then the
     elementwise kernels in first-use order."""
@@ -59,7 +60,6 @@ def _first_step_calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
         calls.append((op, {"axes": (1,), "keepdims": False}, _row_sums(8)))
     calls.append(("equal", _strided((b, r)), _spec(_SQUARE, "bool", "int32", "int32")))
     calls += _fused_calls(fusion.typical_programs())
-    calls.append(("add", {}, square))  # gradients summed where a tensor fans out
     # The step's finite check (a typical fused program, then this) and its loss sum.
     calls.append(("equal", {}, _spec(_SQUARE, "bool", _F32, _F32)))
     calls.append(("mul", {}, square))
