@@ -60,7 +60,7 @@ globalThis.navigator = { gpu: { requestAdapter: async () => adapter }, hardwareC
 const bridge = await import("data:text/javascript," + encodeURIComponent(source));
 const engine = await bridge.createEngine(() => {}, JSON.stringify(input.protocol));
 for (const [id, label] of input.pipelines) engine.definePipeline(id, label, "", false);
-await engine.settle(input.pipelines.map(([id]) => id).join(","));
+await Promise.all(input.pipelines.map(([id]) => engine.compile(engine.pipelines.get(id))));
 for (const [id, label] of input.labels) engine.defineLabel(id, label);
 const view = (array) => ({ getBuffer: () => ({ data: array, release() {} }) });
 for (const [id, words] of input.recordings) engine.record(id, view(Int32Array.from(words)));
