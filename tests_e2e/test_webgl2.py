@@ -10,7 +10,7 @@ import pytest
 
 from tests_e2e import webgl2_trajectories
 from tests_e2e.engine_page import EnginePage, PythonError
-from tests_e2e.first_step_model import W3S_FIRST_STEP
+from tests_e2e.first_step_model import W3S_FIRST_STEP, indented
 from tests_e2e.non_finite_steps import check_bad_step_keeps_the_last_good_weights
 from tests_e2e.op_oracle import LONG_SUMS, assert_op_table_matches, assert_special_values_match
 
@@ -35,18 +35,30 @@ def test_a_small_cnns_first_step_draws_only_programs_drawn_ahead(engine_page: En
     """Once ready, the bridge has linked and drawn once every program first_step.py lists, and
     those are all the benchmark's W3s model draws in its first step (32x32 RGB, two relu
     convolutions with max pooling, two dense layers, softmax cross-entropy on class labels,
-    Adam): the step finishes no program of its own (on SwiftShader, ~25 ms each)."""
-    finished_in_step = engine_page.run(
+    Adam): the step finishes no program of its own (on SwiftShader, ~25 ms each), and draws
+    every program drawn ahead (one it does not draw delays it: the GPU runs them in order)."""
+    finished_in_step, warmed_not_drawn = engine_page.run(
         """
 from py_in_browser import layers, runtime
-engine = runtime.current_backend().queue.engine
+from py_in_browser.backends.webgl2 import first_step
+backend = runtime.current_backend()
+queue, engine = backend.queue, backend.queue.engine
 before = set(engine.programs.keys())
+drawn = set()
+draw = queue.draw
+queue.draw = lambda key, *args, **kwargs: drawn.add(key) or draw(key, *args, **kwargs)
+try:
 """
-        + W3S_FIRST_STEP
-        + """[engine.toDrawWarm.length, sorted(set(engine.programs.keys()) - before)]
+        + indented(W3S_FIRST_STEP, 4)
+        + """finally:
+    del queue.draw
+warm = first_step.warm_draws(backend.draw_buffers, backend.memory.compensated)
+[[engine.toDrawWarm.length, sorted(set(engine.programs.keys()) - before)],
+ [key for key, _, _ in warm if key not in drawn]]
 """
     )
     assert finished_in_step == [0, []]
+    assert warmed_not_drawn == []
 
 
 def test_training_compiles_no_program_after_the_warm_up(engine_page: EnginePage) -> None:
