@@ -412,11 +412,31 @@ class WebGPUBackend(Backend):
         """Sends the open command list: one JS call, one command encoder, one submit."""
         if not len(self.commands):
             return
+        words, blob, profiling = self._take_commands()
+        self._sent(self.engine.flush(words, blob, profiling))
+
+    async def flush_async(self) -> None:
+        """flush(), submitting in parts while pipelines it uses are still compiling (only those:
+        the warm-up may still be compiling others): each part once its kernels compiled."""
+        if not self._unready or not len(self.commands):
+            self.flush()
+            return
+        words, blob, profiling = self._take_commands()
+        self._sent(await self.engine.flushWhenCompiled(words, blob, profiling))
+        self._ready |= self._unready
+        self._unready.clear()
+
+    def _take_commands(self) -> tuple[Any, Any, bool]:
+        """The open command list's words and blob, counted as one JS call, and whether to time it."""
         words, blob = self.commands.take()
         self.js_calls += 1
         self.words_sent += len(words)
-        profiling = self.profile_log is not None
-        self.completed = int(self.engine.flush(words, blob, profiling))
+        return words, blob, self.profile_log is not None
+
+    def _sent(self, completed: Any) -> None:
+        """After a command list went out (one serial, however many submits): what bridge.js
+        reports completed frees buffers."""
+        self.completed = int(completed)
         self.submitted += 1
         self._reclaim()
 
@@ -426,22 +446,6 @@ class WebGPUBackend(Backend):
         self.pool.reclaim(self.completed)
         for buffer_id in self.pool.trim(POOL_MAX_IDLE_FLUSHES, POOL_FREE_BUDGET):
             self.commands.destroy(buffer_id)
-
-    async def flush_async(self) -> None:
-        """flush(), submitting in parts while pipelines it uses are still compiling (only those:
-        the warm-up may still be compiling others): each part once its kernels compiled."""
-        if not self._unready or not len(self.commands):
-            self.flush()
-            return
-        words, blob = self.commands.take()
-        self.js_calls += 1
-        self.words_sent += len(words)
-        profiling = self.profile_log is not None
-        self.completed = int(await self.engine.flushWhenCompiled(words, blob, profiling))
-        self._ready |= self._unready
-        self._unready.clear()
-        self.submitted += 1
-        self._reclaim()
 
     async def end_step(self) -> None:
         """After each fit step: submit it, and every few steps wait for the GPU to catch up."""

@@ -261,19 +261,17 @@ class Engine {
     const [ownWords, ownBlob] = [words.data.slice(), blob.data.slice()];
     words.release();
     blob.release();
-    this.waits++;
-    try {
-      for (let i = 0; i < ownWords.length; ) {
-        const waitFor = this.uncompiledAt(ownWords, i);
-        if (waitFor !== undefined) await this.race(this.compile(this.pipelines.get(waitFor)));
-        this.checkUsable();
-        i = this.encode(ownWords, ownBlob, profiling && this.timestamps, i, true);
-      }
-    } finally {
-      this.waits--;
-      this.pumpWarmUp();
-    }
+    await this.waitFor(this.encodeInParts(ownWords, ownBlob, profiling && this.timestamps));
     return this.completed;
+  }
+
+  async encodeInParts(words, blob, timed) {
+    for (let i = 0; i < words.length; ) {
+      const uncompiled = this.uncompiledAt(words, i);
+      if (uncompiled !== undefined) await this.race(this.compile(this.pipelines.get(uncompiled)));
+      this.checkUsable();
+      i = this.encode(words, blob, timed, i, true);
+    }
   }
 
   // The kernel of the DISPATCH at words[i] when it has not compiled yet, else undefined.
