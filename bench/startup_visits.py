@@ -80,8 +80,9 @@ def not_compared() -> SideResult:
 
 
 def stage_text(visits: list[dict[str, Any]]) -> str:
-    """'runtime 900 + numpy 300 + engine 400 + init 50 ms (HTTP cache: runtime, numpy, engine;
-    bytecode loaded)' for the last visit: where the time went and what it reused."""
+    """'page 450 + runtime 900 + numpy 0 + engine 10 + init 50 ms (HTTP cache: runtime, numpy,
+    engine; bytecode loaded)' for the last visit: where the time went (the stages add up to its
+    ready time) and what it reused."""
     last = visits[-1]
     if "error" in last:
         return str(last["error"])

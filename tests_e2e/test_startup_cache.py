@@ -21,7 +21,7 @@ from server.background import background_dev_server
 from tests_e2e.browsers import CHROMIUM, CHROMIUM_ARGS
 from tests_e2e.conftest import BOOT_TIMEOUT_MS
 
-STAGES = {"runtime", "numpy", "engine", "init"}
+STAGES = {"page", "runtime", "numpy", "engine", "init"}
 XOR = {"epochs": 20}
 TRAIN = f"from py_in_browser.testing import workloads\nawait workloads.run_xor(**{XOR!r})"
 READY = f"""async () => {{

@@ -83,6 +83,14 @@ function fromHttpCache(urls) {
   return entries.every((entry) => entry.transferSize === 0 && entry.decodedBodySize > 0);
 }
 
+// The page stage: from the page's navigation to the worker's first stage (the page's scripts, the
+// worker's module graph, its boot message), on the clock page and worker share; with it the stages
+// add up to the page's ready_ms.
+function pageStage(pageOrigin) {
+  const ms = Math.round(performance.timeOrigin + performance.now() - pageOrigin);
+  post({ type: "stage", stage: "page", state: "done", ms });
+}
+
 async function stage(name, work) {
   post({ type: "stage", stage: name, state: "start" });
   const started = performance.now();
@@ -91,8 +99,9 @@ async function stage(name, work) {
   return value;
 }
 
-// `described`: /api/engine's answer as the page was served with it, or null.
-async function boot({ backend, engine: described }) {
+// `described`: /api/engine's answer as the page was served with it, or null; `pageOrigin`: the
+// page's performance.timeOrigin.
+async function boot({ backend, engine: described, pageOrigin }) {
   const environmentPromise = probeGPU();
   const ownSnapshot = openSnapshot();
   const storedVerdicts = openVerdicts();
@@ -105,6 +114,7 @@ async function boot({ backend, engine: described }) {
   // What the stored snapshot and bytecode must have been made from: this runtime and these sources.
   const version = buildVersion(engine);
   const stored = chooseSnapshot(ownSnapshot, engine.snapshot_url, version);
+  pageStage(pageOrigin);
   const { pyodide, snapshot } = await stage("runtime", () =>
     startRuntime({ indexURL: engine.runtime_url, bundles: [numpyBundle, engineBundle], stored }),
   );

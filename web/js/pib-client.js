@@ -112,7 +112,10 @@ export function startEngine({ onStage = () => {} } = {}) {
     // The server writes the engine build's description into the page (server/asset_versions.py),
     // sparing the worker a round trip to /api/engine; pages without it leave the worker to ask.
     const described = document.getElementById("pib-engine")?.textContent;
-    worker.postMessage({ type: "boot", backend: requested, engine: described ? JSON.parse(described) : null });
+    // The page's time origin (its navigation) lets the worker time the page stage on the clock
+    // both share.
+    const engine = described ? JSON.parse(described) : null;
+    worker.postMessage({ type: "boot", backend: requested, engine, pageOrigin: performance.timeOrigin });
     // The worker cannot see the page's visibility: tell it, so fit pauses on hidden tabs.
     const tellVisibility = () => worker?.postMessage({ type: "visibility", hidden: document.hidden });
     document.addEventListener("visibilitychange", tellVisibility);
