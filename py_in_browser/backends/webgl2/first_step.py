@@ -23,9 +23,9 @@ RGBA, R = 4, 1
 # check. Scalars (the loss, the step counter) live in one-element R textures.
 _FORWARD = ["conv2d_block:c3_{shape}.bias", "block_interleave:aligned_{shape}.relu", "pool4:max"]
 _FORWARD += ["conv2d_block:vec_{shape}.bias", "copy4", "matmul_block:nn_{shape}.bias"]
-_FORWARD += ["binary4:mul", "binary4:add+periodic"]
+_FORWARD += ["binary4:mul", "matmul4:nn_aligned", "binary4:add+periodic"]  # + the logits layer
 _LOSS = [("rows", R), ("binary:equal", RGBA), ("reduce:max_axis", R), ("reduce:sum_axis", R)]
-_BACKWARD = ["matmul4:nt_aligned", "transpose4", "matmul_block:nt_{shape}"]
+_BACKWARD = ["sum_rows4", "matmul4:nt_aligned", "transpose4", "matmul_block:nt_{shape}"]
 _BACKWARD += ["block_interleave:aligned_{shape}", "matmul_block:tn_{shape}"]
 _BACKWARD += ["pool4:max_grad_disjoint"]
 _BACKWARD += ["flip_filter", "conv2d_block:vec_{shape}", "patches4", "matmul_block:nn_{shape}"]
