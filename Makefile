@@ -61,15 +61,18 @@ e2e: $(VENV)/.installed-test browsers setup bench/node_modules/.installed
 docs: $(VENV)/.installed-docs
 	$(VENV)/bin/sphinx-build -q -W --keep-going -b html -d build/docs-doctrees docs build/docs
 
-# The e2e suite includes a smoke run of the benchmark harness, so TF.js is installed here too.
+# The e2e suite includes a smoke run of the benchmark harness, so TF.js and jax-js are installed
+# here too.
 test: $(VENV)/.installed-test browsers setup postgres bench/node_modules/.installed lint docs
 	$(VENV)/bin/pytest --durations=25 tests_unit tests_e2e
 
-# TensorFlow.js 4.22.0 for the benchmarks, from npm into the git-ignored bench/node_modules.
+# TensorFlow.js 4.22.0 and jax-js 0.1.25 for the benchmarks, from npm (versions and integrity
+# pinned by bench/package-lock.json) into the git-ignored bench/node_modules.
 bench/node_modules/.installed: bench/package.json bench/package-lock.json
 	cd bench && npm ci --no-audit --no-fund
 	touch $@
 
-# Ours vs TensorFlow.js in one Chromium session: `make bench`, or `make bench BENCH_ARGS=--quick`.
+# Ours vs TensorFlow.js and jax-js in one Chromium session: `make bench`, or
+# `make bench BENCH_ARGS=--quick`.
 bench: $(VENV)/.installed-test browsers setup bench/node_modules/.installed
 	$(PY) -m bench $(BENCH_ARGS)

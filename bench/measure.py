@@ -1,4 +1,5 @@
-"""Measures one workload on one backend pair: ours and TF.js alternate block by block, warm-up apart."""
+"""Measures one workload on one backend pair: ours, TF.js and jax-js alternate block by block, warm-up
+apart."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from bench.page import BenchPage, CallFailed, CallTimeout
 from bench.stats import BUDGET, FAILED, TIMEOUT, UNAVAILABLE, SideResult
 from bench.workloads import SYNC_EVERY_STEP, Workload
 
-SIDES = ("ours", "theirs")
 BLOCK_STEPS = 10  # steps per call: the unit of alternation, and the block of "synced every 10"
 CALL_GRACE_S = 90.0  # beyond a side's budget before a call counts as hung
 
@@ -53,10 +53,13 @@ async def measure_workload(
     unavailable: dict[str, str | None],
     settings: Settings,
 ) -> tuple[dict[str, dict[int, SideResult]], dict[str, Any]]:
-    """Results per side and sync mode, plus one profiled step per side and how each side steps."""
+    """Results per side and sync mode, plus one profiled step per side and how each side steps.
+    The sides are the keys of `unavailable` (window.bench's names: ours, theirs, jaxjs), each with
+    why it cannot run or None."""
     modes = workload.sync_modes
     budget_s = workload.budget_s * settings.budget_scale
-    states = {side: SideState({mode: SideResult() for mode in modes}) for side in SIDES}
+    sides = list(unavailable)
+    states = {side: SideState({mode: SideResult() for mode in modes}) for side in sides}
     extras: dict[str, Any] = {"how": {}, "profiles": {}}
     for side, reason in unavailable.items():
         if reason is not None:
@@ -73,14 +76,14 @@ async def measure_workload(
             await recover_after_timeout(page, states, modes)
         return None
 
-    for side in SIDES:
+    for side in sides:
         if states[side].active:
             setup = await call(side, "setup", {"spec": workload.spec()}, 180)
             if setup is not None:
                 extras["how"][side] = setup.get("how")
 
     # Warm-up (first-run compilation, caches) is timed only to estimate block times.
-    for side in SIDES:
+    for side in sides:
         state = states[side]
         if state.active and settings.warmup > 0:
             started = time.monotonic()
@@ -90,19 +93,19 @@ async def measure_workload(
                 state.step_estimate_s = state.warmup_s / settings.warmup
 
     for mode in modes:
-        for side in SIDES:
+        for side in sides:
             states[side].spent_s[mode] = 0.0
         for done in range(0, settings.steps, BLOCK_STEPS):
             block = min(BLOCK_STEPS, settings.steps - done)
-            for side in SIDES:  # alternation: ours' block, then theirs', then ours' next block
+            for side in sides:  # alternation: ours' block, TF.js's, jax-js's, then ours' next
                 await run_block(call, states[side], side, mode, block, budget_s, len(modes))
 
-    for side in SIDES:
+    for side in sides:
         if states[side].active:
             extras["profiles"][side] = await call(side, "profile", {}, budget_s + CALL_GRACE_S)
         if states[side].active:
             await call(side, "teardown", {}, 60)
-    return {side: states[side].results for side in SIDES}, extras
+    return {side: states[side].results for side in sides}, extras
 
 
 async def run_block(

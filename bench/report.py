@@ -1,4 +1,5 @@
-"""The results as a plain-text table for the terminal, and as JSON under bench/results/."""
+"""The results as a plain-text table for the terminal (a line per workload, measure and backends,
+TF.js and jax-js side by side), and as JSON under bench/results/."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.stats import JAXJS, TFJS
+from bench.targets import targets_text
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -28,8 +32,8 @@ def side_text(side: dict[str, Any], unit: str) -> str:
     return text if side["status"] == "ok" else f"{text} ({why})"
 
 
-def verdict_text(row: dict[str, Any]) -> str:
-    if row["ratio"] is None:
+def verdict_text(row: dict[str, Any] | None) -> str:
+    if row is None or row["ratio"] is None:
         return "-"
     return f"{row['ratio']:.2f} ({row['better']} {row['speedup']:.1f}x faster)"
 
@@ -38,32 +42,57 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def merged_rows(rows: list[dict[str, Any]]) -> list[dict[str, dict[str, Any]]]:
+    """The JSON's rows (one per anchor) as the table's lines: one per workload, measure and
+    backend group, {"tfjs": row, "jax-js": row} (either may be missing), in the run's order."""
+    lines: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        key = (row["workload"], row["measure"], row.get("group") or row["ours_backend"])
+        lines.setdefault(key, {})[row.get("anchor", TFJS)] = row
+    return list(lines.values())
+
+
+def _anchor_cell(line: dict[str, dict[str, Any]], anchor: str) -> str:
+    row = line.get(anchor)
+    return "" if row is None else _clip(side_text(row["theirs"], row["unit"]), 46)
+
+
 def format_table(results: dict[str, Any]) -> str:
     meta = results["meta"]
     lines = [
-        f"py_in_browser vs TensorFlow.js {meta.get('tfjs_version') or '?'}",
+        f"py_in_browser vs TensorFlow.js {meta.get('tfjs_version') or '?'} and jax-js "
+        f"{meta.get('jaxjs_version') or '?'}",
         *meta["header_lines"],
     ]
     lines.append(
         f"{meta['mode']} run: {meta['steps']} measured steps per mode, {meta['warmup']} warm-up "
         "steps excluded; median [min-max] over samples (a sample per synced step, or per block of "
-        "10 steps when synced every 10); ratio = ours/TF.js of the medians."
+        "10 steps when synced every 10); ratio = ours/TF.js and ours/jax-js of the medians; "
+        "backends: ours|TF.js|jax-js ('-': no jax-js side)."
     )
-    header = ["workload", "measure", "pair (ours|tfjs)", "ours", "TF.js", "ours/TF.js"]
-    table = [
-        [
-            row["workload"],
-            row["measure"],
-            f"{row['ours_backend']}|{row['theirs_backend']}",
-            _clip(side_text(row["ours"], row["unit"]), 52),
-            _clip(side_text(row["theirs"], row["unit"]), 52),
-            verdict_text(row),
-        ]
-        for row in results["rows"]
-    ]
+    header = ["workload", "measure", "backends", "ours", "TF.js", "ours/TF.js", "jax-js"]
+    header.append("ours/jax-js")
+    table = []
+    for line in merged_rows(results["rows"]):
+        first = line.get(TFJS) or line[JAXJS]
+        table.append(
+            [
+                first["workload"],
+                first["measure"],
+                first.get("group") or f"{first['ours_backend']}|{first['theirs_backend']}",
+                _clip(side_text(first["ours"], first["unit"]), 46),
+                _anchor_cell(line, TFJS),
+                verdict_text(line.get(TFJS)),
+                _anchor_cell(line, JAXJS),
+                verdict_text(line.get(JAXJS)),
+            ]
+        )
     widths = [max(len(cells[i]) for cells in [header, *table]) for i in range(len(header))]
     render = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
     lines += ["", render(header), render(["-" * w for w in widths]), *map(render, table)]
+    if meta.get("targets"):
+        lines += ["", "Issue 29's targets (ours/jax-js, medians of this run):"]
+        lines += targets_text(meta["targets"])
     return "\n".join(line.rstrip() for line in lines)
 
 

@@ -1,4 +1,5 @@
-"""`python -m bench`: ours vs TensorFlow.js in one Chromium session; prints the table, writes JSON."""
+"""`python -m bench`: ours vs TensorFlow.js and jax-js in one Chromium session; prints the table,
+writes JSON."""
 
 from __future__ import annotations
 
@@ -19,10 +20,14 @@ from bench.measure import Settings, measure_name, measure_workload
 from bench.page import BenchPage, CallFailed, CallTimeout
 from bench.report import RESULTS_DIR, format_table, side_text, write_json
 from bench.server import REPO_ROOT, dev_server, ensure_ready
-from bench.stats import FAILED, TIMEOUT, UNAVAILABLE, SideResult, row
+from bench.stats import ANCHOR_NAMES, FAILED, JAXJS, TFJS, TIMEOUT, UNAVAILABLE, SideResult, row
+from bench.targets import evaluate_targets
 from tests_e2e.browsers import CHROMIUM, CHROMIUM_ARGS
 
 STALE_BUILD = "no such engine build"
+# window.bench's side names, as the rows name their anchors and as the log says them.
+SIDE_ANCHORS = {"theirs": TFJS, "jaxjs": JAXJS}
+SIDE_LABELS = {"theirs": "TF.js", "jaxjs": "jax-js"}
 SOFTWARE_GPUS = ("swiftshader", "llvmpipe", "lavapipe", "softpipe", "microsoft basic render")
 
 
@@ -38,8 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workloads", help="comma-separated names, e.g. W1,W3s (default: by mode)")
     parser.add_argument(
         "--pairs",
-        help="comma-separated ours:tfjs pairs, e.g. cpu:wasm (default: "
-        + ",".join(f"{o}:{t}" for o, t in wl.PAIRS)
+        help="comma-separated ours:tfjs[:jaxjs] pairs, e.g. cpu:wasm:wasm (default: "
+        + ",".join(":".join(b for b in pair if b) for pair in wl.PAIRS)
         + ")",
     )
     parser.add_argument(
@@ -69,13 +74,18 @@ def chosen_workloads(args: argparse.Namespace) -> list[wl.Workload]:
     return [wl.ALL_BY_NAME[name] for name in args.workloads.split(",")]
 
 
-def chosen_pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
+Pair = tuple[str, str, str | None]  # our backend, TF.js's, jax-js's (None: no jax-js side)
+
+
+def chosen_pairs(args: argparse.Namespace) -> list[Pair]:
     if not args.pairs:
         return wl.PAIRS
-    pairs = [tuple(item.split(":", 1)) for item in args.pairs.split(",")]
-    if any(len(pair) != 2 for pair in pairs):
-        raise SystemExit("error: --pairs takes ours:tfjs items, e.g. cpu:wasm,webgpu:webgpu")
-    return [(pair[0], pair[1]) for pair in pairs]
+    pairs = [item.split(":") for item in args.pairs.split(",")]
+    if any(len(pair) not in (2, 3) for pair in pairs):
+        raise SystemExit(
+            "error: --pairs takes ours:tfjs[:jaxjs] items, e.g. cpu:wasm:wasm,webgpu:webgpu"
+        )
+    return [(pair[0], pair[1], pair[2] if len(pair) == 3 else None) for pair in pairs]
 
 
 def _software(name: str) -> str:
@@ -117,13 +127,13 @@ def run_notes(meta: dict[str, Any]) -> list[str]:
             f"; wasm SIMD {wasm_flags.get('WASM_HAS_SIMD_SUPPORT')}, "
             f"threads {wasm_flags.get('WASM_HAS_MULTITHREAD_SUPPORT')}"
         )
-    page = meta.get("page_info") or {}
-    if page.get("tfjs_scripts_loaded_ms") is not None:
+    jax = meta.get("jaxjs_backends", {})
+    if jax:
         notes.append(
-            f"TF.js scripts (tf.min.js + webgpu + wasm) loaded and ran "
-            f"{page['tfjs_scripts_loaded_ms']:.0f} ms after navigation; not in TF.js's start-up row"
+            f"jax-js {meta.get('jaxjs_version') or '?'} devices: "
+            + ", ".join(f"{n} {'ok' if o.get('ok') else o.get('error')}" for n, o in jax.items())
         )
-    for side, name in (("ours", "ours"), ("theirs", "TF.js")):
+    for side, name in (("ours", "ours"), ("theirs", "TF.js"), ("jaxjs", "jax-js")):
         ways = sorted({how[side] for how in meta["how"].values() if how.get(side)})
         if ways:
             notes.append(f"{name} steps: " + " | ".join(ways))
@@ -208,14 +218,15 @@ class Run:
                 "header_lines": [],
                 "how": {},
                 "settled_s": {},
-                "startup": "ours ready: page script start to pib.ready on a cold HTTP cache (Pyodide + "
-                "numpy + engine + backend); TF.js ready: tf.setBackend + tf.ready (tf.min.js already "
-                f"loaded). First step: from ready, build the {wl.FIRST_STEP.name} model "
-                f"({wl.FIRST_STEP.title}) and finish one synced training step. "
-                "First/second visit: navigation to pib.ready on /console in a persistent profile, "
-                "the browser closed between visits (HTTP and wasm code caches kept); "
-                f"{startup_visits.COLD_VISITS} first visits, each in an empty profile, and "
-                f"{startup_visits.WARM_VISITS} second visits in the first one's, median of each.",
+                "startup": "Start-up, the same for every side: navigation to a ready engine (ours: "
+                "pib.ready on /console, Pyodide + numpy + engine + backend; TF.js: its scripts, "
+                "tf.setBackend + tf.ready; jax-js: its module, init + defaultDevice; the last two on "
+                "/bench/startup.html) in a persistent profile, the browser closed between visits "
+                f"(HTTP and wasm code caches kept); {startup_visits.COLD_VISITS} first visits, each "
+                f"in an empty profile, and {startup_visits.WARM_VISITS} second visits in the first "
+                "one's, median of each. First step: from ready, build the "
+                f"{wl.FIRST_STEP.name} model ({wl.FIRST_STEP.title}) and finish one synced training "
+                "step (jax-js: its first jitted step, tracing and compiling included).",
             },
             "rows": [],
             "profiles": [],
@@ -225,17 +236,17 @@ class Run:
         print(text, flush=True)
 
     async def run(self) -> dict[str, Any]:
-        our_backends = list(dict.fromkeys(ours for ours, _ in chosen_pairs(self.args)))
-        for ours in our_backends:
-            theirs_list = [theirs for o, theirs in chosen_pairs(self.args) if o == ours]
-            await self.run_page(ours, theirs_list)
+        pairs = chosen_pairs(self.args)
+        for ours in dict.fromkeys(pair[0] for pair in pairs):
+            await self.run_page(ours, [pair for pair in pairs if pair[0] == ours])
         meta = self.results["meta"]
         meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %z")
         meta["load_average_end"] = os.getloadavg()
         meta["header_lines"] += run_notes(meta)
+        meta["targets"] = evaluate_targets(self.results["rows"], self.results["profiles"])
         return self.results
 
-    async def run_page(self, ours: str, theirs_list: list[str]) -> None:
+    async def run_page(self, ours: str, pairs: list[Pair]) -> None:
         page = BenchPage(self.browser, self.base_url, ours)
         self.log(f"[{ours}] loading /bench/?backend={ours} (our engine boots in its worker)")
         ours_boot = await page.open()
@@ -247,114 +258,168 @@ class Run:
         self.log(f"[{ours}] ours: {_start_text(ours_boot)}")
         if not self.results["meta"]["header_lines"]:
             info = await page.info()
-            self.results["meta"].update(tfjs_version=info.get("tfjs"), page_info=info)
+            self.results["meta"].update(
+                tfjs_version=info.get("tfjs"), jaxjs_version=info.get("jaxjs"), page_info=info
+            )
             self.results["meta"]["header_lines"] = header_lines(self.browser, info)
         ours_first = None
         if ours_boot.get("ok") and not self.args.no_startup:
             ours_first = await first_step(page, "ours", wl.FIRST_STEP)
-        for theirs in theirs_list:
-            await self.run_pair(page, (ours, theirs), ours_boot, ours_first)
+        for pair in pairs:
+            await self.run_pair(page, pair, ours_boot, ours_first)
         await page.show(self.results, "done")
         await page.close()
-        if ours_boot.get("ok") and not self.args.no_startup:
-            await self.run_visits(ours)
+        if not self.args.no_startup:
+            await self.run_visits(pairs)
 
-    async def run_visits(self, ours: str) -> None:
-        """The start-up rows of a first and a second visit, with their stages in the notes."""
+    async def run_visits(self, pairs: list[Pair]) -> None:
+        """The start-up rows of a first and a second visit for every side, their stages in the
+        notes."""
+        ours = pairs[0][0]
         self.log(f"[{ours}] start-up in persistent profiles: first visits, then second visits")
-        visits = await startup_visits.cold_and_warm(self.driver, self.base_url, ours)
-        self.results["meta"].setdefault("startup_visits", {})[ours] = visits
-        pair = (ours, "none")
-        for kind, measure in (
-            ("cold", "ready, first visit (empty profile), ms"),
-            ("warm", "ready, second visit (caches warm), ms"),
-        ):
-            self.add_row(
-                "start-up",
-                measure,
-                pair,
-                startup_visits.side(visits[kind]),
-                startup_visits.not_compared(),
+        visits = self.results["meta"].setdefault("startup_visits", {})
+        visits[ours] = await startup_visits.cold_and_warm(self.driver, self.base_url, "ours", ours)
+        self.log_stages("ours", ours, visits[ours])
+        for side, index in (("tfjs", 1), ("jaxjs", 2)):
+            for backend in dict.fromkeys(pair[index] for pair in pairs if pair[index]):
+                key = f"{side}:{backend}"
+                if key not in visits:
+                    assert backend is not None
+                    visits[key] = await startup_visits.cold_and_warm(
+                        self.driver, self.base_url, side, backend
+                    )
+                    self.log_stages(side, backend, visits[key])
+        for pair in pairs:
+            for anchor, key in ((TFJS, f"tfjs:{pair[1]}"), (JAXJS, f"jaxjs:{pair[2]}")):
+                if key not in visits:
+                    continue
+                for kind, measure in (
+                    ("cold", "ready, first visit (empty profile), ms"),
+                    ("warm", "ready, second visit (caches warm), ms"),
+                ):
+                    self.add_row(
+                        "start-up",
+                        measure,
+                        pair,
+                        anchor,
+                        startup_visits.side(visits[ours][kind]),
+                        startup_visits.side(visits[key][kind]),
+                    )
+
+    def log_stages(self, side: str, backend: str, visits: dict[str, Any]) -> None:
+        for kind in ("cold", "warm"):
+            note = (
+                f"start-up stages of {startup_visits.SIDE_NAMES[side]} on {backend}, {kind}: "
+                f"{startup_visits.stage_text(visits[kind])}"
             )
-            note = f"start-up stages on {ours}, {kind}: {startup_visits.stage_text(visits[kind])}"
             self.results["meta"].setdefault("startup_stages", []).append(note)
             self.log(f"    {note}")
 
-    async def start_theirs(self, page: BenchPage, backend: str) -> dict[str, Any]:
+    async def start_side(self, page: BenchPage, side: str, backend: str) -> dict[str, Any]:
+        """TF.js's or jax-js's backend chosen in the page; {ok, ms} or {ok: False, error}."""
         try:
-            outcome: dict[str, Any] = await page.call("theirs", "start", {"backend": backend}, 120)
+            outcome: dict[str, Any] = await page.call(side, "start", {"backend": backend}, 120)
         except (CallFailed, CallTimeout) as exc:
             outcome = {"ok": False, "error": str(exc)}
-        self.results["meta"].setdefault("tfjs_backends", {})[backend] = outcome
+        key = "tfjs_backends" if side == "theirs" else "jaxjs_backends"
+        self.results["meta"].setdefault(key, {})[backend] = outcome
         return outcome
+
+    async def start_anchors(self, page: BenchPage, pair: Pair) -> dict[str, dict[str, Any]]:
+        """The pair's anchors started on their backends: {"theirs": outcome, "jaxjs": outcome}."""
+        boots = {"theirs": await self.start_side(page, "theirs", pair[1])}
+        if pair[2]:
+            boots["jaxjs"] = await self.start_side(page, "jaxjs", pair[2])
+        for side, boot in boots.items():
+            self.log(f"[{'|'.join(b for b in pair if b)}] {SIDE_LABELS[side]}: {_start_text(boot)}")
+        return boots
 
     async def run_pair(
         self,
         page: BenchPage,
-        pair: tuple[str, str],
+        pair: Pair,
         ours_boot: dict[str, Any],
         ours_first: SideResult | None,
     ) -> None:
-        ours, theirs = pair
-        theirs_boot = await self.start_theirs(page, theirs)
+        ours = pair[0]
+        boots = await self.start_anchors(page, pair)
         generation = page.generation
-        self.log(f"[{ours}|{theirs}] TF.js: {_start_text(theirs_boot)}")
-        self.add_row(
-            "start-up",
-            "time to a ready engine, ms",
-            pair,
-            side_from_start(ours_boot),
-            side_from_start(theirs_boot),
-        )
         if not self.args.no_startup:
-            theirs_first = side_from_start(theirs_boot)
-            if theirs_boot.get("ok"):
-                theirs_first = await first_step(page, "theirs", wl.FIRST_STEP)
-            measure = f"first {wl.FIRST_STEP.name} training step, ms"
-            self.add_row(
-                "start-up", measure, pair, ours_first or side_from_start(ours_boot), theirs_first
-            )
+            measure = f"first {wl.FIRST_STEP.name} training step after ready, ms"
+            for side, boot in boots.items():
+                first = side_from_start(boot)
+                if boot.get("ok"):
+                    first = await first_step(page, side, wl.FIRST_STEP)
+                self.add_row(
+                    "start-up",
+                    measure,
+                    pair,
+                    SIDE_ANCHORS[side],
+                    ours_first or side_from_start(ours_boot),
+                    first,
+                )
+        label = "|".join(b for b in pair if b)
         for workload in self.workloads:
-            if page.generation != generation:  # reloaded after a hang: TF.js is on its default
-                theirs_boot = await self.start_theirs(page, theirs)
+            if page.generation != generation:  # reloaded after a hang: the anchors are on defaults
+                boots = await self.start_anchors(page, pair)
                 generation = page.generation
             settled_s = await page.settle_ours()
             if settled_s >= 0.1:
                 self.log(f"[{ours}] waited {settled_s:.1f} s for our first-visit storage work")
                 self.results["meta"]["settled_s"][ours] = settled_s
-            self.log(f"[{ours}|{theirs}] {workload.name}: {workload.title}")
-            unavailable = {"ours": _why_not(page.ours_start), "theirs": _why_not(theirs_boot)}
+            self.log(f"[{label}] {workload.name}: {workload.title}")
+            unavailable = {"ours": _why_not(page.ours_start)}
+            unavailable |= {
+                side: _why_not(boot)
+                for side, boot in boots.items()
+                if side != "jaxjs" or workload.name in wl.JAXJS
+            }
             sides, extras = await measure_workload(page, workload, unavailable, self.settings)
             self.results["meta"]["how"].setdefault(workload.name, {}).update(extras["how"])
             for mode, ours_result in sides["ours"].items():
-                self.add_row(
-                    workload.name,
-                    measure_name(workload, min(mode, self.settings.steps)),  # a short run's block
-                    pair,
-                    ours_result,
-                    sides["theirs"][mode],
-                    workload.flops_per_step,
-                )
-            profiles = {"workload": workload.name, "ours_backend": ours, "theirs_backend": theirs}
+                for side in sides:
+                    if side == "ours":
+                        continue
+                    self.add_row(
+                        workload.name,
+                        measure_name(workload, min(mode, self.settings.steps)),  # a short run
+                        pair,
+                        SIDE_ANCHORS[side],
+                        ours_result,
+                        sides[side][mode],
+                        workload.flops_per_step,
+                    )
+            profiles: dict[str, Any] = {"workload": workload.name, "ours_backend": ours}
+            profiles |= {"theirs_backend": pair[1], "jaxjs_backend": pair[2]}
             self.results["profiles"].append({**profiles, **extras["profiles"]})
-            await page.show(self.results, f"{ours}|{theirs} {workload.name} done")
+            await page.show(self.results, f"{label} {workload.name} done")
 
     def add_row(
         self,
         workload: str,
         measure: str,
-        pair: tuple[str, str],
+        pair: Pair,
+        anchor: str,
         ours: SideResult,
         theirs: SideResult,
         flops: float | None = None,
     ) -> None:
+        backend = pair[1] if anchor == TFJS else pair[2]
+        assert backend is not None
         new = row(
-            workload=workload, measure=measure, pair=pair, ours=ours, theirs=theirs, flops=flops
+            workload=workload,
+            measure=measure,
+            pair=(pair[0], backend),
+            ours=ours,
+            theirs=theirs,
+            anchor=anchor,
+            group="|".join(b or "-" for b in pair),
+            flops=flops,
         )
         self.results["rows"].append(new)
         self.log(
             f"    {measure}: ours {side_text(new['ours'], new['unit'])} | "
-            f"TF.js {side_text(new['theirs'], new['unit'])}"
+            f"{ANCHOR_NAMES[anchor]} {side_text(new['theirs'], new['unit'])}"
         )
 
 

@@ -1,8 +1,9 @@
-"""Start-up across visits: our engine loaded in one persistent Chromium profile, first with empty
-caches (cold), then again after closing the browser (warm: HTTP cache and wasm code cache filled).
+"""Start-up across visits, the same for every side: navigation to a ready engine in one persistent
+Chromium profile, first with empty caches (cold), then again after closing the browser (warm: HTTP
+cache and wasm code cache filled). Ours is /console (the engine alone); TF.js and jax-js are
+/bench/startup.html, which loads only the one library and starts it on the backend asked for.
 
-The bench page's own start-up row uses a fresh incognito-like context, which is always cold; a
-user's second visit is only measurable in a profile that outlives the browser, as here.
+A user's second visit is only measurable in a profile that outlives the browser, as here.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Playwright
 
-from bench.stats import FAILED, UNAVAILABLE, SideResult
+from bench.stats import FAILED, SideResult
 from tests_e2e.browsers import CHROMIUM, CHROMIUM_ARGS
 
 # Visits per row: the row is their median. On a 2-core machine one visit in a few is slowed by
@@ -21,12 +22,24 @@ from tests_e2e.browsers import CHROMIUM, CHROMIUM_ARGS
 COLD_VISITS = 3  # each in an empty profile of its own
 WARM_VISITS = 5  # in the first cold visit's profile, after it
 READY_TIMEOUT_MS = 240_000
-# The console page hosts the engine alone: TF.js's scripts would compete with its start-up.
-READY = f"""async () => {{
-  await Promise.race([window.pib.ready, new Promise((_, reject) =>
+SIDE_NAMES = {"ours": "ours", "tfjs": "TF.js", "jaxjs": "jax-js"}
+# Each side's ready promise and what it resolves to: {ready_ms, stages, ...}, ready_ms from
+# navigation (performance.now() on the page's clock). The console page hosts our engine alone.
+READY_PROMISE = {
+    "ours": "window.pib?.ready.then(() => window.pib.startup)",
+    "other": "window.startup",
+}
+
+
+def ready_script(promise: str) -> str:
+    """Waits for the page to create `promise`, then for it (or the timeout)."""
+    return f"""async () => {{
+  while (!({promise})) await new Promise((resolve) => setTimeout(resolve, 20));
+  return await Promise.race([{promise}, new Promise((_, reject) =>
     setTimeout(() => reject(new Error("not ready in time")), {READY_TIMEOUT_MS}))]);
-  return window.pib.startup;
 }}"""
+
+
 # The first visit stores the runtime snapshot and Python's bytecode after ready; the next visit
 # is warm only once it has.
 STORED = (
@@ -35,18 +48,32 @@ STORED = (
 )
 
 
-async def visit(driver: Playwright, profile: str, url: str) -> dict[str, Any]:
+# TF.js's and jax-js's wasm is cached by the browser after compiling, in the background: the
+# visit stays this long after ready, as ours stays until its own stores are done.
+OTHER_SETTLE_MS = 1000
+
+
+def url_of(base_url: str, side: str, backend: str) -> str:
+    if side == "ours":
+        return f"{base_url}/console?backend={backend}"
+    return f"{base_url}/bench/startup.html?side={side}&backend={backend}"
+
+
+async def visit(driver: Playwright, profile: str, url: str, side: str) -> dict[str, Any]:
     """One visit in a browser started on `profile` and closed afterwards (which writes its caches
-    to disk): pib.startup ({ready_ms, stages, http_cache}) or {"error": why}."""
+    to disk): the side's startup record ({ready_ms, stages, ...}) or {"error": why}."""
     context = await driver.chromium.launch_persistent_context(
         profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
     )
     try:
         page = await context.new_page()
         await page.goto(url)
-        await page.wait_for_function("() => window.pib !== undefined")
-        startup: dict[str, Any] = await page.evaluate(READY)
-        await page.wait_for_function(STORED)
+        promise = READY_PROMISE["ours" if side == "ours" else "other"]
+        startup: dict[str, Any] = await page.evaluate(ready_script(promise))
+        if side == "ours":
+            await page.wait_for_function(STORED)
+        else:
+            await page.wait_for_timeout(OTHER_SETTLE_MS)
         return startup
     except PlaywrightError as exc:
         return {"error": exc.message.splitlines()[0]}
@@ -54,16 +81,19 @@ async def visit(driver: Playwright, profile: str, url: str) -> dict[str, Any]:
         await context.close()
 
 
-async def cold_and_warm(driver: Playwright, base_url: str, backend: str) -> dict[str, Any]:
-    """{"cold": [visits], "warm": [visits]} on `backend`, in profiles made for this measurement."""
-    url = f"{base_url}/console?backend={backend}"
+async def cold_and_warm(
+    driver: Playwright, base_url: str, side: str, backend: str
+) -> dict[str, Any]:
+    """{"cold": [visits], "warm": [visits]} of `side` (ours, tfjs, jaxjs) on `backend`, in
+    profiles made for this measurement."""
+    url = url_of(base_url, side, backend)
     cold: list[dict[str, Any]] = []
     warm: list[dict[str, Any]] = []
     for _ in range(COLD_VISITS):
         with tempfile.TemporaryDirectory(prefix="pib-bench-profile-") as profile:
-            cold.append(await visit(driver, profile, url))
+            cold.append(await visit(driver, profile, url, side))
             if not warm:
-                warm = [await visit(driver, profile, url) for _ in range(WARM_VISITS)]
+                warm = [await visit(driver, profile, url, side) for _ in range(WARM_VISITS)]
     return {"cold": cold, "warm": warm}
 
 
@@ -75,10 +105,6 @@ def side(visits: list[dict[str, Any]]) -> SideResult:
     return SideResult(samples_ms=[float(v["ready_ms"]) for v in visits])
 
 
-def not_compared() -> SideResult:
-    return SideResult(status=UNAVAILABLE, detail="TF.js is not measured across visits")
-
-
 def stage_text(visits: list[dict[str, Any]]) -> str:
     """'page 450 + runtime 900 + numpy 0 + engine 10 + init 50 ms (HTTP cache: runtime, numpy,
     engine; bytecode loaded)' for the last visit: where the time went (the stages add up to its
@@ -86,7 +112,9 @@ def stage_text(visits: list[dict[str, Any]]) -> str:
     last = visits[-1]
     if "error" in last:
         return str(last["error"])
-    stages = " + ".join(f"{name} {ms}" for name, ms in last["stages"].items())
+    stages = " + ".join(f"{name} {ms:.0f}" for name, ms in last["stages"].items())
+    if "http_cache" not in last:  # TF.js's and jax-js's pages time stages, nothing more
+        return f"{stages} ms"
     reused = [name for name, hit in (last.get("http_cache") or {}).items() if hit]
     return (
         f"{stages} ms (HTTP cache: {', '.join(reused) or 'nothing'}; snapshot {last['snapshot']}; "

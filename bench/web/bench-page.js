@@ -1,7 +1,8 @@
-// The benchmark page: our engine (worker, ?backend=) and TF.js (this thread), driven through
+// The benchmark page: our engine (worker, ?backend=), TF.js and jax-js (this thread), driven through
 // window.bench by bench/run.py; it renders the results it is handed as a live report.
 import { startEngine } from "/js/pib-client.js";
 import { renderReport } from "./report-view.js";
+import { JaxjsSide } from "./jaxjs-side.js";
 import { TfjsSide } from "./tfjs-side.js";
 
 const status = document.getElementById("status");
@@ -61,6 +62,9 @@ function webglRenderer() {
 }
 
 const theirs = new TfjsSide();
+const jaxjs = new JaxjsSide();
+// The sides share method names; Python spells them first_step, JavaScript firstStep.
+const callSide = (side, method, args) => side[method.replace(/_(\w)/g, (_, c) => c.toUpperCase())](args);
 
 window.bench = {
   async info() {
@@ -71,14 +75,15 @@ window.bench = {
       webgpu_adapter: await webgpuAdapter(),
       webgl: webglRenderer(),
       tfjs: theirs.info().version,
+      jaxjs: (await jaxjs.info()).version,
       tfjs_scripts_loaded_ms: tfjsScriptsMs,
     };
   },
   oursStart: () => ours,
   ours: (method, args = {}) =>
     pib.runPython(`await pib_bench_call(${pyString(method)}, ${pyString(JSON.stringify(args))})`),
-  // Both sides share method names; Python spells them first_step, JavaScript firstStep.
-  theirs: (method, args = {}) => theirs[method.replace(/_(\w)/g, (_, c) => c.toUpperCase())](args),
+  theirs: (method, args = {}) => callSide(theirs, method, args),
+  jaxjs: (method, args = {}) => callSide(jaxjs, method, args),
   render(results) {
     renderReport(document.getElementById("report"), results);
   },

@@ -1,0 +1,117 @@
+"""Issue 29's targets against jax-js, checked on a run's rows: met, missed (and by how much), or not
+measured; a miss names where each side's time went in its profiled step."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from bench.stats import JAXJS
+
+
+@dataclass(frozen=True)
+class Target:
+    workload: str
+    measure_prefix: str  # every row whose measure starts with it
+    groups: tuple[str, ...] | None  # our backends it applies to; None: every pair with jax-js
+    limit: float
+    at_least: bool  # GFLOP/s: ours/jax-js must reach the limit; ms: stay under it
+
+    def text(self) -> str:
+        where = "/".join(self.groups) if self.groups else "every pair"
+        sign = ">=" if self.at_least else "<="
+        return f"{self.workload} {self.measure_prefix} on {where}: ours/jax-js {sign} {self.limit}"
+
+
+TARGETS = (
+    Target("W2", "train step", ("cpu", "webgpu"), 0.5, at_least=False),
+    Target("W3s", "train step", ("cpu", "webgpu"), 0.5, at_least=False),
+    Target("W4", "matmul", ("cpu",), 1.5, at_least=True),
+    Target("I3", "predict", None, 0.7, at_least=False),
+    Target("start-up", "first W3s training step", None, 0.5, at_least=False),
+)
+
+
+def _top_kernels(profile: dict[str, Any] | None, count: int = 3) -> str:
+    """'wall 12.3 ms, 37 kernels; top: name 4.1 ms (x2), ...' for a side's profiled step."""
+    if not profile:
+        return "no profile"
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for kernel in profile.get("kernels") or []:
+        total = totals[kernel["name"]]
+        total[0] += float(kernel.get("ms") or 0)
+        total[1] += kernel.get("calls", 1)
+    ranked = sorted(totals.items(), key=lambda item: -item[1][0])[:count]
+    top = ", ".join(f"{name} {ms:.2f} ms (x{calls:.0f})" for name, (ms, calls) in ranked)
+    wall = profile.get("wall_ms")
+    wall_text = f"wall {wall:.1f} ms, " if isinstance(wall, int | float) else ""
+    note = f" [{profile['note']}]" if profile.get("note") else ""
+    return f"{wall_text}{len(profile.get('kernels') or [])} kernel calls; top: {top}{note}"
+
+
+def where_time_goes(
+    profiles: list[dict[str, Any]], workload: str, ours: str, jax: str
+) -> str | None:
+    """Both sides' profiled step of `workload` on (ours, jax) in one line, or None."""
+    for entry in profiles:
+        if (entry["workload"], entry["ours_backend"], entry.get("jaxjs_backend")) == (
+            workload,
+            ours,
+            jax,
+        ):
+            return (
+                f"ours: {_top_kernels(entry.get('ours'))} | "
+                f"jax-js: {_top_kernels(entry.get('jaxjs'))}"
+            )
+    return None
+
+
+def evaluate_targets(
+    rows: list[dict[str, Any]], profiles: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One verdict per target and row it covers: {target, row, ratio, met, bound}."""
+    verdicts: list[dict[str, Any]] = []
+    for target in TARGETS:
+        matching = [
+            row
+            for row in rows
+            if row["anchor"] == JAXJS
+            and row["workload"] == target.workload
+            and row["measure"].startswith(target.measure_prefix)
+            and (target.groups is None or row["ours_backend"] in target.groups)
+        ]
+        if not matching:
+            verdicts.append({"target": target.text(), "row": None, "ratio": None, "met": None})
+        for row in matching:
+            ratio = row["ratio"]
+            met = None
+            if ratio is not None:
+                met = ratio >= target.limit if target.at_least else ratio <= target.limit
+            verdict = {
+                "target": target.text(),
+                "row": f"{row['measure']} {row['ours_backend']}|{row['theirs_backend']}",
+                "ratio": ratio,
+                "met": met,
+            }
+            if met is False and target.workload != "start-up":  # a first step is mostly compiling
+                verdict["bound"] = where_time_goes(
+                    profiles, target.workload, row["ours_backend"], row["theirs_backend"]
+                )
+            verdicts.append(verdict)
+    return verdicts
+
+
+def targets_text(verdicts: list[dict[str, Any]]) -> list[str]:
+    """The verdicts as lines for the terminal and the report."""
+    lines = []
+    for v in verdicts:
+        if v["row"] is None:
+            lines.append(f"{v['target']}: not measured in this run")
+            continue
+        state = {True: "met", False: "MISSED", None: "no ratio (a side has no number)"}[v["met"]]
+        ratio = "-" if v["ratio"] is None else f"{v['ratio']:.2f}"
+        lines.append(f"{v['target']} | {v['row']}: {ratio} {state}")
+        if v.get("bound"):
+            lines.append(f"    where the time goes: {v['bound']}")
+    return lines
