@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.stats import JAXJS, TFJS
-from bench.targets import targets_text
+from bench.targets import targets_text, time_notes
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -93,6 +93,7 @@ def format_table(results: dict[str, Any]) -> str:
     if meta.get("targets"):
         lines += ["", "Issue 29's targets (ours/jax-js, medians of this run):"]
         lines += targets_text(meta["targets"])
+    lines += time_notes(results.get("profiles") or [])
     return "\n".join(line.rstrip() for line in lines)
 
 

@@ -245,8 +245,12 @@ export class JaxjsSide {
 
   // jax-js's profiler: while tracing, each kernel dispatch becomes a performance.measure entry
   // (WebGPU: timestamp queries where the device has them; Wasm: the dispatch's wall time).
+  // per_step: an untraced step's wall time and the traced step's kernel dispatches.
   async profile() {
     const isJax = (entry) => entry.detail?.devtools?.trackGroup === "JAX Profiler";
+    const stepStart = performance.now();
+    await this.workload.step().data();
+    const perStep = { wall_ms: performance.now() - stepStart };
     const before = new Set(performance.getEntriesByType("measure").filter(isJax));
     const wallStart = performance.now();
     jax.profiler.startTrace();
@@ -267,6 +271,7 @@ export class JaxjsSide {
       backend: jax.defaultDevice(),
       kernels,
       wall_ms: wall,
+      per_step: { ...perStep, dispatches: kernels.length },
       note: kernels.length ? null : "jax-js traced no kernel times here (no WebGPU timestamp-query, or no trace on this backend)",
     };
   }

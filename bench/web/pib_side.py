@@ -16,6 +16,8 @@ from py_in_browser.backends.cpu_simd import SIMD
 from py_in_browser.events import runtime_events
 
 Step = Callable[[bool], Awaitable[None]]
+# pib.memory() counters whose change over one step says what the step cost to send to JS.
+STEP_COUNTERS = ("js_calls", "words_sent", "steps_replayed")
 
 
 def _layer(spec: dict[str, Any], first: dict[str, Any]) -> Any:
@@ -163,10 +165,17 @@ class OurSide:
         return {"ms": (time.perf_counter() - started) * 1000}
 
     async def profile(self) -> dict[str, Any]:
+        """pib.profile of one synced step, plus `per_step`: an unprofiled step's wall time and
+        what it sent to JS (calls, command words, replayed steps: the command list's cost)."""
         assert self.step is not None, "setup first"
         step = self.step
+        before, started = pib.memory(), time.perf_counter()
+        await step(True)
+        per_step: dict[str, Any] = {"wall_ms": (time.perf_counter() - started) * 1000}
+        after = pib.memory()
+        per_step |= {c: after[c] - before[c] for c in STEP_COUNTERS if c in after}
         result: dict[str, Any] = await pib.profile(lambda: step(True))
-        return result
+        return {**result, "per_step": per_step}
 
     async def replay_effect(self, spec: dict[str, Any], steps: int, rounds: int) -> dict[str, Any]:
         """Recorded steps replayed from JS vs the same steps run eagerly op by op, alternating
