@@ -14,6 +14,7 @@ from bench.workloads import SYNC_EVERY_STEP, Workload
 
 BLOCK_STEPS = 10  # steps per call: the unit of alternation, and the block of "synced every 10"
 CALL_GRACE_S = 90.0  # beyond a side's budget before a call counts as hung
+WARMUP_SHARE = 0.25  # of a side's budget, after which no further warm-up step starts
 
 
 @dataclass
@@ -82,15 +83,19 @@ async def measure_workload(
             if setup is not None:
                 extras["how"][side] = setup.get("how")
 
-    # Warm-up (first-run compilation, caches) is timed only to estimate block times.
+    # Warm-up (first-run compilation, caches) is timed only to estimate block times. It stops
+    # after the step that spends WARMUP_SHARE of the budget: a side at ~50 s a step (jax-js's W4
+    # on a software WebGL) then still measures a step instead of spending its budget warming up.
     for side in sides:
         state = states[side]
         if state.active and settings.warmup > 0:
             started = time.monotonic()
-            args = {"steps": settings.warmup, "sync_every": 1, "budget_ms": budget_s * 1000}
-            if await call(side, "run", args, budget_s + CALL_GRACE_S) is not None:
+            warmup_ms = budget_s * 1000 * WARMUP_SHARE
+            args = {"steps": settings.warmup, "sync_every": 1, "budget_ms": warmup_ms}
+            answer = await call(side, "run", args, budget_s + CALL_GRACE_S)
+            if answer is not None:
                 state.warmup_s = time.monotonic() - started
-                state.step_estimate_s = state.warmup_s / settings.warmup
+                state.step_estimate_s = state.warmup_s / max(len(answer["samples"]), 1)
 
     for mode in modes:
         for side in sides:

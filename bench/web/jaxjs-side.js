@@ -176,6 +176,17 @@ function buildWorkload(spec) {
   };
 }
 
+// What jax-js's kernel times mean here. On wasm in a cross-origin isolated page, jax-js runs its
+// kernels on a pool of hardwareConcurrency Web Workers sharing the Wasm memory, and the trace
+// times only their dispatch from this thread.
+function profileNote(traced) {
+  if (!traced) return "jax-js traced no kernel times here (no WebGPU timestamp-query, or no trace on this backend)";
+  if (jax.defaultDevice() === "wasm" && crossOriginIsolated) {
+    return `kernels run on jax-js's Wasm worker pool (${navigator.hardwareConcurrency} threads): times are their dispatch only`;
+  }
+  return null;
+}
+
 export class JaxjsSide {
   constructor() {
     this.workload = null;
@@ -272,7 +283,7 @@ export class JaxjsSide {
       kernels,
       wall_ms: wall,
       per_step: { ...perStep, dispatches: kernels.length },
-      note: kernels.length ? null : "jax-js traced no kernel times here (no WebGPU timestamp-query, or no trace on this backend)",
+      note: profileNote(kernels.length),
     };
   }
 
