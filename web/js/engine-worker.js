@@ -156,7 +156,7 @@ async function boot({ backend, engine: described, pageOrigin }) {
   // A snapshot that failed to restore is replaced too; the server's is kept in the browser, which
   // reads it back faster than from the HTTP cache (a plain file, no inflating).
   const makeSnapshot = snapshot !== "loaded" && snapshot !== "unavailable";
-  const keepServerSnapshot = snapshotSource === "server" && canKeepEntries();
+  const keepServerSnapshot = snapshotSource === "server" && (await canKeepEntries());
   post({
     type: "ready",
     backend: chosen,
