@@ -86,3 +86,19 @@ def test_a_new_build_replaces_the_old_builds_snapshot(paths: Paths) -> None:
     for digest in ("a" * 16, "b" * 16):
         store_snapshot(paths, digest, framed(build_version(digest) + " jspi=true"))
     assert [p.name for p in paths.runtime_snapshots.iterdir()] == ["b" * 16]
+
+
+def test_a_snapshot_made_without_jspi_is_kept_beside_and_named_apart(paths: Paths) -> None:
+    """WebKit lacks JSPI and restores only an image JavaScriptCore made: set-up's WebKit snapshot
+    is a second file, which /api/engine names for browsers without JSPI."""
+    client = TestClient(create_app(paths))
+    digest = ensure_engine_bundle(paths).digest
+    with_jspi = framed(build_version(digest) + " jspi=true")
+    without = framed(build_version(digest) + " jspi=false", b"\2" * 64)
+    store_snapshot(paths, digest, with_jspi)
+    assert client.get("/api/engine").json()["snapshot_url_without_jspi"] is None
+    store_snapshot(paths, digest, without)
+    described = client.get("/api/engine").json()
+    assert client.get(described["snapshot_url"]).content == with_jspi
+    assert client.get(described["snapshot_url_without_jspi"]).content == without
+    assert client.get(f"/runtime-snapshot/{digest}/other.snapshot").status_code == 404
