@@ -1,6 +1,6 @@
 """The feature x backend matrix in real browsers: every case of py_in_browser.testing.feature_cases
-on cpu, webgpu and webgl2 in Chromium and on webgpu and webgl2 in Firefox ESR, compared with the
-CPython cpu run: per-epoch losses and metrics, final weights and each feature's own outputs.
+on cpu, webgpu and webgl2 in Chromium, on webgpu and webgl2 in Firefox ESR and on cpu and webgl2
+in WebKit (WebKitGTK, which has no WebGPU), compared with the CPython cpu run: per-epoch losses and metrics, final weights and each feature's own outputs.
 
 One page per browser, one runPython call per backend runs the whole table; each case is then its
 own test, so a failure names the case, the backend and the browser.
@@ -50,6 +50,9 @@ TARGETS = [
     Target("chromium", "webgl2", GPU_TOLERANCE),
     Target("firefox", "webgpu", GPU_TOLERANCE),
     Target("firefox", "webgl2", GPU_TOLERANCE),
+    # WebKitGTK has no WebGPU; its worker's WebGL2 runs on the GPU process's Mesa (llvmpipe here).
+    Target("webkit", "cpu", CPU_TOLERANCE),
+    Target("webkit", "webgl2", GPU_TOLERANCE),
 ]
 NAMES = [c.name for c in feature_cases.CASES]
 
