@@ -55,6 +55,7 @@ TARGETS = [
     Target("webkit", "webgl2", GPU_TOLERANCE),
 ]
 NAMES = [c.name for c in feature_cases.CASES]
+BROWSER_MARKS = {"firefox": [pytest.mark.firefox], "webkit": [pytest.mark.webkit]}
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +95,7 @@ def pages(request: pytest.FixtureRequest, server_url: str) -> Iterator[PagePerBr
 
 @pytest.fixture(
     scope="module",
-    params=[
-        pytest.param(t, id=str(t), marks=[pytest.mark.firefox] if t.browser == "firefox" else [])
-        for t in TARGETS
-    ],
+    params=[pytest.param(t, id=str(t), marks=BROWSER_MARKS.get(t.browser, [])) for t in TARGETS],
 )
 def matrix_run(request: pytest.FixtureRequest, pages: PagePerBrowser) -> tuple[Target, Any]:
     """The whole table on one browser and backend in one runPython call: (target, results)."""

@@ -50,19 +50,20 @@ class WebKitPage:
     def __init__(self, browser: WebKitBrowser, handle: str) -> None:
         self.browser, self.handle = browser, handle
 
-    def _driver(self) -> webdriver.WebKitGTK:
+    def driver(self) -> webdriver.WebKitGTK:
+        """The session's driver, switched to this window (for clicks, typing, file inputs)."""
         driver = self.browser.driver
         if driver.current_window_handle != self.handle:
             driver.switch_to.window(self.handle)
         return driver
 
     def goto(self, url: str) -> None:
-        self._driver().get(url)
+        self.driver().get(url)
 
     def evaluate(self, expression: str, arg: Any = None) -> Any:
         try:
             script = EVALUATE.replace("SOURCE", expression)
-            answer = self._driver().execute_async_script(script, arg)
+            answer = self.driver().execute_async_script(script, arg)
         except WebDriverException as exc:
             raise WebKitError(exc.msg or str(exc)) from None
         if "error" in answer:
@@ -82,7 +83,7 @@ class WebKitPage:
         self.evaluate(poll.replace("{expression!s}", expression.replace('"', "'")))
 
     def close(self) -> None:
-        driver = self._driver()
+        driver = self.driver()
         if len(driver.window_handles) > 1:
             driver.close()
             driver.switch_to.window(driver.window_handles[0])
@@ -107,9 +108,12 @@ class WebKitBrowser:
 
 
 @contextmanager
-def launch_webkit(features: list[str] | None = None) -> Iterator[WebKitBrowser]:
+def launch_webkit(
+    features: list[str] | None = None, settings: list[str] | None = None
+) -> Iterator[WebKitBrowser]:
     """A WebKitGTK session on a display of its own, with WebKit `features` switched on (default:
-    SAFARI_FEATURES); closed afterwards."""
+    SAFARI_FEATURES) and MiniBrowser's WebKitSettings `settings` ("--enable-webgl=true"...);
+    closed afterwards."""
     with xvfb_display() as display:
         options = Options()
         options.binary_location = str(MINIBROWSER)
@@ -117,6 +121,8 @@ def launch_webkit(features: list[str] | None = None) -> Iterator[WebKitBrowser]:
         chosen = SAFARI_FEATURES if features is None else features
         if chosen:
             options.add_argument(f"--features={','.join(chosen)}")
+        for setting in settings or []:
+            options.add_argument(setting)
         service = Service(WEBDRIVER, env={**os.environ, "DISPLAY": display})
         driver = webdriver.WebKitGTK(options=options, service=service)
         try:
