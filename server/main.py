@@ -31,6 +31,7 @@ from server.runtime_snapshot import (
     SNAPSHOT_COOKIE,
     SNAPSHOT_NAMES,
     SNAPSHOT_URL_PREFIX,
+    snapshot_key,
     snapshot_path,
     snapshot_url,
     snapshots_offered,
@@ -136,7 +137,7 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
         # The snapshot is the largest download of a first visit, preloaded so the rest come while
         # it arrives; a browser holding its own copy (SNAPSHOT_COOKIE) would only read it twice.
         description = engine_description()
-        snapshot = description["snapshot_url"]
+        snapshot = description[snapshot_key(request.headers.get("user-agent", ""))]
         held = request.cookies.get(SNAPSHOT_COOKIE) == description["digest"]
         html = with_preloads(html, [snapshot] if snapshot and not held else [])
         html = with_engine_description(html, description)

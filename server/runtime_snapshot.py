@@ -49,6 +49,15 @@ def build_version(digest: str) -> str:
     return f"{RUNTIME_URL} {NUMPY_BUNDLE_URL} {digest}"
 
 
+def snapshot_key(user_agent: str) -> str:
+    """Which snapshot of /api/engine's description a page preloads: the WebKit one for WebKit
+    (Safari, WebKitGTK, every iOS browser; their user agents name AppleWebKit but not Chrome/),
+    else the JSPI one. Only a hint: the worker picks by JSPI itself (runtime-snapshot.js), and a
+    wrong guess costs one download."""
+    webkit = "AppleWebKit/" in user_agent and "Chrome/" not in user_agent
+    return "snapshot_url_without_jspi" if webkit else "snapshot_url"
+
+
 def snapshot_path(paths: Paths, digest: str, name: str = SNAPSHOT_NAME) -> Path:
     return paths.runtime_snapshots / digest / name
 

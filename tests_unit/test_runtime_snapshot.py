@@ -102,3 +102,12 @@ def test_a_snapshot_made_without_jspi_is_kept_beside_and_named_apart(paths: Path
     assert client.get(described["snapshot_url"]).content == with_jspi
     assert client.get(described["snapshot_url_without_jspi"]).content == without
     assert client.get(f"/runtime-snapshot/{digest}/other.snapshot").status_code == 404
+    # Pages preload the one the browser will take, guessed from its user agent.
+    agents = {
+        "Mozilla/5.0 (Macintosh) AppleWebKit/605.1.15 (KHTML, like Gecko) Safari/605.1.15": "snapshot_url_without_jspi",
+        "Mozilla/5.0 (X11) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0 Safari/537.36": "snapshot_url",
+        "Mozilla/5.0 (X11; Linux x86_64; rv:140.0) Gecko/20100101 Firefox/140.0": "snapshot_url",
+    }
+    for agent, key in agents.items():
+        page = client.get("/console", headers={"user-agent": agent}).text
+        assert f'<link rel="preload" href="{described[key]}"' in page, agent
