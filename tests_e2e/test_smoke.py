@@ -9,7 +9,9 @@ import pytest
 from tests_e2e.engine_page import EnginePage, PythonError
 
 
-@pytest.fixture(scope="module", params=["chromium", "firefox", "webkit"])
+@pytest.fixture(
+    scope="module", params=["chromium", "firefox", pytest.param("webkit", marks=pytest.mark.webkit)]
+)
 def browser_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

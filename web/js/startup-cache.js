@@ -11,7 +11,7 @@ import { frame, unframe } from "./framed.js";
 
 const DIRECTORY = "pib-startup";
 
-// Where entries live here: the "opfs" or "indexeddb" store, or null (neither: not a secure context).
+// Where entries live here (store()): the file system, IndexedDB, or null (neither).
 let chosen = null;
 
 function hasSyncAccessHandles() {
@@ -24,7 +24,6 @@ function hasSyncAccessHandles() {
 }
 
 const opfs = {
-  name: "opfs",
   folder: () => navigator.storage.getDirectory().then((root) => root.getDirectoryHandle(DIRECTORY, { create: true })),
   // The entry's bytes, or null (none, or another tab's worker holds it).
   async read(name) {
@@ -75,7 +74,6 @@ function openDatabase() {
 }
 
 const indexedStore = {
-  name: "indexeddb",
   database: null, // opened once, when the store is chosen
   async read(name) {
     const buffer = await settled(indexedStore.database.transaction(ENTRIES).objectStore(ENTRIES).get(name));
