@@ -29,12 +29,13 @@ setup: $(VENV)/.installed-base
 run: setup
 	$(CLI) serve --host $(HOST) --port $(PORT)
 
-# Debian's Chromium and Firefox ESR, Xvfb for Firefox's WebGL2, lavapipe for Vulkan-backed WebGPU.
+# Debian's Chromium and Firefox ESR, Xvfb for Firefox's WebGL2 and WebKit, lavapipe for
+# Vulkan-backed WebGPU, and WebKitGTK's WebKitWebDriver with its MiniBrowser (the WebKit leg).
 browsers:
 	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/firefox-esr ] || ! command -v Xvfb >/dev/null \
-		|| ! ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1; then \
+		|| ! ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || ! command -v WebKitWebDriver >/dev/null; then \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium firefox-esr xvfb mesa-vulkan-drivers; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium firefox-esr xvfb mesa-vulkan-drivers webkit2gtk-driver; \
 	fi
 
 # Debian's PostgreSQL binaries for the registry tests, which start their own throwaway server

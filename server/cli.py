@@ -14,7 +14,13 @@ from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
 from server.runtime_snapshot import snapshots_offered
 from server.settings import Paths
 from server.simd_build import SimdBuildError, ensure_simd_module
-from server.snapshot_maker import SnapshotMakerError, find_chromium, make_runtime_snapshot
+from server.snapshot_maker import (
+    SnapshotMakerError,
+    find_chromium,
+    find_minibrowser,
+    make_runtime_snapshot,
+    make_webkit_snapshot,
+)
 from server.web_libraries import ensure_web_libraries, web_library_problems
 
 
@@ -31,16 +37,23 @@ def setup(paths: Paths) -> None:
 
 
 def _make_snapshot(paths: Paths) -> None:
-    """The snapshot first visits restore (server/snapshot_maker.py); optional: without it a first
-    visit starts Python afresh."""
+    """The snapshots first visits restore (server/snapshot_maker.py); optional: without them a
+    first visit starts Python afresh."""
     chromium = find_chromium()
     if chromium is None:
         print("snapshot: no Chromium here (`make browsers`), so first visits start Python afresh")
-        return
+    else:
+        try:
+            print(f"snapshot: {make_runtime_snapshot(paths, chromium)}")
+        except SnapshotMakerError as exc:
+            print(f"snapshot: not made, first visits start Python afresh: {exc}")
+    minibrowser = find_minibrowser()
+    if minibrowser is None:
+        return  # no WebKitGTK here: first visits in WebKit start Python afresh
     try:
-        print(f"snapshot: {make_runtime_snapshot(paths, chromium)}")
-    except SnapshotMakerError as exc:
-        print(f"snapshot: not made, first visits start Python afresh: {exc}")
+        print(f"snapshot: {make_webkit_snapshot(paths, minibrowser)}")
+    except (SnapshotMakerError, RuntimeError) as exc:
+        print(f"snapshot: none for WebKit, its first visits start Python afresh: {exc}")
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -27,9 +27,11 @@ from server.request_limits import RequestBodyLimits
 from server.routers import models, training
 from server.runtime_setup import runtime_problems
 from server.runtime_snapshot import (
+    NO_JSPI_SNAPSHOT_NAME,
     SNAPSHOT_COOKIE,
-    SNAPSHOT_NAME,
+    SNAPSHOT_NAMES,
     SNAPSHOT_URL_PREFIX,
+    snapshot_key,
     snapshot_path,
     snapshot_url,
     snapshots_offered,
@@ -135,7 +137,7 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
         # The snapshot is the largest download of a first visit, preloaded so the rest come while
         # it arrives; a browser holding its own copy (SNAPSHOT_COOKIE) would only read it twice.
         description = engine_description()
-        snapshot = description["snapshot_url"]
+        snapshot = description[snapshot_key(request.headers.get("user-agent", ""))]
         held = request.cookies.get(SNAPSHOT_COOKIE) == description["digest"]
         html = with_preloads(html, [snapshot] if snapshot and not held else [])
         html = with_engine_description(html, description)
@@ -155,6 +157,12 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
             "numpy_bundle_url": NUMPY_BUNDLE_URL,
             # null when set-up made no snapshot of this build (no Chromium, or sources edited since)
             "snapshot_url": snapshot_url(paths, bundle.digest) if offer_snapshot else None,
+            # the same, made without JSPI, for browsers that lack it (WebKit)
+            "snapshot_url_without_jspi": (
+                snapshot_url(paths, bundle.digest, NO_JSPI_SNAPSHOT_NAME)
+                if offer_snapshot
+                else None
+            ),
         }
 
     @app.get("/api/health")
@@ -172,13 +180,13 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
         return engine_description()
 
     @app.api_route(
-        SNAPSHOT_URL_PREFIX + "/{digest}/" + SNAPSHOT_NAME,
+        SNAPSHOT_URL_PREFIX + "/{digest}/{name}",
         methods=["GET", "HEAD"],
         include_in_schema=False,
     )
-    def runtime_snapshot_file(request: Request, digest: str) -> Response:
-        path = snapshot_path(paths, digest)
-        if digest != engine_bundle().digest or not path.is_file():
+    def runtime_snapshot_file(request: Request, digest: str, name: str) -> Response:
+        path = snapshot_path(paths, digest, name)
+        if digest != engine_bundle().digest or name not in SNAPSHOT_NAMES or not path.is_file():
             raise HTTPException(
                 404, "no snapshot of that build; ask /api/engine for the current one"
             )

@@ -6,6 +6,10 @@ of starting Python and importing them (web/js/runtime-snapshot.js). A browser ma
 its first visit; `py-in-browser setup` makes one in headless Chromium (server/snapshot_maker.py)
 for the current engine build, so that the first visit is quick too. The page checks the snapshot's
 recorded version against the build it runs and starts afresh on any mismatch.
+
+Pyodide records at start-up whether the browser can suspend WebAssembly (JSPI), and a restored
+image keeps that answer, so set-up makes two: one with JSPI (Chromium, Firefox) and one made with
+JSPI hidden, for browsers without it (WebKit: Safari, WebKitGTK), each page taking its own.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from server.package_bundle import drop_other_builds, write_served
 from server.settings import NUMPY_BUNDLE_URL, RUNTIME_URL, Paths
 
 SNAPSHOT_NAME = "runtime.snapshot"
+# The snapshot made without JSPI, for browsers that lack it.
+NO_JSPI_SNAPSHOT_NAME = "runtime-no-jspi.snapshot"
+SNAPSHOT_NAMES = (SNAPSHOT_NAME, NO_JSPI_SNAPSHOT_NAME)
 SNAPSHOT_URL_PREFIX = "/runtime-snapshot"
 # The engine build whose snapshot the browser holds in its own cache, as the page records it
 # (web/js/pib-client.js): the server then leaves out the snapshot's preload.
@@ -42,15 +49,25 @@ def build_version(digest: str) -> str:
     return f"{RUNTIME_URL} {NUMPY_BUNDLE_URL} {digest}"
 
 
-def snapshot_path(paths: Paths, digest: str) -> Path:
-    return paths.runtime_snapshots / digest / SNAPSHOT_NAME
+def snapshot_key(user_agent: str) -> str:
+    """Which snapshot of /api/engine's description a page preloads: the WebKit one for WebKit
+    (Safari, WebKitGTK, every iOS browser; their user agents name AppleWebKit but not Chrome/),
+    else the JSPI one. Only a hint: the worker picks by JSPI itself (runtime-snapshot.js), and a
+    wrong guess costs one download."""
+    webkit = "AppleWebKit/" in user_agent and "Chrome/" not in user_agent
+    return "snapshot_url_without_jspi" if webkit else "snapshot_url"
 
 
-def snapshot_url(paths: Paths, digest: str) -> str | None:
-    """Where a page downloads the snapshot of engine build `digest`, or None when set-up made none."""
-    if not snapshot_path(paths, digest).is_file():
+def snapshot_path(paths: Paths, digest: str, name: str = SNAPSHOT_NAME) -> Path:
+    return paths.runtime_snapshots / digest / name
+
+
+def snapshot_url(paths: Paths, digest: str, name: str = SNAPSHOT_NAME) -> str | None:
+    """Where a page downloads snapshot `name` (SNAPSHOT_NAMES) of engine build `digest`, or None
+    when set-up made none."""
+    if not snapshot_path(paths, digest, name).is_file():
         return None
-    return f"{SNAPSHOT_URL_PREFIX}/{digest}/{SNAPSHOT_NAME}"
+    return f"{SNAPSHOT_URL_PREFIX}/{digest}/{name}"
 
 
 def _recorded_version(data: bytes) -> str:
@@ -70,14 +87,17 @@ def _recorded_version(data: bytes) -> str:
 
 def store_snapshot(paths: Paths, digest: str, data: bytes) -> Path:
     """Keeps `data` as the snapshot of engine build `digest`, replacing other builds' snapshots;
-    refuses it unless its header records that build (plus the browser's features)."""
+    refuses it unless its header records that build (plus the browser's features). A snapshot
+    made without JSPI is kept beside the one made with it."""
     if len(data) > MAX_SNAPSHOT_BYTES:
         raise SnapshotRejected(f"{len(data)} bytes is larger than any snapshot")
     expected = build_version(digest)
     recorded = _recorded_version(data)
     if not recorded.startswith(expected + " "):
         raise SnapshotRejected(f"made for {recorded!r}, not for {expected!r}")
-    target = snapshot_path(paths, digest)
+    # runtime-snapshot.js's snapshotVersion ends the version with the runtime's JSPI answer.
+    name = NO_JSPI_SNAPSHOT_NAME if recorded.endswith(" jspi=false") else SNAPSHOT_NAME
+    target = snapshot_path(paths, digest, name)
     target.parent.mkdir(parents=True, exist_ok=True)
     write_served(target, data)
     drop_other_builds(paths.runtime_snapshots, digest)

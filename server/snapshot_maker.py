@@ -6,6 +6,12 @@ and Firefox (both have JSPI). So set-up serves the app on a loopback port, opens
 web/js/snapshot-maker.js in headless Chromium (the page makes the snapshot with the same code a
 browser uses for its own after a first visit) and takes the upload it posts back, guarded by a
 one-time token. Without Chromium nothing is made, and pages start Python afresh on a first visit.
+
+WebKit lacks JSPI, and an image also holds function-table slots that only the engine which made
+it assigns alike (JavaScriptCore adds a slot for a function V8 finds already in the table), so a
+Chromium image fails to restore there; where WebKitGTK's MiniBrowser is installed (`make
+browsers`), set-up opens the same page in it, under a private X display, for the snapshot that
+browsers without JSPI take.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -29,8 +36,15 @@ from starlette.routing import Mount, Route
 from server.background import free_port
 from server.engine_bundle import ensure_engine_bundle
 from server.main import SECURITY_HEADERS, create_app
-from server.runtime_snapshot import SnapshotRejected, snapshot_path, store_snapshot
+from server.runtime_snapshot import (
+    NO_JSPI_SNAPSHOT_NAME,
+    SNAPSHOT_NAME,
+    SnapshotRejected,
+    snapshot_path,
+    store_snapshot,
+)
 from server.settings import Paths
+from server.xvfb import xvfb_display
 
 MAKER_PATH = "/setup/runtime-snapshot"
 MAKE_TIMEOUT_S = 300.0
@@ -47,6 +61,9 @@ CHROMIUM_FLAGS = (
 )
 
 
+MINIBROWSER = Path("/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser")
+
+
 class SnapshotMakerError(RuntimeError):
     """The snapshot was not made; the message says why."""
 
@@ -58,6 +75,14 @@ def find_chromium() -> Path | None:
         return Path(named)
     found = shutil.which("chromium")
     return Path(found) if found else None
+
+
+def find_minibrowser() -> Path | None:
+    """PIB_MINIBROWSER, else Debian's WebKitGTK MiniBrowser (`make browsers`), else None."""
+    named = os.environ.get("PIB_MINIBROWSER")
+    if named:
+        return Path(named)
+    return MINIBROWSER if MINIBROWSER.is_file() else None
 
 
 class _Upload:
@@ -102,10 +127,15 @@ def _serve(app: Starlette, port: int) -> tuple[uvicorn.Server, threading.Thread]
     return server, thread
 
 
-def make_runtime_snapshot(paths: Paths, chromium: Path) -> Path:
-    """Makes (or finds) the snapshot of the current engine build; raises SnapshotMakerError."""
+# A browser opening the maker page: (address, profile folder) -> its process.
+Launch = Callable[[str, str], "subprocess.Popen[bytes]"]
+
+
+def _make(paths: Paths, name: str, browser_name: str, launch: Launch) -> Path:
+    """Makes (or finds) snapshot `name` of the current engine build in the browser `launch`
+    starts; raises SnapshotMakerError."""
     digest = ensure_engine_bundle(paths).digest
-    existing = snapshot_path(paths, digest)
+    existing = snapshot_path(paths, digest, name)
     if existing.is_file():
         return existing
     upload = _Upload(secrets.token_urlsafe(24))
@@ -120,19 +150,12 @@ def make_runtime_snapshot(paths: Paths, chromium: Path) -> Path:
     server, thread = _serve(app, port)
     upload_url = quote(f"{MAKER_PATH}?token={upload.token}", safe="")
     with tempfile.TemporaryDirectory(prefix="pib-snapshot-profile-") as profile:
-        browser = subprocess.Popen(
-            [
-                str(chromium),
-                *CHROMIUM_FLAGS,
-                f"--user-data-dir={profile}",
-                f"http://127.0.0.1:{port}{MAKER_PATH}?upload={upload_url}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        browser = launch(f"http://127.0.0.1:{port}{MAKER_PATH}?upload={upload_url}", profile)
         try:
             if not upload.done.wait(MAKE_TIMEOUT_S):
-                raise SnapshotMakerError(f"no snapshot from Chromium within {MAKE_TIMEOUT_S:.0f} s")
+                raise SnapshotMakerError(
+                    f"no snapshot from {browser_name} within {MAKE_TIMEOUT_S:.0f} s"
+                )
         finally:
             browser.kill()
             browser.wait()
@@ -141,6 +164,40 @@ def make_runtime_snapshot(paths: Paths, chromium: Path) -> Path:
     if upload.data is None:
         raise SnapshotMakerError(upload.failure)
     try:
-        return store_snapshot(paths, digest, upload.data)
+        stored = store_snapshot(paths, digest, upload.data)
     except SnapshotRejected as exc:
         raise SnapshotMakerError(f"the upload was refused: {exc}") from exc
+    if stored.name != name:
+        raise SnapshotMakerError(f"{browser_name} made {stored.name}, not {name}")
+    return stored
+
+
+def make_runtime_snapshot(paths: Paths, chromium: Path) -> Path:
+    """Makes (or finds) the snapshot of the current engine build; raises SnapshotMakerError."""
+
+    def launch(address: str, profile: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [str(chromium), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", address],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    return _make(paths, SNAPSHOT_NAME, "Chromium", launch)
+
+
+def make_webkit_snapshot(paths: Paths, minibrowser: Path) -> Path:
+    """Makes (or finds) the snapshot for browsers without JSPI in WebKitGTK's MiniBrowser, on an
+    X display of its own; raises SnapshotMakerError."""
+    with xvfb_display() as display:
+
+        def launch(address: str, profile: str) -> subprocess.Popen[bytes]:
+            # Its caches and data go to the throwaway profile, not the user's home.
+            folders = {f"XDG_{kind}_HOME": f"{profile}/{kind}" for kind in ("CACHE", "DATA")}
+            return subprocess.Popen(
+                [str(minibrowser), address],
+                env={**os.environ, **folders, "DISPLAY": display},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
+        return _make(paths, NO_JSPI_SNAPSHOT_NAME, "WebKitGTK's MiniBrowser", launch)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-import select
-import shutil
-import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from playwright.sync_api import Browser, Playwright
+
+# Firefox's WebGL2 and WebKitGTK need an X display; set-up uses it too (WebKit's snapshot).
+from server.xvfb import xvfb_display as xvfb_display
 
 CHROMIUM = "/usr/bin/chromium"
 FIREFOX = "/usr/bin/firefox-esr"
@@ -40,30 +38,6 @@ def launch_chromium(playwright: Playwright, extra_args: list[str] | None = None)
     return playwright.chromium.launch(
         executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *(extra_args or [])], headless=True
     )
-
-
-@contextmanager
-def xvfb_display() -> Iterator[str]:
-    """A private X display: Firefox's WebGL2 needs one even when nothing is shown. Xvfb picks a
-    free display number itself (-displayfd), so parallel test runs never race for one."""
-    if shutil.which("Xvfb") is None:
-        raise RuntimeError("Xvfb is not installed: apt-get install -y xvfb")
-    server = subprocess.Popen(
-        ["Xvfb", "-displayfd", "1", "-screen", "0", "1280x1024x24", "-nolisten", "tcp"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        ready, _, _ = select.select([server.stdout], [], [], 10)
-        number = server.stdout.readline().strip() if ready else ""
-        if not number.isdigit():
-            raise RuntimeError("Xvfb did not start (no display number within 10 s)")
-        yield f":{number}"
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 def launch_firefox(playwright: Playwright, display: str) -> Browser:

@@ -11,8 +11,10 @@ from playwright.sync_api import Browser, Page, Playwright, sync_playwright
 from server.background import background_dev_server
 from tests_e2e.browsers import launch_chromium, launch_firefox, xvfb_display
 from tests_e2e.engine_page import EnginePage
+from tests_e2e.webkit import WebKitBrowser, launch_webkit
 
 BOOT_TIMEOUT_MS = 120_000
+READY_OR_TIMEOUT = f"() => Promise.race([window.pib.ready.then(() => null), new Promise((_, reject) => setTimeout(() => reject(new Error('pib.ready timed out')), {BOOT_TIMEOUT_MS}))])"
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +44,13 @@ def firefox(playwright: Playwright) -> Iterator[Browser]:
         browser.close()
 
 
+@pytest.fixture(scope="session")
+def webkit() -> Iterator[WebKitBrowser]:
+    """WebKitGTK's MiniBrowser through WebKitWebDriver (tests_e2e/webkit.py)."""
+    with launch_webkit() as browser:
+        yield browser
+
+
 @pytest.fixture(scope="module")
 def browser_kind() -> str:
     """Modules that run in several browsers override this with a parametrized fixture."""
@@ -54,8 +63,19 @@ def page_query() -> str:
     return ""
 
 
-def open_engine_page(browser: Browser, url: str, init_script: str | None = None) -> EnginePage:
-    """`init_script` runs in the page before its own scripts (Playwright's add_init_script)."""
+def open_engine_page(
+    browser: Browser | WebKitBrowser, url: str, init_script: str | None = None
+) -> EnginePage:
+    """`init_script` runs in the page before its own scripts (Playwright's add_init_script; not
+    in WebKit, whose WebDriver has no such call)."""
+    if isinstance(browser, WebKitBrowser):
+        if init_script is not None:
+            raise ValueError("WebKit pages take no init script")
+        engine = EnginePage(browser.new_page())  # type: ignore[arg-type]
+        engine.page.goto(url)
+        engine.page.wait_for_function("() => window.pib !== undefined")
+        engine.page.evaluate(READY_OR_TIMEOUT)
+        return engine
     page: Page = browser.new_page()
     if init_script is not None:
         page.add_init_script(init_script)
@@ -64,9 +84,7 @@ def open_engine_page(browser: Browser, url: str, init_script: str | None = None)
     page.on("pageerror", lambda error: engine.console.append(f"pageerror: {error}"))
     page.goto(url)
     page.wait_for_function("() => window.pib !== undefined")
-    page.evaluate(
-        f"() => Promise.race([window.pib.ready.then(() => null), new Promise((_, reject) => setTimeout(() => reject(new Error('pib.ready timed out')), {BOOT_TIMEOUT_MS}))])"
-    )
+    page.evaluate(READY_OR_TIMEOUT)
     return engine
 
 

@@ -1,6 +1,6 @@
 """The feature x backend matrix in real browsers: every case of py_in_browser.testing.feature_cases
-on cpu, webgpu and webgl2 in Chromium and on webgpu and webgl2 in Firefox ESR, compared with the
-CPython cpu run: per-epoch losses and metrics, final weights and each feature's own outputs.
+on cpu, webgpu and webgl2 in Chromium, on webgpu and webgl2 in Firefox ESR and on cpu and webgl2
+in WebKit (WebKitGTK, which has no WebGPU), compared with the CPython cpu run: per-epoch losses and metrics, final weights and each feature's own outputs.
 
 One page per browser, one runPython call per backend runs the whole table; each case is then its
 own test, so a failure names the case, the backend and the browser.
@@ -50,8 +50,12 @@ TARGETS = [
     Target("chromium", "webgl2", GPU_TOLERANCE),
     Target("firefox", "webgpu", GPU_TOLERANCE),
     Target("firefox", "webgl2", GPU_TOLERANCE),
+    # WebKitGTK has no WebGPU; its worker's WebGL2 runs on the GPU process's Mesa (llvmpipe here).
+    Target("webkit", "cpu", CPU_TOLERANCE),
+    Target("webkit", "webgl2", GPU_TOLERANCE),
 ]
 NAMES = [c.name for c in feature_cases.CASES]
+BROWSER_MARKS = {"firefox": [pytest.mark.firefox], "webkit": [pytest.mark.webkit]}
 
 
 @pytest.fixture(scope="module")
@@ -91,10 +95,7 @@ def pages(request: pytest.FixtureRequest, server_url: str) -> Iterator[PagePerBr
 
 @pytest.fixture(
     scope="module",
-    params=[
-        pytest.param(t, id=str(t), marks=[pytest.mark.firefox] if t.browser == "firefox" else [])
-        for t in TARGETS
-    ],
+    params=[pytest.param(t, id=str(t), marks=BROWSER_MARKS.get(t.browser, [])) for t in TARGETS],
 )
 def matrix_run(request: pytest.FixtureRequest, pages: PagePerBrowser) -> tuple[Target, Any]:
     """The whole table on one browser and backend in one runPython call: (target, results)."""

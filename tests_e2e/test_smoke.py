@@ -1,4 +1,5 @@
-"""The foundation holds in real Chromium and Firefox: Python in a worker, numpy, errors, GPU APIs."""
+"""The foundation holds in real Chromium, Firefox and WebKit: Python in a worker, numpy, errors,
+GPU APIs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import pytest
 from tests_e2e.engine_page import EnginePage, PythonError
 
 
-@pytest.fixture(scope="module", params=["chromium", "firefox"])
+@pytest.fixture(
+    scope="module", params=["chromium", "firefox", pytest.param("webkit", marks=pytest.mark.webkit)]
+)
 def browser_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -68,8 +71,12 @@ def test_worker_sees_webgpu_and_webgl2(engine_page: EnginePage, browser_kind: st
     environment = engine_page.js("() => window.pib.environment")
     webgpu, webgl2 = environment["webgpu"], environment["webgl2"]
     print(f"{browser_kind}: webgpu={webgpu} webgl2={webgl2}")
-    assert webgpu["available"], webgpu
-    assert webgpu["max_storage_buffer_binding_size"] > 0
+    if browser_kind == "webkit":
+        # WebKitGTK 2.50 has no WebGPU (its feature is a preview, off, and finds no adapter here).
+        assert not webgpu["available"] and "navigator.gpu" in webgpu["reason"], webgpu
+    else:
+        assert webgpu["available"], webgpu
+        assert webgpu["max_storage_buffer_binding_size"] > 0
     assert webgl2["available"], webgl2
     assert webgl2["ext_color_buffer_float"] and webgl2["float32_render"], webgl2
     assert webgl2["highp"]
@@ -84,9 +91,10 @@ def test_start_up_stages_are_reported(engine_page: EnginePage) -> None:
     # (each is rounded to a millisecond).
     startup = engine_page.js("() => window.pib.startup")
     assert sum(startup["stages"].values()) <= startup["ready_ms"] + len(stages)
-    bars = engine_page.page.locator(".stage progress")
-    assert bars.count() == 5
-    assert all(bars.nth(i).evaluate("bar => bar.value === bar.max") for i in range(5))
+    bars = engine_page.js(
+        "() => [...document.querySelectorAll('.stage progress')].map((bar) => bar.value === bar.max)"
+    )
+    assert bars == [True] * 5
 
 
 def test_auto_selection_keeps_the_fastest_backend_that_passes(
@@ -103,11 +111,9 @@ def test_auto_selection_keeps_the_fastest_backend_that_passes(
 
 
 def test_an_unknown_backend_rejects_ready_and_every_call(
-    engine_page: EnginePage, server_url: str
+    request: pytest.FixtureRequest, browser_kind: str, server_url: str
 ) -> None:
-    browser = engine_page.page.context.browser
-    assert browser is not None
-    page = browser.new_page()
+    page = request.getfixturevalue(browser_kind).new_page()
     try:
         page.goto(f"{server_url}/console?backend=tpu")
         errors = page.evaluate(

@@ -86,3 +86,28 @@ def test_a_new_build_replaces_the_old_builds_snapshot(paths: Paths) -> None:
     for digest in ("a" * 16, "b" * 16):
         store_snapshot(paths, digest, framed(build_version(digest) + " jspi=true"))
     assert [p.name for p in paths.runtime_snapshots.iterdir()] == ["b" * 16]
+
+
+def test_a_snapshot_made_without_jspi_is_kept_beside_and_named_apart(paths: Paths) -> None:
+    """WebKit lacks JSPI and restores only an image JavaScriptCore made: set-up's WebKit snapshot
+    is a second file, which /api/engine names for browsers without JSPI."""
+    client = TestClient(create_app(paths))
+    digest = ensure_engine_bundle(paths).digest
+    with_jspi = framed(build_version(digest) + " jspi=true")
+    without = framed(build_version(digest) + " jspi=false", b"\2" * 64)
+    store_snapshot(paths, digest, with_jspi)
+    assert client.get("/api/engine").json()["snapshot_url_without_jspi"] is None
+    store_snapshot(paths, digest, without)
+    described = client.get("/api/engine").json()
+    assert client.get(described["snapshot_url"]).content == with_jspi
+    assert client.get(described["snapshot_url_without_jspi"]).content == without
+    assert client.get(f"/runtime-snapshot/{digest}/other.snapshot").status_code == 404
+    # Pages preload the one the browser will take, guessed from its user agent.
+    agents = {
+        "Mozilla/5.0 (Macintosh) AppleWebKit/605.1.15 (KHTML, like Gecko) Safari/605.1.15": "snapshot_url_without_jspi",
+        "Mozilla/5.0 (X11) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0 Safari/537.36": "snapshot_url",
+        "Mozilla/5.0 (X11; Linux x86_64; rv:140.0) Gecko/20100101 Firefox/140.0": "snapshot_url",
+    }
+    for agent, key in agents.items():
+        page = client.get("/console", headers={"user-agent": agent}).text
+        assert f'<link rel="preload" href="{described[key]}"' in page, agent

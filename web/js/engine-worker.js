@@ -9,6 +9,7 @@ import {
   chooseSnapshot,
   keepSnapshot,
   openSnapshot,
+  serverSnapshotURL,
   startRuntime,
   storeSnapshot,
 } from "./runtime-snapshot.js";
@@ -113,7 +114,7 @@ async function boot({ backend, engine: described, pageOrigin }) {
   engineBundle.catch(() => {});
   // What the stored snapshot and bytecode must have been made from: this runtime and these sources.
   const version = buildVersion(engine);
-  const stored = chooseSnapshot(ownSnapshot, engine.snapshot_url, version);
+  const stored = chooseSnapshot(ownSnapshot, serverSnapshotURL(engine), version);
   pageStage(pageOrigin);
   const { pyodide, snapshot } = await stage("runtime", () =>
     startRuntime({ indexURL: engine.runtime_url, bundles: [numpyBundle, engineBundle], stored }),
@@ -156,7 +157,7 @@ async function boot({ backend, engine: described, pageOrigin }) {
   // A snapshot that failed to restore is replaced too; the server's is kept in the browser, which
   // reads it back faster than from the HTTP cache (a plain file, no inflating).
   const makeSnapshot = snapshot !== "loaded" && snapshot !== "unavailable";
-  const keepServerSnapshot = snapshotSource === "server" && canKeepEntries();
+  const keepServerSnapshot = snapshotSource === "server" && (await canKeepEntries());
   post({
     type: "ready",
     backend: chosen,

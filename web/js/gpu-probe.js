@@ -31,7 +31,16 @@ function probeWebGL2() {
   if (typeof OffscreenCanvas === "undefined") return { available: false, reason: "no OffscreenCanvas" };
   const canvas = new OffscreenCanvas(1, 1);
   const gl = canvas.getContext("webgl2", ENGINE_CONTEXT);
-  if (!gl) return { available: false, reason: "getContext('webgl2') returned null" };
+  // WebKitGTK's page canvases have WebGL2 while its workers' OffscreenCanvas does not: giving
+  // workers WebGL is a WebKit feature (AllowWebGLInWorkers) Safari turns on from 17, WebKitGTK not.
+  if (!gl) {
+    return {
+      available: false,
+      reason:
+        "getContext('webgl2') returned null in the engine's worker: this browser gives workers no WebGL2 " +
+        "(WebKitGTK leaves its AllowWebGLInWorkers feature off; Safari has it from 17), or WebGL is off or blocked",
+    };
+  }
   const colorBufferFloat = gl.getExtension("EXT_color_buffer_float") !== null;
   const high = gl.getShaderPrecisionFormat(gl.FRAGMENT_SHADER, gl.HIGH_FLOAT);
   // The extension can be advertised yet a float32 target still be incomplete: render-test one.

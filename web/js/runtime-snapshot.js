@@ -24,10 +24,22 @@ export function buildVersion(engine) {
   return `${engine.runtime_url} ${engine.numpy_bundle_url} ${engine.digest}`;
 }
 
+// Whether this browser can suspend WebAssembly (JSPI): WebKit cannot.
+function hasJSPI() {
+  return typeof WebAssembly.Suspending === "function";
+}
+
 // What a snapshot depends on beyond the build: Pyodide records at start-up whether the browser can
 // suspend WebAssembly (JSPI), and a restored image keeps that answer.
 function snapshotVersion(version) {
-  return `${version} jspi=${typeof WebAssembly.Suspending === "function"}`;
+  return `${version} jspi=${hasJSPI()}`;
+}
+
+// The server's snapshot for this browser in /api/engine's description `engine`, or null: the one
+// set-up made in WebKitGTK for browsers without JSPI (an image holds function-table slots that
+// only the engine which made it assigns alike, so Chromium's would not restore in WebKit).
+export function serverSnapshotURL(engine) {
+  return (hasJSPI() ? engine.snapshot_url : engine.snapshot_url_without_jspi) ?? null;
 }
 
 // Starts reading the browser's own snapshot before the build it must match is known.

@@ -54,11 +54,20 @@ function newId() {
   return crypto.randomUUID();
 }
 
+// A storage failure in words: a full quota (Safari's is small, and smaller in private windows)
+// says what still works.
+function storageFailure(error) {
+  if (error.name === "QuotaExceededError") {
+    return "This browser's storage for the site is full, so this is not kept after a reload. Delete some samples or download the model to keep it.";
+  }
+  return `Could not store locally: ${error.message}`;
+}
+
 async function persist(store, value) {
   try {
     await app.storage?.put(store, value);
   } catch (error) {
-    status.banner(`Could not store locally: ${error.message}`, "error");
+    status.banner(storageFailure(error), "error");
   }
 }
 
@@ -503,8 +512,15 @@ async function modelLoaded(info, source) {
 }
 
 async function saveToBrowser() {
+  if (!app.storage) {
+    throw new Error("This browser keeps nothing for the site here (a private window may refuse storage): download the model instead.");
+  }
   const bytes = await engine.save();
-  await app.storage.put("models", { id: "last", bytes, savedAt: new Date().toISOString(), labels: app.model.labels });
+  try {
+    await app.storage.put("models", { id: "last", bytes, savedAt: new Date().toISOString(), labels: app.model.labels });
+  } catch (error) {
+    throw new Error(storageFailure(error));
+  }
   $("keep-message").textContent = `Saved in this browser (${(bytes.length / 1024).toFixed(1)} KiB).`;
   $("load-browser").disabled = false;
 }

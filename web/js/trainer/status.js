@@ -19,7 +19,15 @@ const SOFTWARE_GPU = /swiftshader|llvmpipe|lavapipe|software|basic render/i;
 // probe's names and adapter flag are the fallback.
 function gpuText(status, environment) {
   const backend = status.backend;
-  if (backend === "cpu") return "none (numpy on the CPU)";
+  if (backend === "cpu") {
+    // Why no GPU runs, where the browser offered none (otherwise the CPU measured faster).
+    const missing = [
+      ["WebGPU", environment?.webgpu],
+      ["WebGL2", environment?.webgl2],
+    ].filter(([, probe]) => probe && !probe.available);
+    const why = missing.map(([name, probe]) => `${name}: ${probe.reason}`).join("; ");
+    return `none (numpy on the CPU)${why ? `; ${why}` : ""}`;
+  }
   const probe = (backend === "webgpu" ? environment?.webgpu : environment?.webgl2) ?? {};
   const name = backend === "webgpu" ? [probe.vendor, probe.architecture].filter(Boolean).join(" ") : probe.renderer;
   const renderer = status.capabilities?.software_renderer;

@@ -1,0 +1,185 @@
+"""WebKit (WebKitGTK's MiniBrowser through WebKitWebDriver, tests_e2e/webkit.py): the gesture
+trainer's collect, train, predict, save and restore path with WebKit's mock camera, its
+accessibility scan, start-up across visits (the server's WebKit snapshot on a first visit; the
+browser's own snapshot and bytecode, kept in IndexedDB, on a second), and why the CPU runs where
+WebKit gives the engine's worker no WebGL2. The smoke tests and the feature matrix have WebKit
+rows of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
+
+from py_in_browser.testing import workloads
+from tests_e2e.app_gestures import CLASSES, gesture_set, png
+from tests_e2e.conftest import READY_OR_TIMEOUT
+from tests_e2e.test_app import BATCH_SIZE, EPOCHS, INPUT_SIZE, LEARNING_RATE, TRAIN_PER_CLASS
+from tests_e2e.webkit import WebKitBrowser, WebKitPage, launch_webkit
+
+pytestmark = pytest.mark.webkit
+
+# WebKit's own fake camera; WebDriver sessions grant it without a prompt.
+MOCK_CAMERA = ["--enable-mock-capture-devices=true", "--enable-media-stream=true"]
+XOR = {"epochs": 20}
+TRAIN = f"from py_in_browser.testing import workloads\nawait workloads.run_xor(**{XOR!r})"
+STORED = "() => [window.pib.startup.snapshot_store, window.pib.startup.bytecode_store].every((s) => s !== 'storing')"
+
+
+def type_into(page: WebKitPage, element_id: str, text: str) -> None:
+    """Types `text` over a field's value, as a user selecting it all would (WebDriver's clear()
+    leaves WebKitGTK's fields as they were)."""
+    page.evaluate(f"() => document.getElementById({element_id!r}).select()")
+    page.driver().find_element(By.ID, element_id).send_keys(text, Keys.TAB)
+    assert page.evaluate(f"() => document.getElementById({element_id!r}).value") == text
+
+
+def open_app(page: WebKitPage, url: str) -> None:
+    page.goto(url)
+    page.wait_for_function("() => window.pib !== undefined")
+    page.evaluate(READY_OR_TIMEOUT)
+    page.wait_for_function(
+        "() => document.getElementById('engine-state').textContent.startsWith('Ready')"
+    )
+
+
+def live_labels(page: WebKitPage) -> list[str]:
+    """The classes of a live prediction made after this call, from the mock camera."""
+    page.evaluate("() => { window.gestureTrainer.prediction.result = null; }")
+    page.wait_for_function("() => window.gestureTrainer.prediction.result !== null")
+    result = page.evaluate("() => window.gestureTrainer.prediction.result")
+    scores = [entry["score"] for entry in result["top"]]
+    assert scores == sorted(scores, reverse=True), result
+    return sorted(entry["label"] for entry in result["top"])
+
+
+@pytest.fixture(scope="module")
+def app_page(server_url: str) -> Iterator[WebKitPage]:
+    with launch_webkit(settings=MOCK_CAMERA) as browser:
+        page = browser.new_page()
+        open_app(page, f"{server_url}/")
+        yield page
+
+
+def test_collect_train_predict_save_and_restore(
+    app_page: WebKitPage, server_url: str, tmp_path: Path
+) -> None:
+    page, driver = app_page, app_page.driver()
+    driver.find_element(By.ID, "add-class").click()
+    page.wait_for_function("() => document.querySelectorAll('.class-card').length === 3")
+    for index, (kind, images) in enumerate(gesture_set(TRAIN_PER_CLASS, seed=1).items()):
+        card = driver.find_elements(By.CSS_SELECTOR, ".class-card")[index]
+        name = card.find_element(By.CSS_SELECTOR, ".class-name")
+        page.evaluate(f"() => document.querySelectorAll('.class-name')[{index}].select()")
+        name.send_keys(kind, Keys.TAB)
+        paths = []
+        for i, image in enumerate(images):
+            path = tmp_path / f"{kind}-{i}.png"
+            path.write_bytes(png(image))
+            paths.append(str(path))
+        card.find_element(By.CSS_SELECTOR, "input.upload").send_keys("\n".join(paths))
+        page.wait_for_function(
+            f"() => document.querySelectorAll('.class-card')[{index}].querySelectorAll('.thumbs li').length === {len(paths)}"
+        )
+    names = "() => [...document.querySelectorAll('.class-name')].map((field) => field.value)"
+    assert page.evaluate(names) == list(CLASSES)
+    for field, value in (
+        ("epochs", EPOCHS),
+        ("learning-rate", LEARNING_RATE),
+        ("batch-size", BATCH_SIZE),
+    ):
+        type_into(page, field, str(value))
+    Select(driver.find_element(By.ID, "input-size")).select_by_value(str(INPUT_SIZE))
+    driver.find_element(By.ID, "train").click()
+    page.wait_for_function("() => !document.getElementById('evaluation').hidden")
+    training: dict[str, Any] = page.evaluate("() => window.gestureTrainer.lastTraining")
+    backend = page.evaluate("() => window.pib.backend")
+    print(
+        f"\nwebkit {backend}: {EPOCHS} epochs in {training['seconds']:.1f} s, held-out "
+        f"{training['accuracy']:.3f}, longest main-thread task {training['longestTaskMs']:.0f} ms"
+    )
+    assert training["held_out_count"] == 3 * round(TRAIN_PER_CLASS * 0.15)
+    assert training["batch_size"] == BATCH_SIZE
+    assert training["accuracy"] >= 0.9, training
+    # The mock camera is classified live, each frame a transferred bitmap the engine takes.
+    assert live_labels(page) == sorted(CLASSES)
+
+    driver.find_element(By.ID, "save-browser").click()
+    page.wait_for_function(
+        "() => document.getElementById('keep-message').textContent.startsWith('Saved in this browser')"
+    )
+    open_app(page, f"{server_url}/")  # a reload: samples and the model come back from IndexedDB
+    counts = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".class-card .count")]
+    assert counts == [f"{TRAIN_PER_CLASS} samples"] * 3, "the samples were not restored"
+    assert page.evaluate(names) == list(CLASSES)
+    driver.find_element(By.ID, "load-browser").click()
+    page.wait_for_function("() => !document.getElementById('prediction').hidden")
+    assert live_labels(page) == sorted(CLASSES)
+
+
+def test_accessibility_scan_finds_nothing_serious(app_page: WebKitPage) -> None:
+    app_page.evaluate(
+        """() => new Promise((resolve, reject) => {
+            const script = document.createElement("script");
+            script.src = "/lib/axe-core/axe.min.js";
+            script.onload = resolve;
+            script.onerror = () => reject(new Error("axe-core did not load"));
+            document.head.append(script);
+        })"""
+    )
+    violations = app_page.evaluate(
+        """async () => (await axe.run(document)).violations
+            .filter((v) => v.impact === "serious" || v.impact === "critical")
+            .map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`)"""
+    )
+    assert violations == []
+
+
+def visit(browser: WebKitBrowser, url: str, then: str | None = None) -> tuple[Any, Any]:
+    """One visit in the session's window: pib.startup once what it stores is stored, and the
+    result of the Python `then`."""
+    page = browser.pages[0] if browser.pages else browser.new_page()
+    page.goto(url)
+    page.wait_for_function("() => window.pib !== undefined")
+    page.evaluate(READY_OR_TIMEOUT)
+    page.wait_for_function(STORED)
+    startup = page.evaluate("() => window.pib.startup")
+    value = None if then is None else page.evaluate("(c) => window.pib.runPython(c)", then)
+    return startup, value
+
+
+def xor_in_cpython() -> Any:
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, workloads.run_xor(**XOR)).result()
+
+
+def test_visits_restore_the_servers_snapshot_then_their_own_from_indexeddb(
+    server_url: str,
+) -> None:
+    """A first visit restores the snapshot set-up made in WebKitGTK and keeps it, with the bytecode
+    it wrote, in IndexedDB (WebKitGTK ships the origin-private file system off, and its automation
+    sessions refuse it); the second visit restores both from there. WebKitGTK as shipped (no
+    features switched on) gives the engine's worker no WebGL2, and the page says why."""
+    url = f"{server_url}/console?backend=cpu"
+    with launch_webkit(features=[]) as browser:
+        first, got = visit(browser, url, TRAIN)
+        second, _ = visit(browser, url)
+        environment = browser.pages[0].evaluate("() => window.pib.environment")
+    print(f"webkit first visit {first}\nwebkit second visit {second}")
+    assert (first["snapshot"], first["snapshot_source"]) == ("loaded", "server"), first
+    assert first["snapshot_store"] == "stored", first
+    assert (first["bytecode"], first["bytecode_store"]) == ("absent", "stored"), first
+    np.testing.assert_allclose(got["losses"], xor_in_cpython()["losses"], rtol=0, atol=1e-5)
+    assert (second["snapshot"], second["snapshot_source"]) == ("loaded", "browser"), second
+    assert second["bytecode"] == "loaded", second
+    webgl2 = environment["webgl2"]
+    assert not webgl2["available"] and "AllowWebGLInWorkers" in webgl2["reason"], webgl2
