@@ -14,7 +14,7 @@ from typing import Any
 
 from playwright.async_api import Browser, Playwright, async_playwright
 
-from bench import startup_visits
+from bench import startup_visits, startup_webkit
 from bench import workloads as wl
 from bench.measure import Settings, measure_name, measure_workload
 from bench.page import BenchPage, CallFailed, CallTimeout
@@ -280,6 +280,7 @@ class Run:
         visits = self.results["meta"].setdefault("startup_visits", {})
         visits[ours] = await startup_visits.cold_and_warm(self.driver, self.base_url, "ours", ours)
         self.log_stages("ours", ours, visits[ours])
+        await self.webkit_column(ours, visits[ours])
         for side, index in (("tfjs", 1), ("jaxjs", 2)):
             for backend in dict.fromkeys(pair[index] for pair in pairs if pair[index]):
                 key = f"{side}:{backend}"
@@ -305,6 +306,18 @@ class Run:
                         startup_visits.side(visits[ours][kind]),
                         startup_visits.side(visits[key][kind]),
                     )
+
+    async def webkit_column(self, ours: str, chromium: dict[str, Any]) -> None:
+        """Our start-up in WebKit beside Chromium's, per stage, in the notes (WebKit has no
+        WebGPU, so a webgpu run has no column)."""
+        if ours == "webgpu":
+            return
+        self.log(f"[{ours}] start-up in WebKit (MiniBrowser): first visits, then second visits")
+        webkit = await startup_webkit.cold_and_warm(self.base_url, ours)
+        self.results["meta"].setdefault("startup_visits", {})[f"webkit:{ours}"] = webkit
+        for line in startup_webkit.side_by_side(chromium, webkit):
+            self.results["meta"].setdefault("startup_stages", []).append(f"webkit {ours}: {line}")
+            self.log(f"    {line}")
 
     def log_stages(self, side: str, backend: str, visits: dict[str, Any]) -> None:
         for kind in ("cold", "warm"):
