@@ -408,6 +408,14 @@ CASES: list[OpCase] = [
         {"padding": ((3, 0), (1, 3)), "strides": (1, 2)},
         seed=3,
     ),
+    # 1152 filter elements: RGBA-packed on webgl2, read a texel per tap.
+    _C(
+        "depthwise_wide_same",
+        "depthwise_conv2d",
+        ((1, 3, 4, 128), (3, 3, 128, 1)),
+        {"padding": "same"},
+        seed=4,
+    ),
     _C("max_pool2d", "max_pool2d", ((2, 4, 6, 2),), kinds=("distinct",)),
     _C(
         "max_pool2d_same",

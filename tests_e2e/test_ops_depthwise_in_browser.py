@@ -1,0 +1,102 @@
+"""depthwise_conv2d at the hand model's sizes on every backend of Chromium and Firefox: the
+112 x 112 x 24 first layer (3x3, an R-texture filter on webgl2) and a 28 x 28 x 144 5x5 layer
+(an RGBA-packed filter), each one draw or dispatch of the whole-texel / vec4 kernel, against
+numpy; the forward times are printed for the notes (never asserted: the machine is shared)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from py_in_browser.testing.op_cases import _ref_depthwise_conv2d
+from tests_e2e.conftest import open_engine_page
+
+LAYERS = [
+    # x shape, filter shape, strides
+    ((1, 112, 112, 24), (3, 3, 24, 1), 1),
+    ((1, 28, 28, 144), (5, 5, 144, 1), 1),
+    ((1, 56, 56, 96), (5, 5, 96, 1), 2),
+]
+# The kernel each backend runs a layer on (webgl2: draws sent; webgpu: dispatch keys).
+KERNEL = {"webgl2": "depthwise_conv2d4", "webgpu": "depthwise:4"}
+
+RUN_LAYERS = """
+import json, time
+from py_in_browser.backends.webgpu import kernels as webgpu_kernels
+backend = pib.runtime.current_backend()
+kernels_run = []
+if pib.get_backend() == "webgl2":
+    backend.flush()
+    engine_run = backend.queue.engine.run
+    def spy(payload, staging):
+        kernels_run.extend(c[1] for c in json.loads(payload)["commands"] if c[0] == "draw")
+        return engine_run(payload, staging)
+    backend.queue.engine.run = spy
+if pib.get_backend() == "webgpu":
+    plan = webgpu_kernels.plan
+    def plan_spy(op, attrs, out, *rest):
+        found = plan(op, attrs, out, *rest)
+        kernels_run.extend(d.key for d in found.dispatches)
+        return found
+    webgpu_kernels.plan = plan_spy
+rng = np.random.default_rng(11)
+results = []
+try:
+    for x_shape, w_shape, strides in LAYERS:
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        xt, wt = pib.tensor(x), pib.tensor(w)
+        kernels_run.clear()
+        got = await pib.depthwise_conv2d(xt, wt, strides=strides, padding="same").numpy()
+        kernels = list(kernels_run)
+        times = []
+        for _ in range(4):
+            start = time.perf_counter()
+            with pib.tidy():
+                await pib.depthwise_conv2d(xt, wt, strides=strides, padding="same").numpy()
+            times.append((time.perf_counter() - start) * 1e3)
+        results.append({"x": x, "w": w, "got": got, "kernels": kernels, "ms": min(times[1:])})
+        xt.dispose()
+        wt.dispose()
+finally:
+    if pib.get_backend() == "webgpu":
+        webgpu_kernels.plan = plan
+    if pib.get_backend() == "webgl2":
+        backend.queue.engine.run = engine_run
+results
+"""
+
+TARGETS = [
+    pytest.param("chromium", "cpu", id="chromium-cpu"),
+    pytest.param("chromium", "webgpu", id="chromium-webgpu"),
+    pytest.param("chromium", "webgl2", id="chromium-webgl2"),
+    pytest.param("firefox", "webgpu", id="firefox-webgpu", marks=pytest.mark.firefox),
+    pytest.param("firefox", "webgl2", id="firefox-webgl2", marks=pytest.mark.firefox),
+]
+
+
+@pytest.mark.parametrize("browser_name, backend", TARGETS)
+def test_hand_model_layers_match_numpy_in_one_kernel(
+    request: pytest.FixtureRequest, server_url: str, browser_name: str, backend: str
+) -> None:
+    browser: Any = request.getfixturevalue(browser_name)
+    engine = open_engine_page(browser, f"{server_url}/?backend={backend}")
+    try:
+        assert engine.run("pib.get_backend()") == backend, engine.describe()
+        results = engine.run(f"LAYERS = {LAYERS!r}\n{RUN_LAYERS}")
+    finally:
+        engine.page.close()
+    for (x_shape, w_shape, strides), result in zip(LAYERS, results, strict=True):
+        x, w = np.asarray(result["x"]), np.asarray(result["w"])
+        want = _ref_depthwise_conv2d(x, w, strides, "same")
+        got = np.asarray(result["got"])
+        assert got.shape == want.shape
+        scale = max(1.0, float(np.max(np.abs(want))))
+        assert float(np.max(np.abs(got - want))) / scale <= 1e-5, (x_shape, w_shape)
+        if backend in KERNEL:
+            assert result["kernels"] == [KERNEL[backend]], result["kernels"]
+        print(
+            f"{browser_name}-{backend} depthwise {x_shape} x {w_shape}/{strides}: {result['ms']:.1f} ms"
+        )
