@@ -65,6 +65,7 @@ from .functional import (
     zeros,
     zeros_like,
 )
+from .interop.graph_model import GraphModel, load_graph_model
 from .limits import LimitExceededError
 from .model import Sequential, load_model, load_tfjs
 from .nn import activations, initializers, layers, losses, metrics
@@ -88,6 +89,7 @@ __all__ = [
     "EarlyStopping",
     "ExampleTooLargeError",
     "GradientTape",
+    "GraphModel",
     "History",
     "LambdaCallback",
     "LimitExceededError",
@@ -134,6 +136,7 @@ __all__ = [
     "leaky_relu",
     "less",
     "less_equal",
+    "load_graph_model",
     "load_model",
     "load_tfjs",
     "log",
