@@ -184,6 +184,39 @@ def test_conv2d_and_its_gradients_match_numpy(
         _close(got, want)
 
 
+@pytest.mark.parametrize("multiplier", [1, 3])
+@pytest.mark.parametrize(("shape", "window", "strides", "pads"), WINDOWS)
+def test_depthwise_conv2d_gives_the_numpy_kernels_bits(
+    simd: WasmSimd, shape: tuple[int, ...], window: Any, strides: Any, pads: Any, multiplier: int
+) -> None:
+    """Both sum 0 + each tap's product in tap order, rounded one by one: equal bits, also with
+    NaN and infinities in the input and the filters (and so over the padding)."""
+    rng = np.random.default_rng(sum(shape) + multiplier)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((*window, shape[3], multiplier)).astype(np.float32)
+    x.flat[0], x.flat[x.size // 2], x.flat[-1] = np.nan, np.inf, -np.inf
+    w.flat[-1] = np.inf
+    got, want = _both("depthwise_conv2d", [x, w], {"strides": strides, "pads": pads}, simd)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("channels", [4, 24, 37])
+def test_depthwise_conv2d_of_hand_model_layers_matches_numpy(simd: WasmSimd, channels: int) -> None:
+    """16, 4 and 1 channels per pass, 5x5 filters at stride 2; and the filter gradient's
+    geometry (a filter larger than the output: ops.py), where numpy sums each window at once
+    (pairwise), so only to rounding."""
+    rng = np.random.default_rng(channels)
+    x = rng.standard_normal((1, 15, 14, channels)).astype(np.float32)
+    w = rng.standard_normal((5, 5, channels, 1)).astype(np.float32)
+    attrs = {"strides": (2, 2), "pads": ((1, 2), (1, 2))}
+    got, want = _both("depthwise_conv2d", [x, w], attrs, simd)
+    np.testing.assert_array_equal(got, want)
+    x = rng.standard_normal((1, 13, 12, channels)).astype(np.float32)
+    w = rng.standard_normal((11, 10, channels, 1)).astype(np.float32)
+    got, want = _both("depthwise_conv2d", [x, w], {"strides": (1, 1), "pads": ((0, 0),) * 2}, simd)
+    _close(got, want)
+
+
 @pytest.mark.parametrize(("shape", "window", "strides", "pads"), WINDOWS)
 def test_pooling_and_its_gradients_match_numpy(
     simd: WasmSimd, shape: tuple[int, ...], window: Any, strides: Any, pads: Any
