@@ -124,3 +124,26 @@ def test_served_same_origin_as_npm_shipped_them(models: Path, tmp_path: Path) ->
     shutil.copytree(models, copy.pretrained_models)
     (copy.pretrained_models / "handlandmark-lite.bin").write_bytes(b"not the weights")
     assert pretrained_problems(copy) == ["corrupted @vladmandic/human@3.3.6/handlandmark-lite.bin"]
+
+
+MOVENET_NODES = {
+    "keypoints": "Identity:0",
+    "heatmaps": "StatefulPartitionedCall/Sigmoid:0",
+    "centers": "StatefulPartitionedCall/Sigmoid_1:0",
+}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_movenet_matches_tfjs(models: Path, seed: int, tmp_path: Path) -> None:
+    gm = asyncio.run(pib.load_graph_model(models / "movenet-lightning.json"))
+    assert gm.inputs == [{"name": "input:0", "shape": [1, 192, 192, 3], "dtype": "int32"}]
+    x = np.round(hand_images(seed)[:, :192, :192] * 255).astype(np.int32)
+    refs = list(MOVENET_NODES.values())
+    ours = asyncio.run(gm(x, output=refs))
+    assert isinstance(ours, list)
+    theirs = reference(models, "movenet-lightning", x, refs, tmp_path)
+    errors = {}
+    for (role, ref), tensor in zip(MOVENET_NODES.items(), ours, strict=True):
+        errors[role] = relative_error(asyncio.run(tensor.numpy()), theirs[ref])
+    print(f"movenet-lightning seed {seed}: relative errors {errors}")
+    assert max(errors.values()) <= BOUND, errors

@@ -149,7 +149,7 @@ def convert(graph: GraphDef) -> Program:
     fixes: list[str] = []
     for node in nodes:
         if node.op == "Const":
-            values[f"{node.name}:0"] = graph.constants[node.name]
+            values[f"{node.name}:0"] = np.asarray(graph.constants[node.name])
             continue
         if node.op == "Placeholder":
             values[f"{node.name}:0"] = _placeholder(node)

@@ -136,7 +136,7 @@ def _constants(manifest: Any, files: tfjs.Files) -> dict[str, np.ndarray]:
                 values = arrays[spec["name"]]
                 if np.abs(values).max(initial=0) >= _EXACT_INT:
                     raise FormatError(f"weight {spec['name']}: an int32 beyond 2^24 is unsupported")
-                arrays[spec["name"]] = np.rint(values).astype(np.int32)
+                arrays[spec["name"]] = np.asarray(np.rint(values), np.int32)
     return arrays
 
 
