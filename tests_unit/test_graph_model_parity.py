@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 
 import py_in_browser as pib
 from py_in_browser.interop.graph_model import HAND_NODES
+from py_in_browser.testing.graph_models import seeded_images
 from server.main import create_app
 from server.pretrained_models import ensure_pretrained_models, model_url, pretrained_problems
 from server.settings import PRETRAINED_MODELS, REPO_ROOT, Paths
@@ -66,19 +67,6 @@ def relative_error(ours: np.ndarray, theirs: np.ndarray) -> float:
     return float(np.abs(ours.astype(np.float64) - theirs).max()) / scale
 
 
-def hand_images(seed: int, batch: int = 1) -> np.ndarray:
-    """Inputs in the model's range [0, 1]: smooth blobs over noise, so the landmarks move."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:224, 0:224] / 224.0
-    images = []
-    for _ in range(batch):
-        cy, cx, r = rng.uniform(0.3, 0.7), rng.uniform(0.3, 0.7), rng.uniform(0.1, 0.3)
-        blob = np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / (2 * r * r))[..., None]
-        color = rng.uniform(0.3, 1.0, size=3)
-        images.append(np.clip(blob * color + rng.uniform(0, 0.3, (224, 224, 3)), 0, 1))
-    return np.asarray(images, np.float32)
-
-
 async def embed(gm: pib.GraphModel, x: np.ndarray) -> np.ndarray:
     out = await gm(x, output=HAND_NODES["embedding"])
     assert isinstance(out, pib.Tensor)
@@ -88,7 +76,7 @@ async def embed(gm: pib.GraphModel, x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("seed", [0, 1])
 def test_hand_model_matches_tfjs(models: Path, seed: int, tmp_path: Path) -> None:
     gm = asyncio.run(pib.load_graph_model(models / "handlandmark-lite.json"))
-    x = hand_images(seed)
+    x = seeded_images(seed)
     refs = list(HAND_NODES.values())
     ours = asyncio.run(gm(x, output=refs))
     assert isinstance(ours, list)
@@ -103,7 +91,7 @@ def test_hand_model_matches_tfjs(models: Path, seed: int, tmp_path: Path) -> Non
 def test_hand_model_runs_any_batch(models: Path) -> None:
     gm = asyncio.run(pib.load_graph_model(models / "handlandmark-lite.json"))
     assert gm.inputs == [{"name": "input_1:0", "shape": [None, 224, 224, 3], "dtype": "float32"}]
-    x = hand_images(5, batch=2)
+    x = seeded_images(5, batch=2)
     together = asyncio.run(embed(gm, x))
     alone = asyncio.run(embed(gm, x[1:]))
     assert together.shape == (2, 672)
@@ -137,7 +125,7 @@ MOVENET_NODES = {
 def test_movenet_matches_tfjs(models: Path, seed: int, tmp_path: Path) -> None:
     gm = asyncio.run(pib.load_graph_model(models / "movenet-lightning.json"))
     assert gm.inputs == [{"name": "input:0", "shape": [1, 192, 192, 3], "dtype": "int32"}]
-    x = np.round(hand_images(seed)[:, :192, :192] * 255).astype(np.int32)
+    x = np.round(seeded_images(seed)[:, :192, :192] * 255).astype(np.int32)
     refs = list(MOVENET_NODES.values())
     ours = asyncio.run(gm(x, output=refs))
     assert isinstance(ours, list)

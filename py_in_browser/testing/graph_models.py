@@ -1,6 +1,7 @@
 """Small TF.js graph models written here, byte for byte in the converter's format, for tests and
 examples: the importer's behaviour on graphs whose every number is known (quantized shards,
-batch rules, refused ops) without the pretrained models set-up fetches."""
+batch rules, refused ops) without the pretrained models set-up fetches; and the seeded images the
+parity tests feed the pretrained ones, in CPython and in the browser alike."""
 
 from __future__ import annotations
 
@@ -148,3 +149,23 @@ def tiny_graph_model(quantize: str | None = None) -> Files:
         ("y", "MatMul", ["h", "W2"], {"transpose_a": False, "transpose_b": False}),
     ]
     return graph_model_files(nodes, weights, {"x": ((1, 3), "DT_FLOAT")}, {"y": (1, 1)}, quantize)
+
+
+def seeded_images(seed: int, batch: int = 1, size: int = 224) -> np.ndarray:
+    """(batch, size, size, 3) float32 images in [0, 1]: a coloured blob over noise, seeded, so
+    a hand model's landmarks and scores move from one image to the next.
+
+    Example:
+        >>> from py_in_browser.testing import graph_models
+        >>> graph_models.seeded_images(0, batch=2, size=8).shape
+        (2, 8, 8, 3)
+    """
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size] / size
+    images = []
+    for _ in range(batch):
+        cy, cx, r = rng.uniform(0.3, 0.7), rng.uniform(0.3, 0.7), rng.uniform(0.1, 0.3)
+        blob = np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / (2 * r * r))[..., None]
+        color = rng.uniform(0.3, 1.0, size=3)
+        images.append(np.clip(blob * color + rng.uniform(0, 0.3, (size, size, 3)), 0, 1))
+    return np.asarray(images, np.float32)
