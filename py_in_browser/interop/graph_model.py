@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from .. import autograd, replay
 from .. import functional as F
 from ..backends import Backend
+from ..forward_replay import ForwardReplayer
 from ..runtime import current_backend, tidy
 from ..tensor import Tensor, Variable, tensor
 from . import tfjs
@@ -44,6 +46,21 @@ def _describe(endpoint: Any, any_batch: bool) -> dict[str, Any]:
     if shape and any_batch and shape[0] in (1, -1):
         shape[0] = None  # the batch: any size
     return {"name": endpoint.name, "shape": shape, "dtype": endpoint.dtype}
+
+
+class _OneOutput:
+    """A GraphModel computing one tensor, as ForwardReplayer reads a model: the pass, the weights
+    it reads as the recording's state, and no layer state."""
+
+    def __init__(self, gm: GraphModel, ref: str) -> None:
+        self.gm, self.ref = gm, ref
+        self.layers: list[Any] = []
+        self.weights = list(gm.weights().values())
+
+    def __call__(self, x: Any, training: bool = False) -> Tensor:
+        out = self.gm.run(x, self.ref)
+        assert isinstance(out, Tensor)
+        return out
 
 
 class GraphModel:
@@ -72,6 +89,7 @@ class GraphModel:
         self.name = name
         self.host_weights: dict[str, np.ndarray] = program.weights
         self._uploaded: dict[int, tuple[Backend, dict[str, Variable]]] = {}
+        self._replayers: dict[tuple[int, str], tuple[_OneOutput, ForwardReplayer]] = {}
 
     @property
     def inputs(self) -> list[dict[str, Any]]:
@@ -107,6 +125,10 @@ class GraphModel:
         """Frees the device copies of the weights on `backend` (default: every backend)."""
         for key, (held, uploaded) in list(self._uploaded.items()):
             if backend is None or held is backend:
+                for (where, ref), (_, replayer) in list(self._replayers.items()):
+                    if where == key:
+                        replayer.close()
+                        del self._replayers[(where, ref)]
                 for t in uploaded.values():
                     t.dispose()
                 del self._uploaded[key]
@@ -181,8 +203,29 @@ class GraphModel:
         return values[0] if single else values
 
     async def __call__(self, x: Any, output: str | Sequence[str] | None = None) -> Outputs:
+        """Runs the model on `x` in a tidy scope (see the class); one requested tensor runs
+        through recorded passes where the backend replays inference (predict's rule,
+        forward_replay.py), so a model called per camera frame costs one backend call."""
+        wanted = self._wanted(output)
+        backend = current_backend()
+        if (
+            len(wanted) == 1
+            and backend.replays_inference
+            and replay.ENABLED
+            and not autograd.active_tapes
+        ):
+            key = (id(backend), wanted[0])
+            if key not in self._replayers or self._replayers[key][1].backend is not backend:
+                adapter = _OneOutput(self, wanted[0])
+                self._replayers[key] = (adapter, ForwardReplayer(cast(Any, adapter), backend))
+            out = self._replayers[key][1](x if isinstance(x, Tensor) else np.asarray(x))
+            return [out] if isinstance(output, list | tuple) else out
         result: Outputs = tidy(lambda: self.run(x, output))()
         return result
+
+    def replayed(self) -> int:
+        """How many calls ran as a replayed recording (on backends that replay inference)."""
+        return sum(replayer.replayed for _, replayer in self._replayers.values())
 
     def __repr__(self) -> str:
         return (

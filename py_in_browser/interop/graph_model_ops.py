@@ -18,7 +18,7 @@ Unpack or Squeeze of axis 0, a GatherNd naming batch indices) fixes the batch at
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -62,7 +62,6 @@ class Args:
 
     node: Node
     values: list[Value]
-    notes: list[str] = field(default_factory=list)
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.node.attrs.get(name, default)
@@ -126,6 +125,10 @@ def _elu(x: Tensor) -> Tensor:
     return F.fused(lambda v: fusion.where(fusion.less(0.0, v), v, fusion.exp(v) - 1.0), x)
 
 
+def _leaky(slope: float) -> Callable[[Tensor], Tensor]:
+    return lambda x: F.fused(lambda v: fusion.where(fusion.less(0.0, v), v, v * slope), x)
+
+
 def _prelu(x: Tensor, alpha: Tensor) -> Tensor:
     return F.add(F.relu(x), F.mul(alpha, F.minimum(x, 0.0)))
 
@@ -145,8 +148,8 @@ def _activation(a: Args, name: str) -> Callable[[Tensor, list[Tensor]], Tensor]:
         fn = _ACTIVATIONS[name]
         return lambda y, extra: fn(y)
     if name == "LeakyRelu":
-        slope = float(a.attr("leakyrelu_alpha", 0.2))
-        return lambda y, extra: F.maximum(y, F.mul(y, slope))
+        leaky = _leaky(float(a.attr("leakyrelu_alpha", 0.2)))
+        return lambda y, extra: leaky(y)
     if name == "Prelu":
         return lambda y, extra: _prelu(y, extra[0])
     raise a.fail(
@@ -165,8 +168,7 @@ for _name, _fn in _ACTIVATIONS.items():
 
 @_op("LeakyRelu")
 def _leaky_relu(a: Args) -> Lowered:
-    slope = float(a.attr("alpha", 0.2))
-    return a.lower(lambda x: F.maximum(x, F.mul(x, slope)))
+    return a.lower(_leaky(float(a.attr("alpha", 0.2))))
 
 
 @_op("Prelu")
