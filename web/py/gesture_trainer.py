@@ -190,6 +190,7 @@ class PageSamples:
         self.size = size
         self.asked = 0
         self.pending: set[str] = set()
+        self.waited = 0.0  # seconds spent waiting for the page's bitmaps
 
     def ask(self, indices: np.ndarray) -> list[str]:
         """Asks the page for the samples at `indices` (positions in the list the page sent
@@ -205,11 +206,12 @@ class PageSamples:
         return [part["name"] for part in parts]
 
     async def arrived(self, names: list[str]) -> None:
-        deadline = time.monotonic() + PAGE_WAIT_S
+        started = time.monotonic()
         while not all(js.pibBitmaps.has(name) for name in names):
-            if time.monotonic() > deadline:
+            if time.monotonic() > started + PAGE_WAIT_S:
                 raise TimeoutError(f"the page did not send the samples asked for ({names[0]})")
             await asyncio.sleep(0.002)  # the worker's event loop takes the page's messages
+        self.waited += time.monotonic() - started
 
     async def receive(self, names: list[str], count: int) -> Any:
         await self.arrived(names)
@@ -391,6 +393,7 @@ async def train(
         held_out_count=len(held_idx),
         seconds=time.perf_counter() - started,
         epoch_seconds=epoch_seconds,
+        waited_seconds=source.waited,
         memory_peaks=peaks.values,
         stopped=stopped,
     )

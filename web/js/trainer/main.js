@@ -42,12 +42,12 @@ const app = {
   training: false,
   recording: null, // {classId, button, fps, timer, started, frames}
   lastRecording: null, // {frames, seconds, fps, wantedFps}
-  lastUpload: null, // {count, failed, seconds, marks: performance.now() after each image}
+  lastUpload: null, // {count, failed, skipped, seconds, startedMs, marks: performance.now() after each image}
   // ms since the page opened (performance.now()) when the engine was ready, a model was first
   // there (trained or loaded) and the first live prediction was shown: time to first prediction.
   timings: { ready: null, model: null, firstPrediction: null },
 };
-window.gestureTrainer = app; // for tests and the curious: read-only use
+window.gestureTrainer = app; // for tests and the curious: read-only use, but for app.add
 
 // Publishing to and loading from the server's registry (web/js/trainer/gallery.js).
 const gallery = new Gallery({
@@ -106,6 +106,9 @@ function addSample(classId, rgba) {
   return true;
 }
 
+// The path recording and uploads take, for tests that fill classes with samples they generate.
+app.add = addSample;
+
 async function deleteSample(classId, seq) {
   await app.store.remove(classId, seq);
   const strip = app.strips.get(classId);
@@ -126,6 +129,7 @@ function storageFallback(reason) {
       "Training and prediction work as before; download the model to keep it.",
     "warning",
   );
+  $("keep-message").textContent = "New samples are kept in this tab's memory only (this browser's storage is unavailable or full).";
 }
 
 // ---- collect panel ----
@@ -261,7 +265,7 @@ async function uploadFiles(classId, input) {
   const files = [...input.files];
   input.value = "";
   const started = performance.now();
-  const upload = { count: 0, failed: 0, skipped: 0, seconds: 0, marks: [] };
+  const upload = { count: 0, failed: 0, skipped: 0, seconds: 0, startedMs: started, marks: [] };
   app.lastUpload = upload;
   for (const file of files) {
     let rgba;
@@ -634,6 +638,7 @@ function guarded(work) {
 // trained on), so 5,000 samples in each of three classes restore in a fraction of a second.
 async function restoreSession() {
   const started = performance.now();
+  app.timings.restore = { startedMs: started, ms: null };
   try {
     app.storage = await new Storage().open();
     const [classes, saved] = await Promise.all([app.storage.all("classes"), app.storage.get("models", "last")]);
@@ -659,7 +664,7 @@ async function restoreSession() {
     await addClass("Class 2");
   }
   renderClasses();
-  app.timings.restoredMs = performance.now() - started;
+  app.timings.restore.ms = performance.now() - started;
 }
 
 // The server's cap on samples per class (limits.py max_samples_per_class).

@@ -72,7 +72,14 @@ export class Storage {
       tx.onerror = () => reject(tx.error);
       tx.onabort = () => reject(tx.error ?? new Error("IndexedDB transaction aborted"));
     });
-    const result = await work(tx.objectStore(store));
+    let result;
+    try {
+      result = await work(tx.objectStore(store));
+    } catch (error) {
+      tx.abort(); // a request that threw (e.g. over the quota): none of this transaction lands
+      done.catch(() => {});
+      throw error;
+    }
     await done;
     return result;
   }
