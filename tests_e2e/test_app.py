@@ -261,6 +261,14 @@ def test_collect_train_and_predict_three_gestures(
     assert page.locator("#loss-chart canvas").count() == 1
     assert page.eval_on_selector("#train-progress", "bar => bar.value") == 1
     assert "longest main-thread task" in page.inner_text("#responsiveness")
+    assert page.is_hidden("#held-out-advice")  # accuracy is high: no advice
+    # The guide box covers the frame's centre square as the preview shows it (a 4:3 frame in a
+    # 4:3 preview: the preview's height, centred).
+    box = page.locator("#guide-box").bounding_box()
+    preview = page.locator("#preview").bounding_box()
+    assert box is not None and preview is not None
+    assert abs(box["width"] - box["height"]) < 1 and abs(box["height"] - preview["height"]) < 1
+    assert abs(box["x"] + box["width"] / 2 - (preview["x"] + preview["width"] / 2)) < 1
     app.shot("2-trained.png")
 
     frames_before = bitmaps_taken(page)["frames"]
@@ -412,6 +420,18 @@ def test_stop_keeps_the_weights_trained_so_far(app: AppSession) -> None:
     # The weights trained so far stay: the stopped model predicts and can be saved.
     page.wait_for_selector("#prediction:not([hidden])")
     assert not page.is_disabled("#save-browser")
+
+
+def test_low_held_out_accuracy_says_what_helps(app: AppSession) -> None:
+    page = app.page
+    set_field(page, "#epochs", "1")
+    set_field(page, "#learning-rate", "0.00001")  # one near-still epoch: about chance
+    page.click("#train")
+    page.wait_for_selector("#held-out-advice:not([hidden])", timeout=TRAIN_TIMEOUT_MS)
+    advice = page.inner_text("#held-out-advice")
+    assert "more samples per class" in advice and "inside the box on the preview" in advice
+    app.shot("5-low-accuracy-advice.png")
+    set_field(page, "#learning-rate", LEARNING_RATE)
 
 
 def test_no_request_leaves_the_page_and_no_console_errors(app: AppSession) -> None:

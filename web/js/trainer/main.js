@@ -310,10 +310,32 @@ function showCameraMessage(text) {
   message.hidden = !text;
 }
 
+// Places the guide box over the part of the preview a sample and a live frame are cut from:
+// the frame's centre square (frames.js), as the preview shows the frame (object-fit: cover).
+function placeGuideBox() {
+  const video = $("preview");
+  const box = $("guide-box");
+  if (!camera.live) {
+    box.hidden = true;
+    return;
+  }
+  const { clientWidth: width, clientHeight: height, videoWidth, videoHeight } = video;
+  const scale = Math.max(width / videoWidth, height / videoHeight);
+  const side = Math.min(videoWidth, videoHeight) * scale;
+  Object.assign(box.style, {
+    width: `${side}px`,
+    height: `${side}px`,
+    left: `${(width - side) / 2}px`,
+    top: `${(height - side) / 2}px`,
+  });
+  box.hidden = false;
+}
+
 async function startCamera() {
   showCameraMessage("");
   try {
     await camera.start();
+    placeGuideBox();
     $("camera-start").hidden = true;
     if (app.model) startPredicting();
   } catch (error) {
@@ -446,6 +468,9 @@ function firstLine(error) {
   return lines[lines.length - 1];
 }
 
+// Under this held-out accuracy the panel says what helps.
+const LOW_ACCURACY = 0.8;
+
 function showEvaluation(result) {
   const labels = app.model.labels;
   $("evaluation").hidden = false;
@@ -453,6 +478,16 @@ function showEvaluation(result) {
     result.held_out_count > 0
       ? `Held-out accuracy ${(result.accuracy * 100).toFixed(1)}% on ${result.held_out_count} samples.`
       : "No samples were held out (add at least two per class).";
+  const advice = $("held-out-advice");
+  const low = result.held_out_count > 0 && result.accuracy < LOW_ACCURACY;
+  advice.hidden = !low;
+  if (low) {
+    const fewest = Math.min(...trainableClasses().map((c) => app.store.count(c.id)));
+    advice.textContent =
+      `That is low: the model will often pick the wrong class. What helps: more samples per class (the smallest has ${fewest}; ` +
+      "a few hundred each is better), steady, even light, and the gesture inside the box on the preview, " +
+      "recorded at the distances and positions you will use it at. Then train again.";
+  }
   const table = $("confusion");
   const caption = document.createElement("caption");
   caption.textContent = "Confusion matrix (rows: true class, columns: predicted) and per-class accuracy";
@@ -687,6 +722,7 @@ async function refreshStatus() {
 
 function wire() {
   $("camera-start").addEventListener("click", startCamera);
+  window.addEventListener("resize", placeGuideBox);
   $("add-class").addEventListener("click", () => addClass(`Class ${app.classes.length + 1}`));
   $("train-settings").addEventListener("submit", train);
   $("stop").addEventListener("click", () => engine.stop());
