@@ -74,7 +74,7 @@ class FormatError(model_file.ModelFileError):
         >>> tfjs.to_model_file({"model.json": '{"format": "graph-model"}'})
         Traceback (most recent call last):
         ...
-        py_in_browser.interop.tfjs.FormatError: model.json format is 'graph-model'; only a TF.js 'layers-model' can be imported
+        py_in_browser.interop.tfjs.FormatError: model.json format is 'graph-model'; only a TF.js 'layers-model' can be imported (pib.load_graph_model reads graph models)
     """
 
 
