@@ -4,6 +4,7 @@ constants, batch rules, node outputs by name, refusals at load, layers.Pretraine
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import re
 from pathlib import Path
@@ -230,3 +231,45 @@ def test_the_documented_op_table_is_the_converters() -> None:
     rows = re.findall(r"^   \* - (.+(?:\n       .+)*)", table, re.MULTILINE)[1:]  # after the header
     documented = {op.strip() for row in rows for op in row.replace("\n", " ").split(",")}
     assert documented == {*OPS, *SOURCES}
+
+
+def test_calls_leave_no_tensor_behind() -> None:
+    gm = _load(tiny_graph_model())
+    run(gm(np.ones((2, 3)))).dispose()
+    gc.collect()  # earlier tests' models
+    held = pib.memory()["num_tensors"]  # now with this model's weights, uploaded once
+    for _ in range(20):
+        for out in run(gm(np.ones((2, 3)), output=["h", "y"])):
+            out.dispose()
+    gc.collect()
+    assert pib.memory()["num_tensors"] == held
+
+
+def test_a_trainable_depthwise_backbone_fine_tunes() -> None:
+    # x -> depthwise 3x3 (SAME) -> relu6 -> global mean: the gradient reaches the filters.
+    nodes: list[Node] = [
+        (
+            "d",
+            "DepthwiseConv2dNative",
+            ["x", "w"],
+            {
+                "strides": [1, 1, 1, 1],
+                "padding": "SAME",
+                "dilations": [1, 1, 1, 1],
+                "data_format": "NHWC",
+            },
+        ),
+        ("r", "Relu6", ["d"], {}),
+        ("y", "Mean", ["r", "axes"], {"keep_dims": False}),
+    ]
+    weights = {"w": np.full((3, 3, 2, 1), 0.1, np.float32), "axes": np.array([1, 2], np.int32)}
+    gm = _load(graph_model_files(nodes, weights, {"x": ((1, 5, 5, 2), "DT_FLOAT")}, {"y": (1, 2)}))
+    model = pib.Sequential([pib.layers.Pretrained(gm, trainable=True)])
+    model.compile(optimizer=pib.optimizers.SGD(0.5), loss="mse")
+    model.build((5, 5, 2))
+    (filters,) = model.weights  # the Mean's axes are read at load: no weight
+    x = np.random.default_rng(1).uniform(0, 1, (4, 5, 5, 2)).astype(np.float32)
+    before = run(model.evaluate(x, np.ones((4, 2)), verbose=0))["loss"]
+    run(model.fit(x, np.ones((4, 2)), epochs=3, batch_size=4, verbose=0))
+    assert run(model.evaluate(x, np.ones((4, 2)), verbose=0))["loss"] < before
+    assert not np.allclose(run(filters.numpy()), 0.1)
