@@ -31,7 +31,9 @@ Outputs = Tensor | list[Tensor]
 
 # The tensors of handlandmark-lite (MediaPipe's hand landmark model, as @vladmandic/human ships
 # it) by role: the global average pool that feeds its dense heads is the embedding a classifier
-# head trains on; landmarks are 21 (x, y, z) in input pixels, world_landmarks the same in metres.
+# head trains on; landmarks are 21 (x, y, z) in input pixels, world_landmarks the same in metres,
+# hand_score the chance a hand is there. Its input is a (batch, 224, 224, 3) RGB crop of the hand
+# scaled to [0, 1] (human's handtrack.ts divides the crop by 255).
 HAND_NODES = {
     "embedding": "model_1/model/global_average_pooling2d/Mean:0",
     "landmarks": "Identity:0",
