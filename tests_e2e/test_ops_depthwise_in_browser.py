@@ -1,7 +1,8 @@
 """depthwise_conv2d at the hand model's sizes on every backend of Chromium and Firefox: the
-112 x 112 x 24 first layer (3x3, an R-texture filter on webgl2) and a 28 x 28 x 144 5x5 layer
-(an RGBA-packed filter), each one draw or dispatch of the whole-texel / vec4 kernel, against
-numpy; the forward times are printed for the notes (never asserted: the machine is shared)."""
+112 x 112 x 24 first layer (3x3, an R-texture filter on webgl2), a 28 x 28 x 144 5x5 layer (an
+RGBA-packed filter) and a 5x5 one at stride 2, each one draw or dispatch of the whole-texel or
+vec4 kernel, against numpy; the forward times are printed for the notes (never asserted: the
+machine is shared)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from py_in_browser.testing.op_cases import _ref_depthwise_conv2d
 from tests_e2e.conftest import open_engine_page
 
 LAYERS = [
-    # x shape, filter shape, strides
-    ((1, 112, 112, 24), (3, 3, 24, 1), 1),
-    ((1, 28, 28, 144), (5, 5, 144, 1), 1),
-    ((1, 56, 56, 96), (5, 5, 96, 1), 2),
+    # x shape, filter shape, strides, and the kernel webgpu runs it on (dispatch key)
+    ((1, 112, 112, 24), (3, 3, 24, 1), 1, "depthwise_cols:3x1"),
+    ((1, 28, 28, 144), (5, 5, 144, 1), 1, "depthwise_cols:5x1"),
+    ((1, 56, 56, 96), (5, 5, 96, 1), 2, "depthwise_cols:5x2"),
 ]
-# The kernel each backend runs a layer on (webgl2: draws sent; webgpu: dispatch keys).
-KERNEL = {"webgl2": "depthwise_conv2d4", "webgpu": "depthwise:4"}
+# webgl2 runs each on its whole-texel kernel (the draw sent).
+WEBGL2_KERNEL = "depthwise_conv2d4"
 
 RUN_LAYERS = """
 import json, time
@@ -44,7 +45,7 @@ if pib.get_backend() == "webgpu":
 rng = np.random.default_rng(11)
 results = []
 try:
-    for x_shape, w_shape, strides in LAYERS:
+    for x_shape, w_shape, strides, _ in LAYERS:
         x = rng.standard_normal(x_shape).astype(np.float32)
         w = rng.standard_normal(w_shape).astype(np.float32)
         xt, wt = pib.tensor(x), pib.tensor(w)
@@ -88,15 +89,16 @@ def test_hand_model_layers_match_numpy_in_one_kernel(
         results = engine.run(f"LAYERS = {LAYERS!r}\n{RUN_LAYERS}")
     finally:
         engine.page.close()
-    for (x_shape, w_shape, strides), result in zip(LAYERS, results, strict=True):
+    for (x_shape, w_shape, strides, webgpu_kernel), result in zip(LAYERS, results, strict=True):
         x, w = np.asarray(result["x"]), np.asarray(result["w"])
         want = _ref_depthwise_conv2d(x, w, strides, "same")
         got = np.asarray(result["got"])
         assert got.shape == want.shape
         scale = max(1.0, float(np.max(np.abs(want))))
         assert float(np.max(np.abs(got - want))) / scale <= 1e-5, (x_shape, w_shape)
-        if backend in KERNEL:
-            assert result["kernels"] == [KERNEL[backend]], result["kernels"]
+        kernel = {"webgpu": webgpu_kernel, "webgl2": WEBGL2_KERNEL}.get(backend)
+        if kernel is not None:
+            assert result["kernels"] == [kernel], result["kernels"]
         print(
             f"{browser_name}-{backend} depthwise {x_shape} x {w_shape}/{strides}: {result['ms']:.1f} ms"
         )

@@ -541,19 +541,23 @@ def test_conv2d_of_few_input_channels_is_direct(
 
 
 @pytest.mark.parametrize(
-    "x_shape, w_shape, strides, pads, lanes",
+    "x_shape, w_shape, strides, pads, key",
     [
-        ((1, 28, 28, 96), (5, 5, 96, 1), (2, 2), ((1, 2), (1, 2)), 4),  # a hand-model layer
-        ((2, 9, 7, 24), (3, 3, 24, 1), (1, 1), ((1, 1), (1, 1)), 4),
-        ((1, 6, 5, 6), (3, 3, 6, 2), (1, 2), ((0, 1), (2, 0)), 1),  # a multiplier: channels
-        ((1, 3, 3, 64), (11, 12, 64, 1), (1, 1), ((0, 0), (0, 0)), 4),  # the filter gradient's
+        # The hand model's layers: 4 output pixels per invocation (a partial last group here).
+        ((1, 28, 26, 96), (5, 5, 96, 1), (2, 2), ((1, 2), (1, 2)), "depthwise_cols:5x2"),
+        ((2, 9, 7, 24), (3, 3, 24, 1), (1, 1), ((1, 1), (1, 1)), "depthwise_cols:3x1"),
+        ((1, 7, 9, 8), (2, 7, 8, 1), (3, 1), ((0, 2), (4, 1)), "depthwise_cols:7x1"),
+        ((1, 6, 5, 6), (3, 3, 6, 2), (1, 2), ((0, 1), (2, 0)), "depthwise:1"),  # a multiplier
+        ((1, 9, 11, 8), (3, 3, 8, 1), (1, 3), ((1, 1), (1, 1)), "depthwise:4"),  # stride 3
+        ((1, 3, 3, 64), (11, 12, 64, 1), (1, 1), ((0, 0), (0, 0)), "depthwise:4"),  # a gradient
     ],
 )
-def test_depthwise_runs_in_one_dispatch_on_vec4s_of_channels(
-    gpu: WgpuNativeBackend, x_shape, w_shape, strides, pads, lanes
+def test_depthwise_runs_in_one_dispatch(
+    gpu: WgpuNativeBackend, x_shape, w_shape, strides, pads, key
 ) -> None:
-    """One dispatch per depthwise layer, vec4s of channels where the multiplier is 1; filters
-    larger than their output (ops.py's filter gradient) run on the same kernel."""
+    """One dispatch per depthwise layer: a layer's small filters on depthwise_cols.wgsl (vec4s
+    of channels where the multiplier is 1), others on depthwise.wgsl, whose loop also takes
+    filters larger than their output (ops.py's filter gradient)."""
     if w_shape[0] > x_shape[1]:  # the gradient's geometry: a padded input, a large "filter"
         x_shape = (x_shape[0], w_shape[0] + 2, w_shape[1] + 2, x_shape[3])
     x, w = normal(*x_shape, seed=23), normal(*w_shape, seed=24)
@@ -561,7 +565,7 @@ def test_depthwise_runs_in_one_dispatch_on_vec4s_of_channels(
     y_shape, _ = ops.infer("depthwise_conv2d", [x.shape, w.shape], ["float32"] * 2, geo)
     spec = OutSpec(y_shape, "float32", (x.shape, w.shape), ("float32",) * 2)
     (only,) = kernels.plan("depthwise_conv2d", geo, spec).dispatches
-    assert only.key == f"depthwise:{lanes}"
+    assert only.key == key
     assert_matches_cpu(gpu, "depthwise_conv2d", [x, w], **geo)
 
 
