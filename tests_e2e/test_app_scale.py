@@ -5,8 +5,8 @@ one training epoch at 500, 2,000 and 5,000 samples per class (streamed from Inde
 of the 15,000 samples, and browsing and deleting in the strip.
 
 It prints the per-sample cost curves, the epoch times and the memory peaks; the only figure it
-asserts is the upload's last hundred against its first (<= 1.5), plus loose bounds on the
-recording rate. Screenshots go to test-results/app/.
+asserts is the upload's last hundred against its first (the median image of each, <= 1.5), plus
+loose bounds on the recording rate. Screenshots go to test-results/app/.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 from playwright.sync_api import Browser, Page, Playwright
 
@@ -139,8 +140,9 @@ def fill(page: Page, index: int, to: int) -> list[float]:
     return costs
 
 
-def upload(page: Page, index: int, images: int, seed: int) -> list[float]:
-    """Uploads `images` PNG files into class `index`; per-image ms of each hundred, in order."""
+def upload(page: Page, index: int, images: int, seed: int) -> tuple[list[float], list[float]]:
+    """Uploads `images` PNG files into class `index`; per hundred images, in order, the mean and
+    the median ms an image took (the median is what a stall of the shared machine leaves alone)."""
     kind = CLASSES[index % len(CLASSES)]
     files = [
         {"name": f"{kind}-{i}.png", "mimeType": "image/png", "buffer": png(image)}
@@ -151,8 +153,9 @@ def upload(page: Page, index: int, images: int, seed: int) -> list[float]:
     page.wait_for_function(f"() => {CLASS_COUNT}({index}) === {before + images}", timeout=300_000)
     page.wait_for_function("(n) => window.gestureTrainer.lastUpload?.count === n", arg=images)
     done: dict[str, Any] = page.evaluate("() => window.gestureTrainer.lastUpload")
-    marks = [done["startedMs"], *done["marks"]]
-    return [(marks[end] - marks[end - 100]) / 100 for end in range(100, len(marks), 100)]
+    marks = np.array([done["startedMs"], *done["marks"]])
+    each = np.diff(marks).reshape(-1, 100)
+    return each.mean(axis=1).tolist(), np.median(each, axis=1).tolist()
 
 
 def record(page: Page, index: int, fps: int, ms: int = 1500) -> dict[str, float]:
@@ -227,16 +230,19 @@ def test_upload_costs_the_same_into_a_class_of_4000(app: AppSession) -> None:
     page = app.page
     page.click("#add-class")
     page.wait_for_function("() => document.querySelectorAll('.class-card').length === 4")
-    empty = upload(page, 3, UPLOAD, seed=11)
+    empty, empty_median = upload(page, 3, UPLOAD, seed=11)
     page.locator(".class-card").nth(3).locator(".delete-class").click()
     page.wait_for_function("() => document.querySelectorAll('.class-card').length === 3")
     adds = fill(page, 0, CAP - UPLOAD)
-    full = upload(page, 0, UPLOAD, seed=12)
+    full, full_median = upload(page, 0, UPLOAD, seed=12)
     print(f"\nadd cost (ms/sample per hundred) class 0 from 2000 to 4000: {curve(adds)}")
-    print(f"upload into an empty class (ms/image per hundred): {curve(empty)}")
-    print(f"upload into a class of 4000 (ms/image per hundred): {curve(full)}")
+    print(f"upload into an empty class (ms/image per hundred, mean): {curve(empty)}")
+    print(f"                                               (median): {curve(empty_median)}")
+    print(f"upload into a class of 4000 (ms/image per hundred, mean): {curve(full)}")
+    print(f"                                                (median): {curve(full_median)}")
     assert count(page, 0) == CAP
-    assert full[-1] / full[0] <= 1.5, (full, empty)
+    # The 5,000th image costs what the 4,001st did (and what an empty class's first ones did).
+    assert full_median[-1] / full_median[0] <= 1.5, (full_median, empty_median)
     app.shot("8-scale-upload.png")
 
 
