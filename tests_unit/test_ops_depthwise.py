@@ -62,7 +62,8 @@ def test_forward_and_gradients_match_torch(x_shape, w_shape, strides, padding) -
     dx_t, dw_t = torch.autograd.grad(loss, [xt, wt], create_graph=True)
     (ddx_t,) = torch.autograd.grad((dw_t * torch.tensor(w[::-1].copy())).sum(), [xt])
     got = ours(x, w, probe, strides, padding)
-    for name, mine, theirs in zip(("out", "dx", "dw", "ddx"), got, (out_t, dx_t, dw_t, ddx_t)):
+    names, want_all = ("out", "dx", "dw", "ddx"), (out_t, dx_t, dw_t, ddx_t)
+    for name, mine, theirs in zip(names, got, want_all, strict=True):
         want = theirs.detach().numpy()
         assert mine.shape == want.shape, name
         np.testing.assert_allclose(mine, want, rtol=1e-10, atol=1e-10, err_msg=name)
