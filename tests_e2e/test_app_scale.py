@@ -281,6 +281,9 @@ def test_one_epoch_at_5000_per_class_and_memory(app: AppSession) -> None:
     page = app.page
     EPOCHS[CAP] = training = train_one_epoch(page)
     assert training["train_count"] + training["held_out_count"] == 3 * CAP
+    print(
+        f"\nbackend {page.evaluate('() => window.pib.backend')}, samples 64 x 64, input {INPUT_SIZE}"
+    )
     for per_class, figures in sorted(EPOCHS.items()):
         seconds = figures["epoch_seconds"][0]
         peaks = figures["memory_peaks"]
