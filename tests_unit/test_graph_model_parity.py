@@ -93,6 +93,9 @@ def test_hand_model_matches_tfjs(models: Path, seed: int, tmp_path: Path) -> Non
 def test_hand_model_runs_any_batch(models: Path) -> None:
     gm = asyncio.run(pib.load_graph_model(models / "handlandmark-lite.json"))
     assert gm.inputs == [{"name": "input_1:0", "shape": [None, 224, 224, 3], "dtype": "float32"}]
+    # Shapes by the op table's rules alone, as layers.Pretrained builds: no device work.
+    assert gm.output_shape((224, 224, 3), HAND_NODES["embedding"]) == (672,)
+    assert gm.output_shape((224, 224, 3)) == (1,)  # the first signature output, the hand score
     x = seeded_images(5, batch=2)
     together = asyncio.run(embed(gm, x))
     alone = asyncio.run(embed(gm, x[1:]))

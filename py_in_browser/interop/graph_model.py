@@ -21,7 +21,7 @@ from .. import autograd, replay
 from .. import functional as F
 from ..backends import Backend
 from ..forward_replay import ForwardReplayer
-from ..runtime import current_backend, tidy
+from ..runtime import current_backend, tidy, use_backend
 from ..tensor import Tensor, Variable, tensor
 from . import tfjs
 from .graph_model_convert import Program, convert, ref_of
@@ -48,6 +48,22 @@ def _describe(endpoint: Any, any_batch: bool) -> dict[str, Any]:
     if shape and any_batch and shape[0] in (1, -1):
         shape[0] = None  # the batch: any size
     return {"name": endpoint.name, "shape": shape, "dtype": endpoint.dtype}
+
+
+class _ShapesOnly(Backend):
+    """A backend without data: the op table's shape and dtype rules run, no kernel does. Output
+    shapes come from running a graph on it (no device work, nothing to free on a real one)."""
+
+    name = "shapes"
+
+    def upload(self, array: np.ndarray) -> None:
+        return None
+
+    def free(self, handle: Any) -> None:
+        return None
+
+    def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: Any) -> None:
+        return None
 
 
 class _OneOutput:
@@ -122,6 +138,24 @@ class GraphModel:
             }
             entry = self._uploaded[id(backend)] = (backend, uploaded)
         return entry[1]
+
+    def output_shape(
+        self, input_shape: Sequence[int], output: str | None = None
+    ) -> tuple[int, ...]:
+        """The shape (without the batch axis) of `output` (default: the first signature output)
+        for inputs of `input_shape` (without the batch axis), by the op table's shape rules
+        alone: nothing runs on a device."""
+        previous = current_backend()
+        use_backend(_ShapesOnly())
+        try:
+            with tidy():
+                weights = {ref: tensor(a, dtype=None) for ref, a in self.host_weights.items()}
+                x = F.zeros((1, *input_shape), self.program.inputs[0].dtype)
+                out = self.run(x, output or self.program.outputs[0].name, weights)
+                assert isinstance(out, Tensor)
+                return tuple(out.shape[1:])
+        finally:
+            use_backend(previous)
 
     def release(self, backend: Backend | None = None) -> None:
         """Frees the device copies of the weights on `backend` (default: every backend)."""

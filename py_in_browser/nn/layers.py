@@ -12,7 +12,6 @@ import numpy as np
 
 from .. import functional as F
 from .. import fusion
-from ..runtime import tidy
 from ..tensor import Tensor, Variable, call, tensor
 from . import activations, initializers
 
@@ -708,6 +707,8 @@ class _GraphModelLike(Protocol):
 
     def weights(self) -> dict[str, Variable]: ...
 
+    def output_shape(self, input_shape: Sequence[int], output: str | None = None) -> Shape: ...
+
     def run(
         self, x: Any, output: Any = None, weights: dict[str, Tensor] | None = None
     ) -> Tensor | list[Tensor]: ...
@@ -720,8 +721,8 @@ class Pretrained(Layer):
     Frozen by default: the model's own weights (uploaded once per backend) are the layer's
     non-trainable weights, so fit trains only the layers after it and never computes a gradient
     inside it. With ``trainable=True`` the layer trains copies of its own (float constants
-    trainable, integer ones not); the GraphModel is never changed. The output shape is measured
-    by running the model once on a batch of zeros when the layer is built.
+    trainable, integer ones not); the GraphModel is never changed. The output shape comes from
+    the op table's shape rules (GraphModel.output_shape): building runs nothing on the device.
 
     Example:
         >>> from py_in_browser.testing import graph_models
@@ -765,10 +766,7 @@ class Pretrained(Layer):
         super().build(input_shape)
 
     def compute_output_shape(self, input_shape: Shape) -> Shape:
-        with tidy():
-            out = self.graph_model.run(F.zeros((1, *input_shape)), self.output, self._reads)
-            assert isinstance(out, Tensor)
-            return tuple(out.shape[1:])
+        return self.graph_model.output_shape(input_shape, self.output)
 
     def call(self, x: Tensor, training: bool) -> Tensor:
         out = self.graph_model.run(x, self.output, self._reads)

@@ -27,6 +27,7 @@ import numpy as np
 
 import py_in_browser as pib
 from py_in_browser import layers, losses, optimizers, permits
+from py_in_browser.testing import graph_models
 
 EPOCHS = 2
 BATCH = 4
@@ -811,6 +812,26 @@ CASES: list[FeatureCase] = [
         "layer-option:RandomAugmentation.zoom layer-option:RandomAugmentation.rotation "
         "layer-option:RandomAugmentation.brightness layer-option:RandomAugmentation.contrast "
         "layer-option:RandomAugmentation.value_range layer-option:RandomAugmentation.seed",
+        fit_evaluate_predict,
+    ),
+    # Pretrained graph models as layers: a frozen one read at a named node, then a trainable copy
+    # of another, fine-tuned with the head (its depthwise convolution's gradient included).
+    case(
+        "pretrained_graph_models",
+        model_of(
+            lambda: [
+                layers.Pretrained(
+                    graph_models.small_backbone(seed=1), output="feat", input_shape=(6, 6, 2)
+                ),
+                layers.Pretrained(graph_models.small_backbone(seed=2), trainable=True),
+                layers.Dense(CLASSES, activation="softmax"),
+            ],
+            lambda: optimizers.Adam(0.01),
+            "sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        ),
+        images,
+        "layer:Pretrained layer-option:Pretrained.output layer-option:Pretrained.trainable",
         fit_evaluate_predict,
     ),
     case(

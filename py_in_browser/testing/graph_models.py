@@ -11,6 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from ..interop.graph_model import GraphModel
+from ..interop.graph_model_convert import convert
+from ..interop.graph_model_format import read_graph
+
 Files = dict[str, str | bytes]
 Node = tuple[str, str, list[str], dict[str, Any]]  # name, op, inputs, attributes
 
@@ -169,3 +173,31 @@ def seeded_images(seed: int, batch: int = 1, size: int = 224) -> np.ndarray:
         color = rng.uniform(0.3, 1.0, size=3)
         images.append(np.clip(blob * color + rng.uniform(0, 0.3, (size, size, 3)), 0, 1))
     return np.asarray(images, np.float32)
+
+
+def small_backbone(seed: int = 0, channels: int = 2) -> GraphModel:
+    """A pib.GraphModel (loaded synchronously: its files are here) of x (1, 6, 6, channels) ->
+    "feat" = relu6(depthwise 3x3 SAME + bias) -> "pooled" = the spatial mean (its output),
+    weights drawn from `seed`: a backbone for layers.Pretrained cases.
+
+    Example:
+        >>> from py_in_browser.testing import graph_models
+        >>> graph_models.small_backbone().outputs
+        [{'name': 'pooled:0', 'shape': [None, 2], 'dtype': 'float32'}]
+    """
+    rng = np.random.default_rng(seed)
+    weights = {
+        "w": rng.normal(0, 0.5, (3, 3, channels, 1)).astype(np.float32),
+        "b": rng.normal(0, 0.1, (channels,)).astype(np.float32),
+        "axes": np.array([1, 2], np.int32),
+    }
+    conv = {"strides": [1, 1, 1, 1], "padding": "SAME", "dilations": [1, 1, 1, 1]}
+    nodes: list[Node] = [
+        ("dw", "DepthwiseConv2dNative", ["x", "w"], {**conv, "data_format": "NHWC"}),
+        ("biased", "BiasAdd", ["dw", "b"], {"data_format": "NHWC"}),
+        ("feat", "Relu6", ["biased"], {}),
+        ("pooled", "Mean", ["feat", "axes"], {"keep_dims": False}),
+    ]
+    inputs: dict[str, tuple[tuple[int, ...], str]] = {"x": ((1, 6, 6, channels), "DT_FLOAT")}
+    files = graph_model_files(nodes, weights, inputs, {"pooled": (1, channels)})
+    return GraphModel(convert(read_graph(files)), "small_backbone")
