@@ -720,17 +720,17 @@ def _depthwise_dw(x: TensorLike, g: TensorLike, w_shape: Shape, a: dict[str, Any
     (pt, _), (pl, _) = a["pads"]
     _, oh, ow, _ = g.shape
     (sh, sw) = a["strides"]
-    # dw[di, dj, c, m] = sum over (n, i, j) of x_padded[n, di + i*sh, dj + j*sw, c] * g[n, i, j, c*M+m]:
-    # a valid depthwise convolution of x_padded, with the batch as channels (n*C + c), by the
-    # dilated gradient as filters ((OH-1)*sh+1, (OW-1)*sw+1, N*C, M); its KH x KW output, summed
-    # over n, is dw. Rows the strides never reach at the bottom/right are cropped.
+    # dw[di, dj, c, m] = sum over (n, i, j) of x_padded[n, di + i*sh, dj + j*sw, c] *
+    # g[n, i, j, c*M + m]: a valid depthwise convolution of x_padded, with the batch as channels
+    # (n*C + c), by the dilated gradient as filters ((OH-1)*sh+1, (OW-1)*sw+1, N*C, M); its
+    # KH x KW output, summed over n, is dw. Rows the strides never reach at the bottom/right are
+    # cropped.
     xt = x if n == 1 else call("transpose", x, perm=(1, 2, 0, 3))
     xt = call("reshape", xt, shape=(1, h, wd, n * c))
     rows = (pt, kh + (oh - 1) * sh - h - pt)
     cols = (pl, kw + (ow - 1) * sw - wd - pl)
     xp = _pad_or_crop(xt, ((0, 0), rows, cols, (0, 0)))
-    gt = call("reshape", g, shape=(n, oh, ow, c * m))
-    gt = gt if n == 1 else call("transpose", gt, perm=(1, 2, 0, 3))
+    gt = g if n == 1 else call("transpose", g, perm=(1, 2, 0, 3))
     gf = _dilate(call("reshape", gt, shape=(1, oh, ow, n * c * m)), (sh, sw))
     gf = call("reshape", gf, shape=(*gf.shape[1:3], n * c, m))
     dw = call("depthwise_conv2d", xp, gf, strides=(1, 1), pads=((0, 0), (0, 0)))
