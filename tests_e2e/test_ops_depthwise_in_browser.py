@@ -1,18 +1,19 @@
 """depthwise_conv2d at the hand model's sizes on every backend of Chromium and Firefox: the
 112 x 112 x 24 first layer (3x3, an R-texture filter on webgl2), a 28 x 28 x 144 5x5 layer (an
 RGBA-packed filter) and a 5x5 one at stride 2, each one draw or dispatch of the whole-texel or
-vec4 kernel, against numpy; the forward times are printed for the notes (never asserted: the
-machine is shared)."""
+vec4 kernel, against the op-case table's numpy reference (plain loops, computed in the page, once
+per browser); the forward times are printed for the notes (never asserted: the machine is
+shared). One page per browser, switched between backends with pib.init."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import pytest
 
-from py_in_browser.testing.op_cases import _ref_depthwise_conv2d
 from tests_e2e.conftest import open_engine_page
+from tests_e2e.engine_page import EnginePage
 
 LAYERS = [
     # x shape, filter shape, strides, and the kernel webgpu runs it on (dispatch key)
@@ -26,6 +27,7 @@ WEBGL2_KERNEL = "depthwise_conv2d4"
 RUN_LAYERS = """
 import json, time
 from py_in_browser.backends.webgpu import kernels as webgpu_kernels
+from py_in_browser.testing.op_cases import _ref_depthwise_conv2d
 backend = pib.runtime.current_backend()
 kernels_run = []
 if pib.get_backend() == "webgl2":
@@ -37,17 +39,23 @@ if pib.get_backend() == "webgl2":
     backend.queue.engine.run = spy
 if pib.get_backend() == "webgpu":
     plan = webgpu_kernels.plan
-    def plan_spy(op, attrs, out, *rest):
+    def plan_spy(op, attrs, out, *rest):  # the depthwise op's dispatches (not warm-up plans)
         found = plan(op, attrs, out, *rest)
-        kernels_run.extend(d.key for d in found.dispatches)
+        if op == "depthwise_conv2d":
+            kernels_run.extend(d.key for d in found.dispatches)
         return found
     webgpu_kernels.plan = plan_spy
-rng = np.random.default_rng(11)
+if "DEPTHWISE_REFERENCES" not in globals():
+    DEPTHWISE_REFERENCES = {}
 results = []
 try:
-    for x_shape, w_shape, strides, _ in LAYERS:
+    for k, (x_shape, w_shape, strides, _) in enumerate(LAYERS):
+        rng = np.random.default_rng(11 + k)
         x = rng.standard_normal(x_shape).astype(np.float32)
         w = rng.standard_normal(w_shape).astype(np.float32)
+        if k not in DEPTHWISE_REFERENCES:
+            DEPTHWISE_REFERENCES[k] = _ref_depthwise_conv2d(x, w, strides, "same")
+        want = DEPTHWISE_REFERENCES[k]
         xt, wt = pib.tensor(x), pib.tensor(w)
         kernels_run.clear()
         got = await pib.depthwise_conv2d(xt, wt, strides=strides, padding="same").numpy()
@@ -58,7 +66,9 @@ try:
             with pib.tidy():
                 await pib.depthwise_conv2d(xt, wt, strides=strides, padding="same").numpy()
             times.append((time.perf_counter() - start) * 1e3)
-        results.append({"x": x, "w": w, "got": got, "kernels": kernels, "ms": min(times[1:])})
+        error = float(np.max(np.abs(got - want))) / max(1.0, float(np.max(np.abs(want))))
+        results.append({"shape_ok": got.shape == want.shape, "error": error,
+                        "kernels": kernels, "ms": min(times[1:])})
         xt.dispose()
         wt.dispose()
 finally:
@@ -78,24 +88,32 @@ TARGETS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def pages(request: pytest.FixtureRequest, server_url: str) -> Iterator[Callable[[str], EnginePage]]:
+    """One engine page per browser for the module, opened on first use (booted on cpu)."""
+    opened: dict[str, EnginePage] = {}
+
+    def get(browser_name: str) -> EnginePage:
+        if browser_name not in opened:
+            browser: Any = request.getfixturevalue(browser_name)
+            opened[browser_name] = open_engine_page(browser, f"{server_url}/console?backend=cpu")
+        return opened[browser_name]
+
+    yield get
+    for engine in opened.values():
+        engine.page.close()
+
+
 @pytest.mark.parametrize("browser_name, backend", TARGETS)
 def test_hand_model_layers_match_numpy_in_one_kernel(
-    request: pytest.FixtureRequest, server_url: str, browser_name: str, backend: str
+    pages: Callable[[str], EnginePage], browser_name: str, backend: str
 ) -> None:
-    browser: Any = request.getfixturevalue(browser_name)
-    engine = open_engine_page(browser, f"{server_url}/?backend={backend}")
-    try:
-        assert engine.run("pib.get_backend()") == backend, engine.describe()
-        results = engine.run(f"LAYERS = {LAYERS!r}\n{RUN_LAYERS}")
-    finally:
-        engine.page.close()
+    engine = pages(browser_name)
+    selected = engine.run(f"await pib.init(backend={backend!r})\npib.get_backend()")
+    assert selected == backend, engine.describe()
+    results = engine.run(f"LAYERS = {LAYERS!r}\n{RUN_LAYERS}")
     for (x_shape, w_shape, strides, webgpu_kernel), result in zip(LAYERS, results, strict=True):
-        x, w = np.asarray(result["x"]), np.asarray(result["w"])
-        want = _ref_depthwise_conv2d(x, w, strides, "same")
-        got = np.asarray(result["got"])
-        assert got.shape == want.shape
-        scale = max(1.0, float(np.max(np.abs(want))))
-        assert float(np.max(np.abs(got - want))) / scale <= 1e-5, (x_shape, w_shape)
+        assert result["shape_ok"] and result["error"] <= 1e-5, (x_shape, w_shape, result)
         kernel = {"webgpu": webgpu_kernel, "webgl2": WEBGL2_KERNEL}.get(backend)
         if kernel is not None:
             assert result["kernels"] == [kernel], result["kernels"]
