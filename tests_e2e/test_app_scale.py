@@ -5,8 +5,8 @@ one training epoch at 500, 2,000 and 5,000 samples per class (streamed from Inde
 of the 15,000 samples, and browsing and deleting in the strip.
 
 It prints the per-sample cost curves, the epoch times and the memory peaks; the only figure it
-asserts is the upload's last hundred against its first (the median image of each, <= 1.5), plus
-loose bounds on the recording rate. Screenshots go to test-results/app/.
+asserts is the upload's last hundred against its first (the lower quartile of each hundred's
+images, <= 1.5), plus loose bounds on the recording rate. Screenshots go to test-results/app/.
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ LONG_TASKS = """
 """
 
 # Samples the page's JS heap (Chromium's performance.memory, precise with the flag below) every
-# 50 ms until window.__heapStop(), which returns the peak.
+# 50 ms until window.__heapStop(), which returns the peak (garbage included: the samples read and
+# sent are collected later; train_one_epoch also reads the heap after a collection).
 HEAP_PEAK = """() => {
   let peak = performance.memory.usedJSHeapSize;
   const timer = setInterval(() => { peak = Math.max(peak, performance.memory.usedJSHeapSize); }, 50);
@@ -102,7 +103,9 @@ HEAP_PEAK = """() => {
 
 @pytest.fixture(scope="module")
 def precise_chromium(playwright: Playwright) -> Iterator[Browser]:
-    browser = launch_chromium(playwright, ["--enable-precise-memory-info"])
+    browser = launch_chromium(
+        playwright, ["--enable-precise-memory-info", "--js-flags=--expose-gc"]
+    )
     yield browser
     browser.close()
 
@@ -140,9 +143,11 @@ def fill(page: Page, index: int, to: int) -> list[float]:
     return costs
 
 
-def upload(page: Page, index: int, images: int, seed: int) -> tuple[list[float], list[float]]:
-    """Uploads `images` PNG files into class `index`; per hundred images, in order, the mean and
-    the median ms an image took (the median is what a stall of the shared machine leaves alone)."""
+def upload(page: Page, index: int, images: int, seed: int) -> dict[str, list[float]]:
+    """Uploads `images` PNG files into class `index`; per hundred images, in order, the mean, the
+    median and the lower quartile of the ms an image took. The machine is shared: other work
+    only ever adds time, in stalls that move a hundred's mean (1.7-18 ms seen) and even its
+    median (1.0-2.6 ms); the lower quartile is what the page's own work costs."""
     kind = CLASSES[index % len(CLASSES)]
     files = [
         {"name": f"{kind}-{i}.png", "mimeType": "image/png", "buffer": png(image)}
@@ -155,7 +160,11 @@ def upload(page: Page, index: int, images: int, seed: int) -> tuple[list[float],
     done: dict[str, Any] = page.evaluate("() => window.gestureTrainer.lastUpload")
     marks = np.array([done["startedMs"], *done["marks"]])
     each = np.diff(marks).reshape(-1, 100)
-    return each.mean(axis=1).tolist(), np.median(each, axis=1).tolist()
+    return {
+        "mean": each.mean(axis=1).tolist(),
+        "median": np.median(each, axis=1).tolist(),
+        "quartile": np.quantile(each, 0.25, axis=1).tolist(),
+    }
 
 
 def record(page: Page, index: int, fps: int, ms: int = 1500) -> dict[str, float]:
@@ -185,6 +194,10 @@ def train_one_epoch(page: Page) -> dict[str, Any]:
     training: dict[str, Any] | None = page.evaluate("() => window.gestureTrainer.lastTraining")
     assert training is not None and not training["stopped"], page.inner_text("#train-progress-text")
     training["page_heap_peak"] = page.evaluate("() => window.__heapStop()")
+    # What the page still holds once the garbage of the samples it read and sent is collected.
+    training["page_heap_after_gc"] = page.evaluate(
+        "() => { window.gc(); return performance.memory.usedJSHeapSize; }"
+    )
     return training
 
 
@@ -230,19 +243,18 @@ def test_upload_costs_the_same_into_a_class_of_4000(app: AppSession) -> None:
     page = app.page
     page.click("#add-class")
     page.wait_for_function("() => document.querySelectorAll('.class-card').length === 4")
-    empty, empty_median = upload(page, 3, UPLOAD, seed=11)
+    empty = upload(page, 3, UPLOAD, seed=11)
     page.locator(".class-card").nth(3).locator(".delete-class").click()
     page.wait_for_function("() => document.querySelectorAll('.class-card').length === 3")
     adds = fill(page, 0, CAP - UPLOAD)
-    full, full_median = upload(page, 0, UPLOAD, seed=12)
+    full = upload(page, 0, UPLOAD, seed=12)
     print(f"\nadd cost (ms/sample per hundred) class 0 from 2000 to 4000: {curve(adds)}")
-    print(f"upload into an empty class (ms/image per hundred, mean): {curve(empty)}")
-    print(f"                                               (median): {curve(empty_median)}")
-    print(f"upload into a class of 4000 (ms/image per hundred, mean): {curve(full)}")
-    print(f"                                                (median): {curve(full_median)}")
+    for name, figures in (("an empty class", empty), ("a class of 4000", full)):
+        for key, values in figures.items():
+            print(f"upload into {name}, ms an image per hundred ({key}): {curve(values)}")
     assert count(page, 0) == CAP
     # The 5,000th image costs what the 4,001st did (and what an empty class's first ones did).
-    assert full_median[-1] / full_median[0] <= 1.5, (full_median, empty_median)
+    assert full["quartile"][-1] / full["quartile"][0] <= 1.5, (full, empty)
     app.shot("8-scale-upload.png")
 
 
@@ -289,7 +301,8 @@ def test_one_epoch_at_5000_per_class_and_memory(app: AppSession) -> None:
         peaks = figures["memory_peaks"]
         print(
             f"\n{per_class} per class: epoch {seconds:.1f} s ({1000 * seconds / (3 * per_class):.2f} ms/sample), "
-            f"page JS heap peak {mib(figures['page_heap_peak'])}, worker wasm {mib(peaks['wasm_bytes'])}, "
+            f"page JS heap peak {mib(figures['page_heap_peak'])} ({mib(figures['page_heap_after_gc'])} after a GC), "
+            f"worker wasm {mib(peaks['wasm_bytes'])}, "
             f"pib.memory() tensors {mib(peaks['tensor_bytes'])}, GPU {mib(peaks['gpu_bytes'])}"
             + (
                 f", worker JS heap {mib(peaks['worker_js_heap_bytes'])}"

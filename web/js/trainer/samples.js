@@ -11,6 +11,7 @@ import { classRange } from "./storage.js";
 
 const BATCH = 64;
 const FLUSH_MS = 250;
+const RESTORE_CHUNK = 1000;
 
 export class SampleStore {
   // storage: an open Storage or null (memory only); onFallback(reason): called once when samples
@@ -27,18 +28,20 @@ export class SampleStore {
     this.writing = Promise.resolve();
   }
 
-  // Reads which samples each stored class holds (keys only: no pixels).
+  // Reads which samples each stored class holds: keys only (no pixels), RESTORE_CHUNK at a time
+  // in seq order, so no one task on the page reads (and deserializes) thousands of them.
   async restore(classIds) {
     for (const id of classIds) this.addClass(id);
     if (this.storage === null) return;
-    for (const [classId, seq] of await this.storage.keys("frames")) {
-      const list = this.seqs.get(classId);
-      if (!list) continue; // a class deleted while its samples were being removed
-      list.push(seq);
-    }
-    for (const [classId, list] of this.seqs) {
-      list.sort((a, b) => a - b);
-      this.next.set(classId, list.length ? list[list.length - 1] + 1 : 0);
+    for (const id of classIds) {
+      const list = this.seqs.get(id);
+      for (let low = 0; ; ) {
+        const keys = await this.storage.keys("frames", classRange(id, low), RESTORE_CHUNK);
+        for (const key of keys) list.push(key[1]);
+        if (keys.length < RESTORE_CHUNK) break;
+        low = keys[keys.length - 1][1] + 1;
+      }
+      this.next.set(id, list.length ? list[list.length - 1] + 1 : 0);
     }
   }
 

@@ -88,8 +88,9 @@ export class Storage {
     return this.transaction(store, "readonly", (s) => request(s.getAll()));
   }
 
-  keys(store) {
-    return this.transaction(store, "readonly", (s) => request(s.getAllKeys()));
+  // The keys under `query` (a key range; all when omitted), in order, at most `count`.
+  keys(store, query, count) {
+    return this.transaction(store, "readonly", (s) => request(s.getAllKeys(query, count)));
   }
 
   get(store, id) {
