@@ -684,7 +684,7 @@ async function restoreSession() {
     const total = app.store.total();
     if (total) {
       $("keep-message").textContent =
-        `Restored ${classes.length} classes and ${total.toLocaleString("en")} samples from your last session.`;
+        `Restored ${classes.length} class${classes.length === 1 ? "" : "es"} and ${total.toLocaleString("en")} samples from your last session.`;
     }
     $("load-browser").disabled = !saved;
     if (saved) $("keep-message").textContent += " A saved model is ready to load.";
