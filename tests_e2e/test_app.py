@@ -89,9 +89,10 @@ class AppSession:
     origin: str
     requests: list[Request] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
+    query: str = ""  # e.g. "?backend=cpu"
 
     def open(self) -> None:
-        self.page.goto(f"{self.origin}/")
+        self.page.goto(f"{self.origin}/{self.query}")
         self.page.wait_for_function("() => window.pib !== undefined")
         self.page.evaluate(
             f"() => Promise.race([window.pib.ready, new Promise((_, reject) => setTimeout(() => "
