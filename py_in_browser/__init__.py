@@ -15,6 +15,7 @@ from .functional import (
     clip,
     concat,
     conv2d,
+    depthwise_conv2d,
     div,
     equal,
     erf,
@@ -64,6 +65,7 @@ from .functional import (
     zeros,
     zeros_like,
 )
+from .interop.graph_model import GraphModel, load_graph_model
 from .limits import LimitExceededError
 from .model import Sequential, load_model, load_tfjs
 from .nn import activations, initializers, layers, losses, metrics
@@ -87,6 +89,7 @@ __all__ = [
     "EarlyStopping",
     "ExampleTooLargeError",
     "GradientTape",
+    "GraphModel",
     "History",
     "LambdaCallback",
     "LimitExceededError",
@@ -112,6 +115,7 @@ __all__ = [
     "conv2d",
     "data",
     "debug",
+    "depthwise_conv2d",
     "div",
     "equal",
     "erf",
@@ -132,6 +136,7 @@ __all__ = [
     "leaky_relu",
     "less",
     "less_equal",
+    "load_graph_model",
     "load_model",
     "load_tfjs",
     "log",

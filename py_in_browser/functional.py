@@ -870,6 +870,41 @@ def conv2d(
     return call("conv2d", x, filters, strides=st, pads=pads)
 
 
+def depthwise_conv2d(
+    x: Tensor,
+    filters: Tensor,
+    strides: int | Sequence[int] = 1,
+    padding: str | Sequence[Sequence[int]] = "valid",
+) -> Tensor:
+    """Depthwise 2-D convolution, NHWC input and HWCM filters (TensorFlow's DepthwiseConv2dNative):
+    every input channel c has its own M filters, and output channel c * M + m is
+
+    out[b, i, j, c * M + m] = sum over (di, dj) of x[b, i * sh + di, j * sw + dj, c] * filters[di, dj, c, m]
+
+    on the padded input. strides and padding as `conv2d`.
+
+    Example:
+        >>> x = pib.tensor(np.arange(18.0).reshape(1, 3, 3, 2))
+        >>> out = pib.depthwise_conv2d(x, pib.ones((2, 2, 2, 1)))
+        >>> out.shape, (await out.numpy())[0, 0, 0]
+        ((1, 2, 2, 2), array([16., 20.], dtype=float32))
+        >>> pib.depthwise_conv2d(x, pib.ones((3, 3, 2, 2)), strides=2, padding="same").shape
+        (1, 2, 2, 4)
+    """
+    if x.ndim != 4 or filters.ndim != 4:
+        raise ValueError(
+            f"depthwise_conv2d: x must be NHWC and filters HWCM, got {x.shape}, {filters.shape}"
+        )
+    if filters.shape[2] != x.shape[3]:
+        raise ValueError(
+            f"depthwise_conv2d: filters {filters.shape} have {filters.shape[2]} channels, "
+            f"x {x.shape} has {x.shape[3]}"
+        )
+    st = _pair_of(strides, "strides")
+    pads = resolve_padding(padding, x.shape[1:3], filters.shape[:2], st)
+    return call("depthwise_conv2d", x, filters, strides=st, pads=pads)
+
+
 def _pool(op: str, x: Tensor, pool_size: Any, strides: Any, padding: Any) -> Tensor:
     if x.ndim != 4:
         raise ValueError(f"{op}: input must be NHWC (rank 4), got shape {x.shape}")

@@ -49,6 +49,9 @@ class Limits:
     max_input_elements: int = 256 * 256 * 4
     max_input_side: int = 1024
     max_samples: int = 100_000
+    # Samples one class of the gesture trainer keeps (recorded or uploaded); the page reads it from
+    # GET /api/training/policy and says when a class reaches it.
+    max_samples_per_class: int = 5_000
     # Training data held in memory (float32 inputs and targets together).
     max_dataset_bytes: int = 512 * MIB
     # A saved model: float32 weights of max_params plus room for its description.
@@ -92,17 +95,22 @@ class ModelSummary:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    """One fit call as the caps see it: the model, how many examples, epochs and batch size."""
+    """One fit call as the caps see it: the model, how many examples, epochs and batch size.
+    `streamed`: the examples come batch by batch from where they are stored (the gesture
+    trainer), so only a batch of them is in memory at once."""
 
     model: ModelSummary
     samples: int
     epochs: int
     batch_size: int
+    streamed: bool = False
 
     @property
     def dataset_bytes(self) -> int:
-        """float32 inputs in memory (targets are small next to them and are not counted)."""
-        return 4 * self.samples * math.prod(self.model.input_shape)
+        """float32 inputs in memory (targets are small next to them and are not counted): all
+        the examples, or one batch of them when streamed."""
+        held = min(self.batch_size, self.samples) if self.streamed else self.samples
+        return 4 * held * math.prod(self.model.input_shape)
 
     @property
     def work(self) -> int:

@@ -3,7 +3,7 @@
 Every backend implements exactly these primitives; everything else (broadcasting binary ops,
 softmax, log_softmax, mean, variance, gelu, losses, ...) is composed from them in functional.py.
 
-Primitives (40):
+Primitives (41):
   unary float     neg exp log sqrt tanh sigmoid relu erf
   binary (same shape and dtype)   add sub mul div pow maximum
   compare -> bool less less_equal equal not_equal
@@ -17,6 +17,8 @@ Primitives (40):
   linear algebra  matmul(transpose_a, transpose_b)  (batched, equal batch dims)
   convolution     conv2d conv2d_backprop_input conv2d_backprop_filter  (NHWC, filters HWIO,
                   strides, explicit pads ((top, bottom), (left, right)))
+                  depthwise_conv2d (NHWC, filters HWCM: each input channel c has M filters of
+                  its own, output channel c*M + m; strides, explicit pads; its VJP is itself)
   pooling         max_pool2d max_pool2d_grad avg_pool2d avg_pool2d_grad (pool_size, strides, pads)
   random          random_uniform(counter; shape, seed, stream, bits): float32 in [0, 1) hashed
                   from (seed, stream, counter, element index), the same bits on every backend
@@ -623,6 +625,127 @@ _define(
     _conv_filter_vjp,
     ("filter_shape", "strides", "pads"),
 )
+
+
+# Depthwise convolution: out[n, i, j, c*M + m] = sum over (di, dj) of
+# x[n, i*sh + di - top, j*sw + dj - left, c] * w[di, dj, c, m], the padding zeros multiplied in
+# (so an infinite filter tap over padding gives NaN, as numpy's padded reference does).
+# Its VJP is written in other primitives, mostly depthwise_conv2d itself: the input gradient is
+# the (stride-dilated, padded) output gradient convolved with the spatially flipped filters; the
+# filter gradient is the padded input, batch moved into channels, convolved with the (dilated)
+# output gradient as a filter. Every backend then needs one kernel only, and gradients of
+# gradients come for free.
+
+
+def _depthwise_infer(shapes: Sequence[Shape], dtypes: Sequence[str], attrs: dict[str, Any]):
+    _need_dtype("depthwise_conv2d", dtypes, FLOAT)
+    x, w = tuple(shapes[0]), tuple(shapes[1])
+    if len(w) != 4 or len(x) != 4 or w[2] != x[3]:
+        raise ValueError(
+            f"depthwise_conv2d: filters must be HWCM with C == input channels; got x {x}, w {w}"
+        )
+    return (*_spatial_out(x, w[:2], attrs, "depthwise_conv2d"), w[2] * w[3]), dtypes[0]
+
+
+def _pad_or_crop(t: TensorLike, pairs: Sequence[tuple[int, int]]) -> TensorLike:
+    """t padded with zeros by the positive (before, after) counts and cropped by the negative."""
+    grow = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
+    if any(b or a for b, a in grow):
+        t = call("pad", t, paddings=grow, value=0.0)
+    begin = tuple(max(-b, 0) for b, _ in pairs)
+    size = tuple(n - max(-b, 0) - max(-a, 0) for n, (b, a) in zip(t.shape, pairs, strict=True))
+    return call("slice", t, begin=begin, size=size) if tuple(size) != tuple(t.shape) else t
+
+
+def _dilate(t: TensorLike, strides: Sequence[int]) -> TensorLike:
+    """(A, H, W, B) with sh - 1 zero rows after each row and sw - 1 zero columns after each
+    column, the last ones cut: ((H - 1) * sh + 1, (W - 1) * sw + 1). Reshapes and pads of rank 3
+    only, which every backend lays out alike."""
+    a, h, w, b = t.shape
+    sh, sw = strides
+    if sh > 1:
+        t = call("reshape", t, shape=(a * h, 1, w * b))
+        t = call("pad", t, paddings=((0, 0), (0, sh - 1), (0, 0)), value=0.0)
+        t = call("reshape", t, shape=(a, h * sh, w, b))
+    if sw > 1:
+        t = call("reshape", t, shape=(a * h * sh * w, 1, b))
+        t = call("pad", t, paddings=((0, 0), (0, sw - 1), (0, 0)), value=0.0)
+        t = call("reshape", t, shape=(a, h * sh, w * sw, b))
+    size = (a, (h - 1) * sh + 1, (w - 1) * sw + 1, b)
+    return call("slice", t, begin=(0, 0, 0, 0), size=size) if size != tuple(t.shape) else t
+
+
+def _flip_hw(w: TensorLike) -> TensorLike:
+    """Filters (KH, KW, ...) reversed along both spatial axes, by slices and one concat per axis
+    (the table has no reverse; filters are small)."""
+    for axis in (0, 1):
+        n = w.shape[axis]
+        if n > 1:
+            size = tuple(1 if i == axis else d for i, d in enumerate(w.shape))
+            parts = [
+                call(
+                    "slice", w, begin=tuple(k if i == axis else 0 for i in range(w.ndim)), size=size
+                )
+                for k in reversed(range(n))
+            ]
+            w = call("concat", *parts, axis=axis)
+    return w
+
+
+def _depthwise_dx(g: TensorLike, w: TensorLike, x_shape: Shape, a: dict[str, Any]) -> TensorLike:
+    n, h, wd, c = x_shape
+    kh, kw, _, m = w.shape
+    (pt, _), (pl, _) = a["pads"]
+    _, oh, ow, _ = g.shape
+    (sh, sw) = a["strides"]
+    # dx[i] = sum over di of g_dilated[i + top - di] * w[di]: a valid correlation of g_dilated,
+    # padded by KH - 1 - top before and up to the input's height after, with the flipped filters.
+    gd = _dilate(g, (sh, sw))
+    rows = (kh - 1 - pt, h + pt - 1 - (oh - 1) * sh)
+    cols = (kw - 1 - pl, wd + pl - 1 - (ow - 1) * sw)
+    gp = _pad_or_crop(gd, ((0, 0), rows, cols, (0, 0)))
+    # Each of the C*M gradient channels has the one flipped filter of its (c, m).
+    wf = call("reshape", _flip_hw(w), shape=(kh, kw, c * m, 1))
+    dx = call("depthwise_conv2d", gp, wf, strides=(1, 1), pads=((0, 0), (0, 0)))
+    if m > 1:
+        dx = call(
+            "reduce_sum", call("reshape", dx, shape=(n, h, wd, c, m)), axes=(4,), keepdims=False
+        )
+    return dx
+
+
+def _depthwise_dw(x: TensorLike, g: TensorLike, w_shape: Shape, a: dict[str, Any]) -> TensorLike:
+    n, h, wd, c = x.shape
+    kh, kw, _, m = w_shape
+    (pt, _), (pl, _) = a["pads"]
+    _, oh, ow, _ = g.shape
+    (sh, sw) = a["strides"]
+    # dw[di, dj, c, m] = sum over (n, i, j) of x_padded[n, di + i*sh, dj + j*sw, c] *
+    # g[n, i, j, c*M + m]: a valid depthwise convolution of x_padded, with the batch as channels
+    # (n*C + c), by the dilated gradient as filters ((OH-1)*sh+1, (OW-1)*sw+1, N*C, M); its
+    # KH x KW output, summed over n, is dw. Rows the strides never reach at the bottom/right are
+    # cropped.
+    xt = x if n == 1 else call("transpose", x, perm=(1, 2, 0, 3))
+    xt = call("reshape", xt, shape=(1, h, wd, n * c))
+    rows = (pt, kh + (oh - 1) * sh - h - pt)
+    cols = (pl, kw + (ow - 1) * sw - wd - pl)
+    xp = _pad_or_crop(xt, ((0, 0), rows, cols, (0, 0)))
+    gt = g if n == 1 else call("transpose", g, perm=(1, 2, 0, 3))
+    gf = _dilate(call("reshape", gt, shape=(1, oh, ow, n * c * m)), (sh, sw))
+    gf = call("reshape", gf, shape=(*gf.shape[1:3], n * c, m))
+    dw = call("depthwise_conv2d", xp, gf, strides=(1, 1), pads=((0, 0), (0, 0)))
+    if n == 1:
+        return call("reshape", dw, shape=(kh, kw, c, m))
+    dw = call("reshape", dw, shape=(kh, kw, n, c, m))
+    return call("reduce_sum", dw, axes=(2,), keepdims=False)
+
+
+def _depthwise_vjp(g: TensorLike, xs: Sequence[TensorLike], y: TensorLike, a: dict[str, Any]):
+    x, w = xs
+    return [lambda: _depthwise_dx(g, w, x.shape, a), lambda: _depthwise_dw(x, g, w.shape, a)]
+
+
+_define("depthwise_conv2d", 2, _depthwise_infer, _depthwise_vjp, ("strides", "pads"))
 
 
 def _pool_infer(name: str) -> Infer:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from server.engine_bundle import ensure_engine_bundle
+from server.pretrained_models import ensure_pretrained_models
 from server.runtime_setup import SetupError, ensure_runtime, runtime_problems
 from server.runtime_snapshot import snapshots_offered
 from server.settings import Paths
@@ -31,6 +32,7 @@ def setup(paths: Paths) -> None:
     except SimdBuildError as exc:
         print(f"simd: the cpu SIMD kernels did not build, the cpu backend will use numpy:\n{exc}")
     ensure_web_libraries(paths)
+    ensure_pretrained_models(paths)
     bundle = ensure_engine_bundle(paths)
     print(f"engine: {bundle.path} (sources {bundle.digest})")
     _make_snapshot(paths)

@@ -21,6 +21,7 @@ from server.asset_versions import (
     with_preloads,
 )
 from server.engine_bundle import BUNDLE_NAME, EngineBundle, ensure_engine_bundle
+from server.pretrained_models import served_file
 from server.registry import LazyRegistry
 from server.registry.config import RegistryConfig
 from server.request_limits import RequestBodyLimits
@@ -231,6 +232,15 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
         if path is None or path.name == "MANIFEST.json":
             raise HTTPException(
                 404, "not found (the pages' libraries come with `py-in-browser setup`)"
+            )
+        return serve_file(request, path, REVALIDATE)
+
+    @app.api_route("/models/{name}/{file}", methods=["GET", "HEAD"], include_in_schema=False)
+    def pretrained_model_file(request: Request, name: str, file: str) -> Response:
+        path = served_file(paths, name, file)
+        if path is None:
+            raise HTTPException(
+                404, "not found (the pretrained models come with `py-in-browser setup`)"
             )
         return serve_file(request, path, REVALIDATE)
 

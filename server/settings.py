@@ -65,6 +65,11 @@ class Paths:
         return self.cache / "web-libraries"
 
     @property
+    def pretrained_models(self) -> Path:
+        """The pretrained TF.js graph models of PRETRAINED_MODELS (server/pretrained_models.py)."""
+        return self.cache / "pretrained-models" / f"human-{PRETRAINED_PACKAGE.version}"
+
+    @property
     def engine(self) -> Path:
         return self.cache / "engine"
 
@@ -113,3 +118,18 @@ WEB_LIBRARIES = (
         ("axe.min.js",),
     ),
 )
+
+
+# The pretrained TF.js graph models (format "graph-model") the app may use as backbones:
+# @vladmandic/human (MIT) ships MediaPipe's hand-landmark and Google's MoveNet models converted for
+# TF.js. Set-up fetches its tarball (28.6 MB) once, keeps only these models (json + weight shard)
+# and the server serves each same-origin at MODELS_PREFIX/<name>/model.json with its shard beside
+# it (server/pretrained_models.py); nothing is fetched at run time.
+PRETRAINED_MODELS = ("handlandmark-lite", "movenet-lightning")
+PRETRAINED_PACKAGE = WebLibrary(
+    "@vladmandic/human",
+    "3.3.6",
+    "425e9c51dbbca0c8934362b170cb0d54c2529c11c654b3c03092b16e9d6ad3f7",
+    tuple(f"models/{name}.{suffix}" for name in PRETRAINED_MODELS for suffix in ("json", "bin")),
+)
+MODELS_PREFIX = "/models"

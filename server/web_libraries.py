@@ -23,7 +23,11 @@ def served_name(member: str) -> str:
 
 def library_problems(paths: Paths, library: WebLibrary) -> list[str]:
     """What is missing or altered in one library's cache; empty when complete and intact."""
-    folder = library_folder(paths, library)
+    return folder_problems(library, library_folder(paths, library))
+
+
+def folder_problems(library: WebLibrary, folder: Path) -> list[str]:
+    """What is missing or altered among `library`'s files cached in `folder`."""
     try:
         recorded: dict[str, str] = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError):
@@ -53,7 +57,12 @@ def ensure_web_libraries(paths: Paths, log: Log = print) -> None:
 
 
 def _fetch_library(paths: Paths, library: WebLibrary, log: Log) -> None:
-    folder = library_folder(paths, library)
+    fetch_npm_files(library, library_folder(paths, library), log)
+
+
+def fetch_npm_files(library: WebLibrary, folder: Path, log: Log) -> None:
+    """npm pack `library`, check the tarball's sha256 and cache its listed files (by base name)
+    in `folder` with a manifest of their sha256; `folder` is replaced only when all went well."""
     staging = folder.with_name(folder.name + ".staging")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)

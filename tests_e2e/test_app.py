@@ -89,9 +89,10 @@ class AppSession:
     origin: str
     requests: list[Request] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
+    query: str = ""  # e.g. "?backend=cpu"
 
     def open(self) -> None:
-        self.page.goto(f"{self.origin}/")
+        self.page.goto(f"{self.origin}/{self.query}")
         self.page.wait_for_function("() => window.pib !== undefined")
         self.page.evaluate(
             f"() => Promise.race([window.pib.ready, new Promise((_, reject) => setTimeout(() => "
@@ -128,6 +129,10 @@ def new_app_session(browser: Browser, origin: str) -> AppSession:
     return session
 
 
+# How many samples the index-th class holds (the app's own count; its strip shows a page of them).
+CLASS_COUNT = "((i) => { const g = window.gestureTrainer; return g.store.count(g.classes[i].id); })"
+
+
 def upload_gestures(page: Page, images: dict[str, list[np.ndarray]]) -> None:
     """Names the classes after the shapes (adding the third) and uploads each class's images."""
     page.click("#add-class")
@@ -142,10 +147,7 @@ def upload_gestures(page: Page, images: dict[str, list[np.ndarray]]) -> None:
             for i, image in enumerate(images[kind])
         ]
         card.locator("input.upload").set_input_files(files)  # type: ignore[arg-type]
-        page.wait_for_function(
-            "([i, n]) => document.querySelectorAll('.class-card')[i].querySelectorAll('.thumbs li').length === n",
-            arg=[index, len(files)],
-        )
+        page.wait_for_function(f"() => {CLASS_COUNT}({index}) === {len(files)}")
 
 
 def set_field(page: Page, selector: str, value: str) -> None:
@@ -179,7 +181,7 @@ def predicted_label(page: Page, image: np.ndarray) -> dict[str, Any]:
 
 def worker_messages(page: Page) -> dict[str, int]:
     """How many messages of each type the page posted to the engine's Worker since the last call;
-    transferred bitmaps count as "bitmap:samples" (training) or "bitmap:frame" (live)."""
+    transferred bitmaps count as "bitmap:batch" (training) or "bitmap:frame" (live)."""
     counts: dict[str, int] = page.evaluate(
         """() => {
             const counts = {};
@@ -243,11 +245,15 @@ def test_collect_train_and_predict_three_gestures(
         f"{training['accuracy']:.3f}, longest main-thread task {training['longestTaskMs']:.0f} ms "
         f"({training['longestTaskDuringStepsMs']:.0f} ms during the steps)"
     )
-    # The samples went to the engine as a few transferred ImageBitmaps, not as bytes.
+    # Training streamed the samples: each epoch the worker asked the page for every training
+    # batch and the held-out ones, and each came as a transferred ImageBitmap, never as bytes
+    # (and one last held-out pass for the evaluation).
+    held, trained = training["held_out_count"], training["train_count"]
+    per_epoch = -(-trained // BATCH_SIZE) + -(-held // BATCH_SIZE)
     sent = worker_messages(page)
-    assert sent["bitmap:samples"] == -(-3 * TRAIN_PER_CLASS // 32), sent
+    assert sent["bitmap:batch"] == EPOCHS * per_epoch + -(-held // BATCH_SIZE), sent
     assert "put" not in sent and "bitmap copied" not in sent, sent
-    assert bitmaps_taken(page)["samples"] == 3 * TRAIN_PER_CLASS
+    assert bitmaps_taken(page)["samples"] == EPOCHS * (trained + held) + held
     assert training["held_out_count"] == 3 * round(TRAIN_PER_CLASS * 0.15)
     assert training["batch_size"] == BATCH_SIZE
     assert training["accuracy"] >= 0.9, training
@@ -256,6 +262,14 @@ def test_collect_train_and_predict_three_gestures(
     assert page.locator("#loss-chart canvas").count() == 1
     assert page.eval_on_selector("#train-progress", "bar => bar.value") == 1
     assert "longest main-thread task" in page.inner_text("#responsiveness")
+    assert page.is_hidden("#held-out-advice")  # accuracy is high: no advice
+    # The guide box covers the frame's centre square as the preview shows it (a 4:3 frame in a
+    # 4:3 preview: the preview's height, centred).
+    box = page.locator("#guide-box").bounding_box()
+    preview = page.locator("#preview").bounding_box()
+    assert box is not None and preview is not None
+    assert abs(box["width"] - box["height"]) < 1 and abs(box["height"] - preview["height"]) < 1
+    assert abs(box["x"] + box["width"] / 2 - (preview["x"] + preview["width"] / 2)) < 1
     app.shot("2-trained.png")
 
     frames_before = bitmaps_taken(page)["frames"]
@@ -407,6 +421,18 @@ def test_stop_keeps_the_weights_trained_so_far(app: AppSession) -> None:
     # The weights trained so far stay: the stopped model predicts and can be saved.
     page.wait_for_selector("#prediction:not([hidden])")
     assert not page.is_disabled("#save-browser")
+
+
+def test_low_held_out_accuracy_says_what_helps(app: AppSession) -> None:
+    page = app.page
+    set_field(page, "#epochs", "1")
+    set_field(page, "#learning-rate", "0.00001")  # one near-still epoch: about chance
+    page.click("#train")
+    page.wait_for_selector("#held-out-advice:not([hidden])", timeout=TRAIN_TIMEOUT_MS)
+    advice = page.inner_text("#held-out-advice")
+    assert "more samples per class" in advice and "inside the box on the preview" in advice
+    app.shot("5-low-accuracy-advice.png")
+    set_field(page, "#learning-rate", LEARNING_RATE)
 
 
 def test_no_request_leaves_the_page_and_no_console_errors(app: AppSession) -> None:

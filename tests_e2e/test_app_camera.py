@@ -20,6 +20,7 @@ from py_in_browser.data import ImagePreprocessing
 from tests_e2e.app_gestures import CLASSES, gesture_set, png, write_y4m
 from tests_e2e.browsers import launch_chromium
 from tests_e2e.test_app import (
+    CLASS_COUNT,
     EPOCHS,
     SCREENSHOTS,
     TRAIN_PER_CLASS,
@@ -68,10 +69,7 @@ SETTLE_MS = 500
 
 
 def sample_count(page: Page, index: int = 0) -> int:
-    count: int = page.evaluate(
-        "(i) => document.querySelectorAll('.class-card')[i].querySelectorAll('.thumbs li').length",
-        index,
-    )
+    count: int = page.evaluate(f"{CLASS_COUNT}({index})")
     return count
 
 
@@ -109,7 +107,8 @@ def test_record_from_the_fake_camera_by_holding_the_button(
     assert 3 <= by_pointer <= 0.6 * RECORD_FPS + 2, by_pointer
     # A recorded frame is the clip's picture: a bright disc on a dark ground, not a blank frame.
     spread = page.evaluate(
-        "() => { const d = window.gestureTrainer.samples.values().next().value[0].rgba;"
+        "async () => { const g = window.gestureTrainer;"
+        " const d = (await g.store.slice(g.classes[0].id, 0, 1))[0].rgba;"
         " let lo = 255, hi = 0; for (let i = 0; i < d.length; i += 4) { lo = Math.min(lo, d[i]); hi = Math.max(hi, d[i]); }"
         " return hi - lo; }"
     )
@@ -117,12 +116,9 @@ def test_record_from_the_fake_camera_by_holding_the_button(
 
     total = sample_count(page)
     page.locator(".class-card").nth(0).locator(".thumb").first.click()
-    # The thumbnails are redrawn once the sample is also gone from IndexedDB (a slow machine
-    # takes a while): wait for that, then check that exactly one went.
-    page.wait_for_function(
-        "(n) => document.querySelectorAll('.class-card')[0].querySelectorAll('.thumbs li').length < n",
-        arg=total,
-    )
+    # The count drops once the sample is also gone from IndexedDB (a slow machine takes a
+    # while): wait for that, then check that exactly one went.
+    page.wait_for_function(f"() => {CLASS_COUNT}(0) < {total}")
     assert sample_count(page) == total - 1
     assert page.locator(".class-card .count").first.inner_text() == f"{total - 1} samples"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -145,9 +141,7 @@ def test_no_camera_says_so_and_uploads_still_work(chromium: Browser, server_url:
     page.locator(".class-card").nth(1).locator("input.upload").set_input_files(
         {"name": "bar.png", "mimeType": "image/png", "buffer": png(image)}
     )
-    page.wait_for_function(
-        "() => document.querySelectorAll('.class-card')[1].querySelectorAll('.thumbs li').length === 1"
-    )
+    page.wait_for_function(f"() => {CLASS_COUNT}(1) === 1")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "7-no-camera-360px.png"), full_page=True)
     context.close()

@@ -85,6 +85,12 @@ LAYERS: list[tuple[str, ...]] = [
     # Model interop converts model files (bytes): TF.js both ways (used by the model), and ONNX
     # out, which imports the onnx package and is imported only by the CLI and tests.
     ("py_in_browser.interop", "py_in_browser.interop.tfjs", "py_in_browser.interop.onnx_export"),
+    # Pretrained TF.js graph models: the format read (on tfjs.py's weight decoding), the op
+    # handlers, the converter, then the runtime GraphModel.
+    ("py_in_browser.interop.graph_model_format",),
+    ("py_in_browser.interop.graph_model_ops",),
+    ("py_in_browser.interop.graph_model_convert",),
+    ("py_in_browser.interop.graph_model",),
     # Recovery from a lost GPU device: host checkpoints during fit, restored on a new backend.
     # pib.debug's fault injection sits beside it.
     ("py_in_browser.recovery", "py_in_browser.debug"),

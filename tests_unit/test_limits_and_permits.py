@@ -52,6 +52,18 @@ def test_each_cap_is_named_when_exceeded(changes, cap: str) -> None:
     assert isinstance(caught.value, ValueError)
 
 
+def test_a_streamed_training_holds_one_batch_of_its_samples() -> None:
+    """The gesture trainer streams 3 x 5,000 samples at 64 px: over max_dataset_bytes held
+    whole, one batch of them when streamed."""
+    at_scale = {"model": ModelSummary((64, 64, 3), 10_000, 8), "samples": 12_750}
+    with pytest.raises(LimitExceededError, match="max_dataset_bytes"):
+        validate_training(config(**at_scale))
+    streamed = config(**at_scale, streamed=True)
+    assert streamed.dataset_bytes == 4 * 32 * 64 * 64 * 3
+    validate_training(streamed)
+    assert Limits().max_samples_per_class >= 5000
+
+
 def test_non_positive_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="epochs must be a positive int"):
         validate_training(config(epochs=0))

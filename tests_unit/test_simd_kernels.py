@@ -11,11 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from py_in_browser import fusion
+import py_in_browser as pib
+from py_in_browser import fusion, layers, replay, runtime
 from py_in_browser.backends import KERNELS, cpu
 from py_in_browser.backends.cpu_simd import loader
 from py_in_browser.backends.cpu_simd.kernels import ELEMENTWISE_MIN_SIZE
 from py_in_browser.events import runtime_events
+from py_in_browser.testing import graph_models
 from py_in_browser.testing.op_cases import CASES, OpCase, check_forward, tape_gradients
 from tests_unit.wasm_simd import WasmSimd, native_simd
 
@@ -182,6 +184,74 @@ def test_conv2d_and_its_gradients_match_numpy(
         got, want = _both(op, xs, op_attrs, simd)
         assert got.shape == want.shape, op
         _close(got, want)
+
+
+@pytest.mark.parametrize("multiplier", [1, 3])
+@pytest.mark.parametrize(("shape", "window", "strides", "pads"), WINDOWS)
+def test_depthwise_conv2d_gives_the_numpy_kernels_bits(
+    simd: WasmSimd, shape: tuple[int, ...], window: Any, strides: Any, pads: Any, multiplier: int
+) -> None:
+    """Both sum 0 + each tap's product in tap order, rounded one by one: equal bits, also with
+    NaN and infinities in the input and the filters (and so over the padding)."""
+    rng = np.random.default_rng(sum(shape) + multiplier)
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((*window, shape[3], multiplier)).astype(np.float32)
+    x.flat[0], x.flat[x.size // 2], x.flat[-1] = np.nan, np.inf, -np.inf
+    w.flat[-1] = np.inf
+    got, want = _both("depthwise_conv2d", [x, w], {"strides": strides, "pads": pads}, simd)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("channels", [4, 24, 37])
+def test_depthwise_conv2d_of_hand_model_layers_matches_numpy(simd: WasmSimd, channels: int) -> None:
+    """16, 4 and 1 channels per pass, 5x5 filters at stride 2; and the filter gradient's
+    geometry (a filter larger than the output: ops.py), where numpy sums each window at once
+    (pairwise), so only to rounding."""
+    rng = np.random.default_rng(channels)
+    x = rng.standard_normal((1, 15, 14, channels)).astype(np.float32)
+    w = rng.standard_normal((5, 5, channels, 1)).astype(np.float32)
+    attrs = {"strides": (2, 2), "pads": ((1, 2), (1, 2))}
+    got, want = _both("depthwise_conv2d", [x, w], attrs, simd)
+    np.testing.assert_array_equal(got, want)
+    x = rng.standard_normal((1, 13, 12, channels)).astype(np.float32)
+    w = rng.standard_normal((11, 10, channels, 1)).astype(np.float32)
+    got, want = _both("depthwise_conv2d", [x, w], {"strides": (1, 1), "pads": ((0, 0),) * 2}, simd)
+    _close(got, want)
+
+
+@pytest.mark.usefixtures("with_simd")
+def test_predictions_through_a_depthwise_backbone_replay_with_the_eager_bits() -> None:
+    """predict on a frozen depthwise backbone (layers.Pretrained) and a head: from the third
+    call the forward pass is one replayed module call (the depthwise call recorded with the
+    others), giving the eager passes' bits."""
+
+    def predictions(replayed: bool) -> tuple[list[np.ndarray], int]:
+        replay.ENABLED = replayed
+        try:
+            model = pib.Sequential(
+                [
+                    layers.Pretrained(graph_models.small_backbone(seed=3, channels=8)),
+                    layers.Dense(3, activation="softmax"),
+                ],
+                seed=1,
+            )
+            model.build((6, 6, 8))
+            x = np.random.default_rng(4).standard_normal((5, 6, 6, 8)).astype(np.float32)
+            before = runtime.current_backend().memory_stats()["steps_replayed"]
+
+            async def calls() -> list[np.ndarray]:
+                return [await (await model.predict(x)).numpy() for _ in range(4)]
+
+            outputs = asyncio.run(calls())
+            return outputs, runtime.current_backend().memory_stats()["steps_replayed"] - before
+        finally:
+            replay.ENABLED = True
+
+    eager, none = predictions(replayed=False)
+    replayed, count = predictions(replayed=True)
+    assert none == 0 and count == 2  # the third and fourth predictions
+    for got, want in zip(replayed, eager, strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize(("shape", "window", "strides", "pads"), WINDOWS)

@@ -16,7 +16,18 @@ from py_in_browser.backends.cpu import CpuBackend
 from py_in_browser.backends.webgpu import codegen, kernels, warmup
 from py_in_browser.backends.webgpu.plan import DeviceLimits, Dispatch
 from py_in_browser.testing import workloads
-from py_in_browser.testing.op_cases import CASES, OpCase, make_inputs, reference, tape_gradients
+from py_in_browser.testing.op_cases import (
+    CASES,
+    SPECIAL_CASES,
+    OpCase,
+    make_inputs,
+    reference,
+    run_special_case,
+    special_inputs,
+    special_mismatches,
+    special_reference,
+    tape_gradients,
+)
 from py_in_browser.testing.op_cases import _call_pib as call_case
 from tests_unit.wgpu_native import NAME, WgpuNativeBackend, request_device
 
@@ -527,6 +538,44 @@ def test_conv2d_of_few_input_channels_is_direct(
     assert_matches_cpu(gpu, "conv2d", [x, w], **geo)
     wide = OutSpec((1, 5, 5, 4), "float32", ((1, 5, 5, 32), (1, 1, 32, 4)), ("float32",) * 2)
     assert kernels.plan("conv2d", geo, wide).dispatches[0].key.startswith("gemm:")
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape, strides, pads, key",
+    [
+        # The hand model's layers: 4 output pixels per invocation (a partial last group here).
+        ((1, 28, 26, 96), (5, 5, 96, 1), (2, 2), ((1, 2), (1, 2)), "depthwise_cols:5x2"),
+        ((2, 9, 7, 24), (3, 3, 24, 1), (1, 1), ((1, 1), (1, 1)), "depthwise_cols:3x1"),
+        ((1, 7, 9, 8), (2, 7, 8, 1), (3, 1), ((0, 2), (4, 1)), "depthwise_cols:7x1"),
+        ((1, 6, 5, 6), (3, 3, 6, 2), (1, 2), ((0, 1), (2, 0)), "depthwise:1"),  # a multiplier
+        ((1, 9, 11, 8), (3, 3, 8, 1), (1, 3), ((1, 1), (1, 1)), "depthwise:4"),  # stride 3
+        ((1, 3, 3, 64), (11, 12, 64, 1), (1, 1), ((0, 0), (0, 0)), "depthwise:4"),  # a gradient
+    ],
+)
+def test_depthwise_runs_in_one_dispatch(
+    gpu: WgpuNativeBackend, x_shape, w_shape, strides, pads, key
+) -> None:
+    """One dispatch per depthwise layer: a layer's small filters on depthwise_cols.wgsl (vec4s
+    of channels where the multiplier is 1), others on depthwise.wgsl, whose loop also takes
+    filters larger than their output (ops.py's filter gradient)."""
+    if w_shape[0] > x_shape[1]:  # the gradient's geometry: a padded input, a large "filter"
+        x_shape = (x_shape[0], w_shape[0] + 2, w_shape[1] + 2, x_shape[3])
+    x, w = normal(*x_shape, seed=23), normal(*w_shape, seed=24)
+    geo = {"strides": strides, "pads": pads}
+    y_shape, _ = ops.infer("depthwise_conv2d", [x.shape, w.shape], ["float32"] * 2, geo)
+    spec = OutSpec(y_shape, "float32", (x.shape, w.shape), ("float32",) * 2)
+    (only,) = kernels.plan("depthwise_conv2d", geo, spec).dispatches
+    assert only.key == key
+    assert_matches_cpu(gpu, "depthwise_conv2d", [x, w], **geo)
+
+
+def test_depthwise_special_values_follow_numpy(active_gpu: WgpuNativeBackend) -> None:
+    cases = [c for c in SPECIAL_CASES if c.op == "depthwise_conv2d"]
+    assert cases
+    for case in cases:
+        got = asyncio.run(run_special_case(case))
+        want = special_reference(case, special_inputs(case))
+        assert not special_mismatches(case, got, want, 1e-6), case.name
 
 
 def test_filter_gradient_of_a_big_batch_uses_split_k(gpu: WgpuNativeBackend) -> None:

@@ -93,4 +93,24 @@ window.interop = {
     model.dispose();
     return { files: { "model.json": JSON.stringify(modelJson), "weights.bin": toBase64(artifacts.weightData) }, values };
   },
+  // A pretrained graph model the server serves (/models/<name>/model.json), run by
+  // tf.loadGraphModel on TF.js's cpu backend: the named tensors for x ({base64, shape, dtype},
+  // little-endian bytes), as {name: {shape, values}}. TF.js holds a graph to its signature's
+  // batch of 1, so a batch runs image by image and the results are stacked.
+  async runGraphModel(url, x, outputs) {
+    const model = await tf.loadGraphModel(url);
+    const bytes = fromBase64(x.base64);
+    const data = x.dtype === "int32" ? new Int32Array(bytes.buffer) : new Float32Array(bytes.buffer);
+    const input = tf.tensor(data, x.shape, x.dtype);
+    const perImage = tf.unstack(input).map((image) => [model.execute(image.expandDims(0), outputs)].flat());
+    const answer = {};
+    for (const [i, name] of outputs.entries()) {
+      const joined = tf.concat(perImage.map((results) => results[i]), 0);
+      answer[name] = { shape: joined.shape, values: Array.from(await joined.data()) };
+      joined.dispose();
+    }
+    tf.dispose([input, ...perImage.flat()]);
+    model.dispose();
+    return answer;
+  },
 };

@@ -387,6 +387,33 @@ def _conv2d_backprop_filter(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.n
     return _gemm(cols, g.reshape(-1, cout), True, False).reshape(kh, kw, cin, cout)
 
 
+@_kernel("depthwise_conv2d")
+def _depthwise_conv2d(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x, w = xs
+    out = _simd("depthwise_conv2d", x, w, attrs["strides"], attrs["pads"])
+    if out is not None:
+        return out
+    kh, kw, c, m = w.shape
+    oh, ow = _windows_out_hw(x.shape, (kh, kw), attrs)
+    sh, sw = attrs["strides"]
+    xp = _padded(x, attrs["pads"])[..., None]  # (N, HP, WP, C, 1): each channel meets its M filters
+    acc = np.zeros((x.shape[0], oh, ow, c, m), dtype=x.dtype)
+    # Python loops over the shorter side only: the taps of a layer's small filters, or the output
+    # pixels of the filter gradient (ops.py), whose "filters" are whole gradient images.
+    if kh * kw <= oh * ow:
+        for i in range(kh):
+            for j in range(kw):
+                acc += (
+                    xp[:, i : i + (oh - 1) * sh + 1 : sh, j : j + (ow - 1) * sw + 1 : sw] * w[i, j]
+                )
+    else:
+        for i in range(oh):
+            for j in range(ow):
+                window = xp[:, i * sh : i * sh + kh, j * sw : j * sw + kw]
+                acc[:, i, j] = (window * w).sum(axis=(1, 2))
+    return acc.reshape(x.shape[0], oh, ow, c * m)
+
+
 @_kernel("max_pool2d")
 def _max_pool2d(xs: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     window, strides, pads = attrs["pool_size"], attrs["strides"], attrs["pads"]

@@ -74,7 +74,7 @@ class FormatError(model_file.ModelFileError):
         >>> tfjs.to_model_file({"model.json": '{"format": "graph-model"}'})
         Traceback (most recent call last):
         ...
-        py_in_browser.interop.tfjs.FormatError: model.json format is 'graph-model'; only a TF.js 'layers-model' can be imported
+        py_in_browser.interop.tfjs.FormatError: model.json format is 'graph-model'; only a TF.js 'layers-model' can be imported (pib.load_graph_model reads graph models)
     """
 
 
@@ -438,7 +438,9 @@ def _weights(manifest: Any, shards: Callable[[str], bytes]) -> dict[str, np.ndar
     return arrays
 
 
-def _parse_model_json(text: str | bytes) -> dict[str, Any]:
+def _parse_model_json(text: str | bytes, kind: str = "layers-model") -> dict[str, Any]:
+    """model.json's object, checked to be a TF.js model of format `kind` ("layers-model" for
+    load_tfjs, "graph-model" for load_graph_model) with a topology and a weights manifest."""
     if len(text) > model_file.MAX_HEADER_BYTES:
         raise FormatError(f"model.json is over {model_file.MAX_HEADER_BYTES:,} bytes")
     try:
@@ -447,9 +449,10 @@ def _parse_model_json(text: str | bytes) -> dict[str, Any]:
         raise FormatError(f"model.json is not valid JSON: {exc}") from exc
     if not isinstance(parsed, dict):
         raise FormatError("model.json must hold an object")
-    if parsed.get("format", "layers-model") != "layers-model":
+    if parsed.get("format", "layers-model") != kind:
         raise FormatError(
-            f"model.json format is {parsed['format']!r}; only a TF.js 'layers-model' can be imported"
+            f"model.json format is {parsed['format']!r}; only a TF.js {kind!r} can be imported"
+            + (" (pib.load_graph_model reads graph models)" if kind == "layers-model" else "")
         )
     if "modelTopology" not in parsed or "weightsManifest" not in parsed:
         raise FormatError("model.json needs modelTopology and weightsManifest")
@@ -555,8 +558,8 @@ def write_folder(files: Files, folder: str | Path) -> Path:
     return folder / MODEL_JSON
 
 
-def _shard_paths(model_json: str | bytes) -> list[str]:
-    manifest = _parse_model_json(model_json)["weightsManifest"]
+def _shard_paths(model_json: str | bytes, kind: str) -> list[str]:
+    manifest = _parse_model_json(model_json, kind)["weightsManifest"]
     if not isinstance(manifest, list):
         raise FormatError("weightsManifest must be a list of groups")
     paths = [p for group in manifest if isinstance(group, dict) for p in group.get("paths", [])]
@@ -572,8 +575,9 @@ def _shard_paths(model_json: str | bytes) -> list[str]:
     return paths
 
 
-def read_folder(path: str | Path) -> dict[str, str | bytes]:
-    """The files of a TF.js model from a folder holding model.json, or model.json's path.
+def read_folder(path: str | Path, kind: str = "layers-model") -> dict[str, str | bytes]:
+    """The files of a TF.js model from a folder holding model.json, or model.json's path (a
+    file of another name is read as model.json); `kind` is its format, as `_parse_model_json`.
 
     Example:
         >>> import tempfile
@@ -588,7 +592,7 @@ def read_folder(path: str | Path) -> dict[str, str | bytes]:
     if not model_json.is_file():
         raise FormatError(f"{model_json} does not exist")
     files: dict[str, str | bytes] = {MODEL_JSON: model_json.read_text()}
-    for shard in _shard_paths(files[MODEL_JSON]):
+    for shard in _shard_paths(files[MODEL_JSON], kind):
         shard_path = model_json.parent / shard
         if not shard_path.is_file():
             raise FormatError(f"weight shard {shard!r} is missing (looked for {shard_path})")
@@ -616,10 +620,12 @@ async def _fetch_bytes(url: str) -> bytes:
         raise FormatError(f"GET {url}: {exc}") from exc
 
 
-async def read_source(source: Files | str | Path) -> dict[str, str | bytes]:
+async def read_source(
+    source: Files | str | Path, kind: str = "layers-model"
+) -> dict[str, str | bytes]:
     """The files of a TF.js model from a files dict, a URL of its model.json (fetched with
     pyfetch in the browser, urllib in CPython; shards resolve next to it) or, in CPython, a local
-    folder or model.json path.
+    folder or model.json path; `kind` is its format, as `_parse_model_json`.
 
     Example:
         >>> from py_in_browser.interop import tfjs
@@ -634,8 +640,8 @@ async def read_source(source: Files | str | Path) -> dict[str, str | bytes]:
         return dict(source)
     text = str(source)
     if not (in_browser() or text.startswith(("http://", "https://"))):
-        return read_folder(source)
+        return read_folder(source, kind)
     files: dict[str, str | bytes] = {MODEL_JSON: await _fetch_bytes(text)}
-    for shard in _shard_paths(files[MODEL_JSON]):
+    for shard in _shard_paths(files[MODEL_JSON], kind):
         files[shard] = await _fetch_bytes(urljoin(text, shard))
     return files

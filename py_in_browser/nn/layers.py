@@ -1,12 +1,12 @@
 """Keras-style layers: Dense, Conv2D, pooling, Flatten, Dropout, BatchNormalization, Activation,
-RandomAugmentation."""
+RandomAugmentation, and Pretrained (an imported graph model as a layer)."""
 
 from __future__ import annotations
 
 import itertools
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -695,3 +695,83 @@ class BatchNormalization(Layer):
             state_update_sink.append((var, new))
         else:
             var.assign(new)
+
+
+class _GraphModelLike(Protocol):
+    """What Pretrained uses of a pib.GraphModel (interop sits above the layers, so by protocol)."""
+
+    host_weights: dict[str, np.ndarray]
+
+    @property
+    def outputs(self) -> list[dict[str, Any]]: ...
+
+    def weights(self) -> dict[str, Variable]: ...
+
+    def output_shape(self, input_shape: Sequence[int], output: str | None = None) -> Shape: ...
+
+    def run(
+        self, x: Any, output: Any = None, weights: dict[str, Tensor] | None = None
+    ) -> Tensor | list[Tensor]: ...
+
+
+class Pretrained(Layer):
+    """A pretrained graph model (``await pib.load_graph_model(...)``) as a layer: the value of its
+    node `output` (default: its one signature output) for the layer's input.
+
+    Frozen by default: the model's own weights (uploaded once per backend) are the layer's
+    non-trainable weights, so fit trains only the layers after it and never computes a gradient
+    inside it. With ``trainable=True`` the layer trains copies of its own (float constants
+    trainable, integer ones not); the GraphModel is never changed. The output shape comes from
+    the op table's shape rules (GraphModel.output_shape): building runs nothing on the device.
+
+    Example:
+        >>> from py_in_browser.testing import graph_models
+        >>> gm = await pib.load_graph_model(graph_models.tiny_graph_model())
+        >>> model = pib.Sequential([pib.layers.Pretrained(gm, output="h"), pib.layers.Dense(1)])
+        >>> model.build((3,))
+        >>> model.layers[0].output_shape, len(model.trainable_weights)
+        ((2,), 2)
+    """
+
+    def __init__(
+        self,
+        graph_model: _GraphModelLike,
+        output: str | None = None,
+        trainable: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if output is None and len(graph_model.outputs) != 1:
+            names = [o["name"] for o in graph_model.outputs]
+            raise ValueError(f"the graph model has outputs {names}: name one with output=...")
+        self.graph_model = graph_model
+        self.output = output
+        self.trainable = bool(trainable)
+        self._reads: dict[str, Tensor] = {}
+
+    def build(self, input_shape: Shape) -> None:
+        if self.trainable:
+            for ref, array in self.graph_model.host_weights.items():
+                var = self.add_weight(
+                    ref.split(":")[0],
+                    array.shape,
+                    lambda shape, rng, value=array: value.copy(),
+                    trainable=array.dtype.kind == "f",
+                )
+                self._reads[ref] = var
+        else:
+            shared = self.graph_model.weights()
+            self._reads = dict(shared)
+            self.non_trainable_weights = list(shared.values())
+        super().build(input_shape)
+
+    def compute_output_shape(self, input_shape: Shape) -> Shape:
+        return self.graph_model.output_shape(input_shape, self.output)
+
+    def call(self, x: Tensor, training: bool) -> Tensor:
+        out = self.graph_model.run(x, self.output, self._reads)
+        assert isinstance(out, Tensor)
+        return out
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "output": self.output, "trainable": self.trainable}

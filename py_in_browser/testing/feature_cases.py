@@ -27,6 +27,7 @@ import numpy as np
 
 import py_in_browser as pib
 from py_in_browser import layers, losses, optimizers, permits
+from py_in_browser.testing import graph_models
 
 EPOCHS = 2
 BATCH = 4
@@ -392,6 +393,48 @@ async def sequential_api(make: ModelFactory, data: Arrays) -> dict[str, Any]:
     }
 
 
+async def depthwise_fine_tune(make: ModelFactory, data: Arrays) -> dict[str, Any]:
+    """A depthwise backbone (3x3 "same", then 3x3 at stride 2 with a channel multiplier of 2)
+    fine-tuned with the model on top as its head, by a custom loop: tape gradients through both
+    depthwise layers (their filters and, for the first, the second's input gradient) and plain
+    SGD steps. Then the image gradient, as a saliency map would read it."""
+    x, y = data
+    model = make()
+    model.build(model.input_shape)
+    rng = np.random.Generator(np.random.PCG64(8))
+    w1 = pib.Variable(rng.standard_normal((3, 3, 2, 1)).astype(np.float32) * 0.5, name="dw1")
+    w2 = pib.Variable(rng.standard_normal((3, 3, 2, 2)).astype(np.float32) * 0.5, name="dw2")
+    variables = [w1, w2, *model.trainable_weights]
+    loss_fn = losses.SparseCategoricalCrossentropy()
+
+    def forward(images: pib.Tensor) -> pib.Tensor:
+        h = pib.relu(pib.depthwise_conv2d(images, w1, padding="same"))
+        return model(pib.depthwise_conv2d(h, w2, strides=2, padding="same"), training=True)
+
+    step_losses = []
+    for step in range(EPOCHS * 3):
+        rows = slice(BATCH * (step % 3), BATCH * (step % 3 + 1))
+        with pib.tidy():
+            images, labels = pib.tensor(x[rows]), pib.tensor(y[rows])
+            with pib.GradientTape() as tape:
+                loss = loss_fn(labels, forward(images))
+            grads = tape.gradient(loss, variables)
+            for variable, grad in zip(variables, grads, strict=True):
+                variable.assign(variable - grad * 0.1)
+            step_losses.append(float(await loss.item()))
+    with pib.tidy():
+        images = pib.tensor(x[:BATCH])
+        with pib.GradientTape() as tape:
+            tape.watch(images)
+            top = pib.sum(pib.max(forward(images), axis=-1))
+        saliency = (await tape.gradient(top, images).numpy()).tolist()
+    return {
+        "losses": step_losses,
+        "weights": [(await v.numpy()).tolist() for v in variables],
+        "saliency": saliency,
+    }
+
+
 # ---- models ------------------------------------------------------------------------------------
 
 
@@ -667,6 +710,20 @@ CASES: list[FeatureCase] = [
         "layer-option:AveragePooling2D.strides layer-option:AveragePooling2D.padding",
     ),
     case(
+        "depthwise_fine_tune",
+        model_of(
+            lambda: [
+                layers.GlobalAveragePooling2D(input_shape=(3, 3, 4)),
+                layers.Dense(CLASSES, activation="softmax"),
+            ],
+            "sgd",
+            "sparse_categorical_crossentropy",
+        ),
+        images,
+        "method:__call__",
+        depthwise_fine_tune,
+    ),
+    case(
         "maxpool_options",
         model_of(
             lambda: [
@@ -755,6 +812,26 @@ CASES: list[FeatureCase] = [
         "layer-option:RandomAugmentation.zoom layer-option:RandomAugmentation.rotation "
         "layer-option:RandomAugmentation.brightness layer-option:RandomAugmentation.contrast "
         "layer-option:RandomAugmentation.value_range layer-option:RandomAugmentation.seed",
+        fit_evaluate_predict,
+    ),
+    # Pretrained graph models as layers: a frozen one read at a named node, then a trainable copy
+    # of another, fine-tuned with the head (its depthwise convolution's gradient included).
+    case(
+        "pretrained_graph_models",
+        model_of(
+            lambda: [
+                layers.Pretrained(
+                    graph_models.small_backbone(seed=1), output="feat", input_shape=(6, 6, 2)
+                ),
+                layers.Pretrained(graph_models.small_backbone(seed=2), trainable=True),
+                layers.Dense(CLASSES, activation="softmax"),
+            ],
+            lambda: optimizers.Adam(0.01),
+            "sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        ),
+        images,
+        "layer:Pretrained layer-option:Pretrained.output layer-option:Pretrained.trainable",
         fit_evaluate_predict,
     ),
     case(

@@ -138,6 +138,27 @@ def _ref_conv2d(x: np.ndarray, w: np.ndarray, strides: Any = 1, padding: str = "
     return out
 
 
+def _ref_depthwise_conv2d(
+    x: np.ndarray, w: np.ndarray, strides: Any = 1, padding: Any = "valid"
+) -> np.ndarray:
+    """Direct loops over output pixels and filters, apart from the cpu kernel's tap loop."""
+    sh, sw = _as_pair(strides)
+    kh, kw, channels, multiplier = w.shape
+    if isinstance(padding, str):
+        (pt, pb), (pl, pr) = _pads(padding, x.shape[1:3], (kh, kw), (sh, sw))
+    else:
+        (pt, pb), (pl, pr) = padding
+    xp = np.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    oh, ow = (xp.shape[1] - kh) // sh + 1, (xp.shape[2] - kw) // sw + 1
+    out = np.zeros((x.shape[0], oh, ow, channels * multiplier), dtype=np.result_type(x, w))
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, i * sh : i * sh + kh, j * sw : j * sw + kw, :]
+            for m in range(multiplier):
+                out[:, i, j, m::multiplier] = np.sum(patch * w[:, :, :, m], axis=(1, 2))
+    return out
+
+
 def _ref_pool(kind: str) -> Callable[..., np.ndarray]:
     def pool(x: np.ndarray, pool_size: Any = 2, strides: Any = None, padding: str = "valid"):
         kh, kw = _as_pair(pool_size)
@@ -236,6 +257,7 @@ REFERENCES: dict[str, Callable[..., Any]] = {
     "log_softmax": lambda x, axis=-1: np.log(_ref_softmax(x, axis)),
     "cast": lambda x, dtype: x.astype(dtype),
     "conv2d": _ref_conv2d,
+    "depthwise_conv2d": _ref_depthwise_conv2d,
     "max_pool2d": _ref_pool("max"),
     "avg_pool2d": _ref_pool("avg"),
     "random_uniform": random_uniform_reference,
@@ -355,6 +377,45 @@ CASES: list[OpCase] = [
     _C("conv2d_valid_stride2", "conv2d", ((1, 7, 7, 1), (3, 3, 1, 2)), {"strides": (2, 1)}),
     # RGB in, whole vec4s of channels out: webgpu's direct convolution.
     _C("conv2d_rgb_same", "conv2d", ((1, 5, 5, 3), (3, 3, 3, 8)), {"padding": "same"}),
+    # Depthwise: a channel multiplier of 1 (every model here), 2 and 3; the hand model's 3x3 and
+    # 5x5 "same" filters at strides 1 and 2; explicit pads larger than the filter reaches; whole
+    # texels / vec4s of channels (webgl2, webgpu) and not.
+    _C("depthwise_valid", "depthwise_conv2d", ((2, 5, 6, 3), (3, 3, 3, 1))),
+    _C(
+        "depthwise_same_multiplier2",
+        "depthwise_conv2d",
+        ((1, 5, 5, 2), (3, 3, 2, 2)),
+        {"padding": "same"},
+    ),
+    _C(
+        "depthwise_5x5_same_stride2",
+        "depthwise_conv2d",
+        ((1, 7, 8, 4), (5, 5, 4, 1)),
+        {"padding": "same", "strides": 2},
+        seed=1,
+    ),
+    _C(
+        "depthwise_stride21_multiplier3",
+        "depthwise_conv2d",
+        ((2, 7, 6, 2), (3, 2, 2, 3)),
+        {"strides": (2, 1)},
+        seed=2,
+    ),
+    _C(
+        "depthwise_explicit_pads",
+        "depthwise_conv2d",
+        ((1, 4, 5, 8), (3, 3, 8, 1)),
+        {"padding": ((3, 0), (1, 3)), "strides": (1, 2)},
+        seed=3,
+    ),
+    # 1152 filter elements: RGBA-packed on webgl2, read a texel per tap.
+    _C(
+        "depthwise_wide_same",
+        "depthwise_conv2d",
+        ((1, 3, 4, 128), (3, 3, 128, 1)),
+        {"padding": "same"},
+        seed=4,
+    ),
     _C("max_pool2d", "max_pool2d", ((2, 4, 6, 2),), kinds=("distinct",)),
     _C(
         "max_pool2d_same",
@@ -514,7 +575,8 @@ def special_inputs(case: OpCase) -> list[np.ndarray]:
     """Float32 inputs of a special-value case. Kinds: "values" (SPECIAL_VALUES along the last
     axis), "values_t" (along the first: with "values" on a square, every pair of values), "rows"
     (SPECIAL_ROWS), "long" (normal values, then per row: none, a NaN, +Inf, -Inf, both Infs),
-    "bool" and "normal" as make_inputs."""
+    "halves" (multiples of 0.5 in [-2, 2]: with "values", products and short sums are exact in
+    float32, so any summation order gives numpy's result), "bool" and "normal" as make_inputs."""
     rng = np.random.Generator(np.random.PCG64(case.seed))
     values = np.array(SPECIAL_VALUES, np.float32)
     arrays: list[np.ndarray] = []
@@ -534,6 +596,8 @@ def special_inputs(case: OpCase) -> list[np.ndarray]:
             arrays.append(long)
         elif kind == "bool":
             arrays.append(rng.uniform(size=shape) < 0.5)
+        elif kind == "halves":
+            arrays.append((rng.integers(-4, 5, shape) / 2).astype(np.float32))
         else:
             arrays.append(rng.standard_normal(shape).astype(np.float32))
     return arrays
@@ -566,6 +630,23 @@ SPECIAL_CASES: list[OpCase] = [
     ),
     _special("special_softmax", "softmax", [(8, 4)], ["rows"]),
     _special("special_max_pool2d", "max_pool2d", [(1, 4, 4, 2)], ["rows"], {"pool_size": 2}),
+    # NaN and +-Inf in the input, then in the filters (each of the ten filters one special value
+    # at every tap) over "same" padding, whose zeros are multiplied in: an infinite filter over
+    # padding gives NaN there, as numpy's padded reference does.
+    _special(
+        "special_depthwise_input",
+        "depthwise_conv2d",
+        [(1, 5, 4, 5), (3, 3, 5, 1)],
+        ["values", "halves"],
+        {"padding": "same"},
+    ),
+    _special(
+        "special_depthwise_filters",
+        "depthwise_conv2d",
+        [(1, 5, 6, 2), (3, 3, 2, 5)],
+        ["halves", "values"],
+        {"padding": "same", "strides": 2},
+    ),
     _special("special_max_pool2d_4ch", "max_pool2d", [(1, 4, 2, 4)], ["rows"], {"pool_size": 2}),
 ]
 for _axis in (-1, 0):

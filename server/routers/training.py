@@ -28,6 +28,7 @@ class TrainingConfigIn(BaseModel):
     samples: Annotated[int, Field(ge=1, le=CAPS.max_samples)]
     epochs: Annotated[int, Field(ge=1, le=CAPS.max_epochs)]
     batch_size: Annotated[int, Field(ge=1, le=CAPS.max_batch_size)]
+    streamed: bool = Field(False, description="examples come batch by batch from storage")
 
 
 class PermitOut(BaseModel):
@@ -75,6 +76,7 @@ def request_permit(request: Request, body: TrainingConfigIn) -> dict[str, Any]:
         samples=body.samples,
         epochs=body.epochs,
         batch_size=body.batch_size,
+        streamed=body.streamed,
     )
     try:
         token, permit = registry(request).permits.issue(client_of(request), config)

@@ -4,20 +4,26 @@ loads it as the module `gesture_trainer`).
 Pixels arrive as ImageBitmaps transferred to this worker (engine.js posts them; pib.data.take_bitmap
 takes them) and go straight into device memory (pib.data.from_image_bitmap). A live camera frame
 is mirrored, centre-cropped, resized and normalised there and only the top TOP_K classes are read
-back (pib.data.classify_bitmap). Stored training samples (SAMPLE_SIZE squares, already mirrored
-and cropped as the person saw them) arrive stacked top to bottom, up to engine.js's
-SAMPLES_PER_BITMAP to a bitmap, and become one (N, size, size, 3) tensor resized on the device;
-pib.Model.fit takes host arrays, so that tensor is read back once before training. During
-training the model's first layer, pib.layers.RandomAugmentation, crops, scales, turns and
-relights each batch on the device from seeded device random numbers. Progress goes back to the
-page as "train" events posted from this worker.
+back (pib.data.classify_bitmap).
+
+Training streams: the page keeps the samples (in IndexedDB, web/js/trainer/samples.js) and this
+module asks it for each batch as training reaches it (a "samples-wanted" event naming the samples;
+the page answers with bitmaps of up to SAMPLES_PER_BITMAP samples stacked top to bottom), AHEAD
+batches in advance. Each batch is resized on the device and trained on with train_on_batch, so
+neither the page nor this worker ever holds the whole data set: memory is bounded by a few
+batches whatever the collection's size, and an epoch's time grows with its sample count. The
+model's first layer, pib.layers.RandomAugmentation, crops, scales, turns and relights each batch
+on the device from seeded device random numbers. Progress goes back to the page as "train" events.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import js  # type: ignore[import-not-found]
@@ -25,9 +31,10 @@ import numpy as np
 from pyodide.ffi import to_js  # type: ignore[import-not-found]
 
 import py_in_browser as pib
+from py_in_browser import permits
 from py_in_browser.data import ImagePreprocessing
 from py_in_browser.interop import tfjs
-from py_in_browser.limits import ModelSummary
+from py_in_browser.limits import ModelSummary, TrainingConfig, validate_training
 from py_in_browser.model import loads
 from py_in_browser.preprocessing import SCHEMA
 
@@ -37,6 +44,10 @@ HELD_OUT = 0.15
 MAX_AUTO_BATCH = 32
 TOP_K = 3  # live prediction reads back this many classes, best first
 SEED = 0
+# A bitmap of 32 samples stacked is 64 x 2048 px: within the smallest texture side WebGL2 allows.
+SAMPLES_PER_BITMAP = 32
+AHEAD = 3  # batches asked of the page before the one being trained on
+PAGE_WAIT_S = 60.0  # how long a batch the page was asked for may take to arrive
 # Per training batch: shifts up to 10% of the side, zoom 0.85-1.15, up to 7 degrees of rotation,
 # brightness +-0.1 and contrast 0.8-1.2 (the gestures of a webcam wander, and light changes).
 AUGMENTATION = {
@@ -170,14 +181,128 @@ def auto_batch_size(model: Any, train_count: int) -> int:
     return int(max(1, min(MAX_AUTO_BATCH, pib.max_batch_size(model), train_count)))
 
 
-async def classes_of(x: np.ndarray) -> np.ndarray:
-    """argmax over the model's outputs on the device; only the class indices are read back."""
-    ranked = await pib.data.top_k(session.model, x, k=1)
-    return np.array([row[0]["index"] for row in ranked], dtype=np.int64)
+class PageSamples:
+    """Batches of the page's stored samples as device tensors (count, size, size, 3), asked for
+    as training reaches them: `stream` keeps AHEAD batches asked in advance, so the page reads
+    and sends the next ones while the device trains on this one."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.asked = 0
+        self.pending: set[str] = set()
+        self.waited = 0.0  # seconds spent waiting for the page's bitmaps
+
+    def ask(self, indices: np.ndarray) -> list[str]:
+        """Asks the page for the samples at `indices` (positions in the list the page sent
+        labels for); returns the names their bitmaps will arrive under."""
+        parts = []
+        for start in range(0, len(indices), SAMPLES_PER_BITMAP):
+            self.asked += 1
+            name = f"gesture-trainer/batch/{self.asked}"
+            part = [int(i) for i in indices[start : start + SAMPLES_PER_BITMAP]]
+            parts.append({"name": name, "indices": part})
+            self.pending.add(name)
+        emit("samples-wanted", {"parts": parts})
+        return [part["name"] for part in parts]
+
+    async def arrived(self, names: list[str]) -> None:
+        started = time.monotonic()
+        while not all(js.pibBitmaps.has(name) for name in names):
+            if time.monotonic() > started + PAGE_WAIT_S:
+                raise TimeoutError(f"the page did not send the samples asked for ({names[0]})")
+            await asyncio.sleep(0.002)  # the worker's event loop takes the page's messages
+        self.waited += time.monotonic() - started
+
+    async def receive(self, names: list[str], count: int) -> Any:
+        await self.arrived(names)
+        self.pending.difference_update(names)
+        return await samples_on_device(names, count, self.size)
+
+    async def stream(self, batches: Sequence[np.ndarray]) -> AsyncIterator[tuple[np.ndarray, Any]]:
+        """(indices, samples tensor) per batch, in order; the caller disposes each tensor."""
+        asked: deque[list[str]] = deque(self.ask(b) for b in batches[:AHEAD])
+        for i, indices in enumerate(batches):
+            if i + AHEAD < len(batches):
+                asked.append(self.ask(batches[i + AHEAD]))
+            yield indices, await self.receive(asked.popleft(), len(indices))
+
+    async def drain(self) -> None:
+        """Closes the bitmaps asked for but not trained on (a stopped training)."""
+        names = list(self.pending)
+        self.pending.clear()
+        try:
+            await self.arrived(names)
+        finally:
+            for name in names:
+                if js.pibBitmaps.has(name):
+                    pib.data.take_bitmap(name).close()
+
+
+def batches_of(indices: np.ndarray, batch: int) -> list[np.ndarray]:
+    return [indices[start : start + batch] for start in range(0, len(indices), batch)]
+
+
+class Peaks:
+    """The highest memory figures seen while training: pib.memory()'s tensor bytes and GPU bytes,
+    the worker's wasm memory and (Chromium) its JS heap."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, int] = {}
+
+    def sample(self) -> None:
+        figures = pib.memory()
+        seen = {
+            "tensor_bytes": int(figures["num_bytes"]),
+            "gpu_bytes": int(figures.get("gpu_bytes") or 0),
+            "wasm_bytes": wasm_memory_bytes(),
+        }
+        heap = getattr(js.performance, "memory", None)
+        if heap is not None:
+            seen["worker_js_heap_bytes"] = int(heap.usedJSHeapSize)
+        for key, value in seen.items():
+            self.values[key] = max(value, self.values.get(key, 0))
+
+
+def wasm_memory_bytes() -> int:
+    import pyodide_js  # type: ignore[import-not-found]
+
+    return int(pyodide_js._module.HEAPU8.byteLength)
+
+
+async def held_out_pass(
+    model: Any, source: PageSamples, indices: np.ndarray, y: np.ndarray, batch: int
+) -> tuple[float | None, np.ndarray]:
+    """The held-out samples' mean loss (None for a model without one: not compiled) and their
+    predicted classes, batch by batch in inference mode; only the loss sums and the class
+    indices are read back."""
+    total = 0.0
+    predicted = []
+    async for part, x in source.stream(batches_of(indices, batch)):
+        try:
+
+            def run(x: Any = x, part: np.ndarray = part) -> tuple[Any, Any]:
+                out = model(x, training=False)
+                if model.loss is None:
+                    return None, pib.argmax(out, axis=-1)
+                loss = model.loss(pib.tensor(y[part], dtype="int32"), out)
+                return loss * float(len(part)), pib.argmax(out, axis=-1)
+
+            loss_sum, classes = pib.tidy(run)()
+        finally:
+            x.dispose()
+        try:
+            if loss_sum is not None:
+                total += float(await loss_sum.item())
+            predicted.append(await classes.numpy())
+        finally:
+            if loss_sum is not None:
+                loss_sum.dispose()
+            classes.dispose()
+    mean = total / max(1, len(indices)) if model.loss is not None else None
+    return mean, np.concatenate(predicted).astype(np.int64)
 
 
 async def train(
-    names: list[str],
     labels: list[int],
     class_names: list[str],
     size: int,
@@ -186,32 +311,34 @@ async def train(
     batch_size: int | None,
     permit: str | None = None,
 ) -> dict[str, Any]:
-    """Trains a new model on the samples sent as the bitmaps `names`; returns the held-out
-    evaluation. `permit`: the server's training permit, when it requires one (fit trains within
-    it)."""
-    samples = await samples_on_device(names, len(labels), size)
-    try:
-        x = await samples.numpy()  # fit reads host arrays
-    finally:
-        samples.dispose()
+    """Trains a new model on the page's samples (labels[i] is the class of the page's i-th
+    sample), streamed batch by batch; returns the held-out evaluation, the batch size, the
+    counts, each epoch's seconds and the memory peaks. `permit`: the server's training permit,
+    when it requires one (training stays within it)."""
     y = np.asarray(labels, dtype=np.int32)
     train_idx, held_idx = held_out_split(y, SEED)
     training = build_model(len(class_names), size, learning_rate)
+    training.build((size, size, 3))
     batch = batch_size or auto_batch_size(training, len(train_idx))
+    config = TrainingConfig(ModelSummary.of(training), len(train_idx), epochs, batch, streamed=True)
+    validate_training(config)
+    granted = permits.check_training(config, permit, required=False)
     session.model = training
     session.labels, session.size = list(class_names), size
     session.preprocessing = live_preprocessing(size)
     steps = -(-len(train_idx) // batch)
+    source = PageSamples(size)
+    peaks = Peaks()
+    epoch_seconds: list[float] = []
     started = time.perf_counter()
 
-    def report(event: dict[str, Any]) -> None:
-        logs = {k: float(v) for k, v in (event["logs"] or {}).items()}
+    def report(event: str, epoch: int, step: int | None, logs: dict[str, float]) -> None:
         emit(
             "train",
             {
-                "event": event["event"],
-                "epoch": event["epoch"],
-                "batch": event["batch"],
+                "event": event,
+                "epoch": epoch,
+                "batch": step,
                 "steps": steps,
                 "epochs": epochs,
                 "logs": logs,
@@ -220,37 +347,71 @@ async def train(
         )
 
     emit("train", {"event": "begin", "epochs": epochs, "steps": steps, "batch_size": batch})
-    validation = (x[held_idx], y[held_idx]) if len(held_idx) else None
-    await training.fit(
-        x[train_idx],
-        y[train_idx],
-        epochs=epochs,
-        batch_size=batch,
-        shuffle=True,
-        seed=SEED,
-        validation_data=validation,
-        callbacks=[pib.ProgressCallback(report, every_batches=1)],
-        permit=permit,
-    )
+    try:
+        for epoch in range(epochs):
+            if granted is not None:
+                permits.check_unexpired(granted)
+            epoch_started = time.perf_counter()
+            order = train_idx[np.random.default_rng([SEED, epoch]).permutation(len(train_idx))]
+            sums = {"loss": 0.0, "accuracy": 0.0}
+            seen = 0
+            async for step, (part, x) in aenumerate(source.stream(batches_of(order, batch))):
+                try:
+                    logs = await training.train_on_batch(x, y[part], return_dict=True)
+                finally:
+                    x.dispose()
+                seen += len(part)
+                for key in sums:
+                    sums[key] += logs[key] * len(part)
+                peaks.sample()
+                report("batch", epoch, step, {k: v / seen for k, v in sums.items()})
+                if training.stop_training:
+                    break
+            logs = {k: v / max(1, seen) for k, v in sums.items()}
+            if len(held_idx) and not training.stop_training:
+                val_loss, val_classes = await held_out_pass(training, source, held_idx, y, batch)
+                logs.update(
+                    val_loss=val_loss, val_accuracy=float(np.mean(val_classes == y[held_idx]))
+                )
+            epoch_seconds.append(time.perf_counter() - epoch_started)
+            report("epoch", epoch, None, logs)
+            if training.stop_training:
+                break
+    finally:
+        await source.drain()
     stopped = bool(training.stop_training)
     session.model = await without_augmentation(training, len(class_names), size)
-    result = await evaluate_held_out(x[held_idx], y[held_idx])
+    classes = len(class_names)
+    predicted = np.zeros(0, np.int64)
+    if len(held_idx):
+        _, predicted = await held_out_pass(session.model, source, held_idx, y, batch)
+    result = evaluation(y[held_idx], predicted, classes)
+    peaks.sample()
     result.update(
         batch_size=batch,
         train_count=len(train_idx),
         held_out_count=len(held_idx),
         seconds=time.perf_counter() - started,
+        epoch_seconds=epoch_seconds,
+        waited_seconds=source.waited,
+        memory_peaks=peaks.values,
         stopped=stopped,
     )
     return result
 
 
-async def evaluate_held_out(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+async def aenumerate(items: AsyncIterator[Any]) -> AsyncIterator[tuple[int, Any]]:
+    index = 0
+    async for item in items:
+        yield index, item
+        index += 1
+
+
+def evaluation(y: np.ndarray, predicted: np.ndarray, classes: int) -> dict[str, Any]:
     """Accuracy, per-class accuracy and the confusion matrix (rows: true, columns: predicted)."""
-    classes = len(session.labels)
     confusion = np.zeros((classes, classes), dtype=np.int64)
     if len(y):
-        np.add.at(confusion, (y, await classes_of(x)), 1)
+        np.add.at(confusion, (y, predicted), 1)
     totals = confusion.sum(axis=1)
     per_class = [float(confusion[i, i] / totals[i]) if totals[i] else None for i in range(classes)]
     return {
@@ -263,9 +424,9 @@ async def evaluate_held_out(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
 def training_config(
     labels: list[int], class_names: list[str], size: int, epochs: int, batch_size: int | None
 ) -> dict[str, Any]:
-    """What `train` with these arguments will ask of fit, as POST /api/training/permits reads
-    it: the model's summary, the samples it trains on (after the held-out split), epochs and
-    the batch size (the automatic one when none is given)."""
+    """What `train` with these arguments will run, as POST /api/training/permits reads it: the
+    model's summary, the samples it trains on (after the held-out split), epochs, the batch size
+    (the automatic one when none is given), and that the samples are streamed."""
     train_idx, _ = held_out_split(np.asarray(labels, dtype=np.int32), SEED)
     model = build_model(len(class_names), size, learning_rate=1e-3)
     model.build((size, size, 3))
@@ -279,6 +440,7 @@ def training_config(
         "samples": len(train_idx),
         "epochs": epochs,
         "batch_size": batch_size or auto_batch_size(model, len(train_idx)),
+        "streamed": True,
     }
 
 

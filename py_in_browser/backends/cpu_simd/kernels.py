@@ -46,6 +46,7 @@ SIGNATURES: dict[str, tuple[str, str]] = {
     "select": ("iipipipio", ""),
     "replay": ("mimi", ""),
     "gemm_epilogue": ("iiiipiipiipioo", ""),
+    "depthwise_conv2d": ("mippo", ""),
 }
 # The calls a recorded step may contain, in the order of native/replay.c's CALL_* ids.
 REPLAYED = (
@@ -64,6 +65,7 @@ REPLAYED = (
     "compare",
     "select",
     "gemm_epilogue",
+    "depthwise_conv2d",
 )
 Pair = tuple[int, int]
 
@@ -271,6 +273,25 @@ class SimdKernels:
             geometry = self._window(dx.shape, window, strides, pads, out_hw)
             self._run("col2im", geometry, cols, dx)
         return dx
+
+    def depthwise_conv2d(
+        self, x: np.ndarray, w: np.ndarray, strides: Pair, pads: tuple[Pair, Pair]
+    ) -> np.ndarray | None:
+        """Depthwise convolution of NHWC x by HWCM filters w (ops.py's rule)."""
+        if x.dtype != np.float32 or w.dtype != np.float32:
+            return None
+        x, w = self.contiguous(x), self.contiguous(w)
+        kh, kw, c, m = w.shape
+        (pt, pb), (pl, pr) = pads
+        out_hw = (
+            (x.shape[1] + pt + pb - kh) // strides[0] + 1,
+            (x.shape[2] + pl + pr - kw) // strides[1] + 1,
+        )
+        out = self.empty((x.shape[0], *out_hw, c * m))
+        if out.size:
+            geometry = self._window(x.shape, (kh, kw), strides, pads, out_hw)
+            self._run("depthwise_conv2d", geometry, m, x, w, out)
+        return out
 
     def pool2d(
         self,

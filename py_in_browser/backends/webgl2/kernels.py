@@ -226,6 +226,21 @@ def _conv(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
     return op, [ints("u_x", x), ints("u_w", w), ints("u_o", o[1:3]), *_geometry(attrs)]
 
 
+def _depthwise(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
+    x, w = out.in_shapes
+    return op, [ints("u_x", x), ints("u_w", w), ints("u_o", out.shape[1:3]), *_geometry(attrs)]
+
+
+def depthwise_vector_plan(attrs: dict[str, Any], out: OutSpec, rgba: bool) -> Plan | None:
+    """glsl/depthwise_conv2d4.frag where input and output are RGBA textures of whole texels of
+    channels and each output channel is its input channel (M == 1: every model layer here),
+    else None. The filter may have either layout (the kernel reads it by its own)."""
+    x, w = out.in_shapes
+    if not rgba or w[3] != 1 or x[3] % 4 or 0 in out.shape or 0 in x:
+        return None
+    return "depthwise_conv2d4", _depthwise("depthwise_conv2d", attrs, out)[1]
+
+
 def _pool(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
     kind = {"max_pool2d": "max", "avg_pool2d": "avg"}.get(op)
     if kind is not None:
@@ -300,6 +315,7 @@ PLANNERS: dict[str, Planner] = {
     "conv2d": _conv,
     "conv2d_backprop_input": _conv,
     "conv2d_backprop_filter": _conv,
+    "depthwise_conv2d": _depthwise,
     "max_pool2d": _pool,
     "max_pool2d_grad": _pool,
     "avg_pool2d": _pool,

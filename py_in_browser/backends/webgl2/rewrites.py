@@ -154,6 +154,11 @@ def vector_variant(
         rows = kernels.sum_rows_plan(attrs, out) if dense else None
         if rows is not None:
             return rows
+    if op == "depthwise_conv2d":
+        dense = all(h.texture.layout.size == math.prod(h.shape) for h in inputs)
+        rgba = dense and layout.channels == 4 == ins[0].channels
+        vector = kernels.depthwise_vector_plan(attrs, out, rgba)
+        return vector if vector is not None else (key, uniforms)
     if op in kernels.VECTOR_OPS:
         if any(h.texture.layout.size != math.prod(h.shape) for h in inputs):
             return key, uniforms  # a broadcast view: element kernels read it periodically

@@ -328,6 +328,8 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _multi_target(arg)
     if kind in ("transpose4", "patches4", "sum_rows4"):
         return "#define TEXEL_KERNEL\n" + _frag(kind), 1
+    if kind == "depthwise_conv2d4":
+        return "#define TEXEL_KERNEL\n" + _frag(kind), 2
     if kind == "sum_parts4":  # arg "", "bias", "relu" or "bias_relu": the fused epilogue
         defines = "".join(f"#define {part.upper()}\n" for part in arg.split("_") if part)
         return f"#define TEXEL_KERNEL\n{defines}{_frag(kind)}", 2 if "bias" in arg else 1
@@ -374,7 +376,7 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
     if kind == "matmul" and arg:
         defines, count = _product_epilogue(arg)
         return defines + _frag(kind), count
-    return _frag(kind), 2  # matmul and the three convolutions
+    return _frag(kind), 2  # matmul, the three convolutions and depthwise_conv2d
 
 
 @cache

@@ -14,6 +14,7 @@ from typing import Any
 from .. import OutSpec, kernel_for, register_kernel
 from . import (
     codegen,
+    depthwise,
     elementwise,
     fused,
     images,
@@ -46,6 +47,7 @@ PLANNERS: dict[str, Planner] = {
     "conv2d": linalg.plan_conv2d,
     "conv2d_backprop_input": linalg.plan_conv2d_backprop_input,
     "conv2d_backprop_filter": linalg.plan_conv2d_backprop_filter,
+    "depthwise_conv2d": depthwise.plan_depthwise_conv2d,
     "max_pool2d": pooling.plan_max_pool2d,
     "max_pool2d_grad": pooling.plan_max_pool2d_grad,
     "avg_pool2d": pooling.plan_avg_pool2d,

@@ -3,10 +3,6 @@
 // GPU memory, and runs web/py/gesture_trainer.py's functions there.
 import { SAMPLE_SIZE, stackSamples } from "./frames.js";
 
-// Stored samples travel this many to a bitmap, stacked top to bottom: 32 x 64 px = 2048 px tall,
-// within the smallest texture side WebGL2 allows, and a few hundred samples make a few bitmaps.
-const SAMPLES_PER_BITMAP = 32;
-
 let sequence = 0;
 
 function key(kind) {
@@ -47,26 +43,49 @@ export class TrainerEngine {
     );
   }
 
-  // samples: SAMPLE_SIZE x SAMPLE_SIZE RGBA arrays, sent as bitmaps of up to SAMPLES_PER_BITMAP.
-  async train({ samples, labels, classNames, size, epochs, learningRate, batchSize, permit = null }) {
+  // Trains on the samples refs ([class id, seq] each, of class labels[i]); read(classId, seqs)
+  // gives their pixels. The worker asks for each batch as training reaches it (a
+  // "samples-wanted" event: parts of up to 32 positions in refs, each with a name); each part
+  // goes back as one bitmap of its samples stacked top to bottom.
+  async train({ refs, read, labels, classNames, size, epochs, learningRate, batchSize, permit = null }) {
     await this.load();
-    const names = [];
-    for (let start = 0; start < samples.length; start += SAMPLES_PER_BITMAP) {
-      const name = key("samples");
-      const stack = stackSamples(samples.slice(start, start + SAMPLES_PER_BITMAP), SAMPLE_SIZE);
-      this.pib.putBitmap(name, await createImageBitmap(stack));
-      names.push(name);
+    const serve = async (part) => {
+      const byClass = new Map();
+      for (const index of part.indices) {
+        const [classId, seq] = refs[index];
+        if (!byClass.has(classId)) byClass.set(classId, []);
+        byClass.get(classId).push(seq);
+      }
+      const pixels = new Map();
+      for (const [classId, seqs] of byClass) {
+        const rows = await read(classId, seqs);
+        seqs.forEach((seq, i) => pixels.set(`${classId}/${seq}`, rows[i] ?? new Uint8ClampedArray(SAMPLE_SIZE * SAMPLE_SIZE * 4)));
+      }
+      const samples = part.indices.map((index) => pixels.get(refs[index].join("/")));
+      this.pib.putBitmap(part.name, await createImageBitmap(stackSamples(samples, SAMPLE_SIZE)));
+    };
+    // Parts are served in the order asked: the worker trains on them in that order.
+    let served = Promise.resolve();
+    const onWanted = (event) => {
+      for (const part of event.detail.parts) {
+        // A part that cannot be served is not sent: the worker gives up on it with a clear error.
+        served = served.then(() => serve(part)).catch((error) => console.warn(`samples not sent: ${error.message}`));
+      }
+    };
+    this.pib.events.addEventListener("samples-wanted", onWanted);
+    try {
+      return await this.call("train", {
+        permit,
+        labels,
+        class_names: classNames,
+        size,
+        epochs,
+        learning_rate: learningRate,
+        batch_size: batchSize,
+      });
+    } finally {
+      this.pib.events.removeEventListener("samples-wanted", onWanted);
     }
-    return this.call("train", {
-      permit,
-      names,
-      labels,
-      class_names: classNames,
-      size,
-      epochs,
-      learning_rate: learningRate,
-      batch_size: batchSize,
-    });
   }
 
   // What train() with these settings asks of fit: {model, samples, epochs, batch_size}.

@@ -91,13 +91,3 @@ export function stackSamples(samples, side) {
   samples.forEach((sample, i) => context.putImageData(new ImageData(sample, side, side), 0, i * side));
   return canvas;
 }
-
-// A thumbnail element for one stored sample.
-export function thumbnail(sample, label) {
-  const canvas = document.createElement("canvas");
-  canvas.width = canvas.height = SAMPLE_SIZE;
-  canvas.getContext("2d").putImageData(new ImageData(new Uint8ClampedArray(sample), SAMPLE_SIZE, SAMPLE_SIZE), 0, 0);
-  canvas.setAttribute("role", "img");
-  canvas.setAttribute("aria-label", label);
-  return canvas;
-}

@@ -3,15 +3,18 @@
 import { startEngine } from "../pib-client.js";
 import { TrainingCharts } from "./charts.js";
 import { TrainerEngine } from "./engine.js";
-import { Camera, imageFileSample, thumbnail, videoFrame } from "./frames.js";
+import { Camera, imageFileSample, videoFrame } from "./frames.js";
 import { Gallery } from "./gallery.js";
 import { LongestTask } from "./longest-task.js";
-import { permitFor } from "./permit.js";
+import { permitFor, trainingPolicy } from "./permit.js";
+import { SampleStore } from "./samples.js";
 import { StatusPanel } from "./status.js";
 import { Storage } from "./storage.js";
+import { SampleStrip } from "./strip.js";
 
-const RECORD_FPS = 10;
-const MAX_SAMPLES_PER_CLASS = 500;
+// py_in_browser/limits.py's default max_samples_per_class, until GET /api/training/policy says
+// what this server's is.
+const DEFAULT_CAP = 5000;
 const MODEL_FILE_NAME = "gesture-classifier.pibmodel";
 const TFJS_ZIP_NAME = "gesture-classifier-tfjs.zip";
 const $ = (id) => document.getElementById(id);
@@ -32,15 +35,19 @@ const status = new StatusPanel({
 const app = {
   storage: null,
   classes: [], // [{id, name, order}]
-  samples: new Map(), // class id -> [{id, classId, rgba}]
+  store: new SampleStore(null, () => {}), // replaced once storage is open (restoreSession)
+  strips: new Map(), // class id -> its SampleStrip
+  cap: DEFAULT_CAP, // samples a class may hold (the server's max_samples_per_class)
   model: null, // {labels, size} of the model in the engine
   training: false,
-  recording: null, // {classId, timer}
+  recording: null, // {classId, button, fps, timer, started, frames}
+  lastRecording: null, // {frames, seconds, fps, wantedFps}
+  lastUpload: null, // {count, failed, skipped, seconds, startedMs, marks: performance.now() after each image}
   // ms since the page opened (performance.now()) when the engine was ready, a model was first
   // there (trained or loaded) and the first live prediction was shown: time to first prediction.
   timings: { ready: null, model: null, firstPrediction: null },
 };
-window.gestureTrainer = app; // for tests and the curious: read-only use
+window.gestureTrainer = app; // for tests and the curious: read-only use, but for app.add
 
 // Publishing to and loading from the server's registry (web/js/trainer/gallery.js).
 const gallery = new Gallery({
@@ -74,7 +81,7 @@ async function persist(store, value) {
 async function addClass(name) {
   const entry = { id: newId(), name, order: Date.now() + app.classes.length };
   app.classes.push(entry);
-  app.samples.set(entry.id, []);
+  app.store.addClass(entry.id);
   await persist("classes", entry);
   renderClasses();
   return entry;
@@ -82,10 +89,9 @@ async function addClass(name) {
 
 async function deleteClass(classId) {
   const entry = app.classes.find((c) => c.id === classId);
-  if (!entry || !confirmDelete(`Delete the class “${entry.name}” and its ${app.samples.get(classId).length} samples?`)) return;
+  if (!entry || !confirmDelete(`Delete the class “${entry.name}” and its ${app.store.count(classId)} samples?`)) return;
   app.classes = app.classes.filter((c) => c.id !== classId);
-  for (const sample of app.samples.get(classId)) await app.storage?.delete("samples", sample.id);
-  app.samples.delete(classId);
+  await app.store.removeClass(classId);
   await app.storage?.delete("classes", classId);
   renderClasses();
 }
@@ -95,20 +101,44 @@ function confirmDelete(question) {
   return window.confirmDeletes === true || window.confirm(question);
 }
 
-async function addSample(classId, rgba) {
-  const list = app.samples.get(classId);
-  if (!list || list.length >= MAX_SAMPLES_PER_CLASS) return false;
-  const sample = { id: newId(), classId, rgba };
-  list.push(sample);
-  await persist("samples", sample);
-  renderSamples(classId);
+// Adds one sample (SAMPLE_SIZE² RGBA) to a class: the same small cost whatever the class holds
+// (samples.js queues the write, the strip redraws its few thumbnails). False at the cap.
+function addSample(classId, rgba) {
+  if (!app.strips.has(classId)) return false;
+  if (app.store.count(classId) >= app.cap) {
+    renderCount(classId);
+    return false;
+  }
+  const seq = app.store.add(classId, rgba);
+  app.strips.get(classId).added(seq, rgba);
+  renderCount(classId);
   return true;
 }
 
-async function deleteSample(classId, sampleId) {
-  app.samples.set(classId, app.samples.get(classId).filter((s) => s.id !== sampleId));
-  await app.storage?.delete("samples", sampleId);
-  renderSamples(classId);
+// The path recording and uploads take, for tests that fill classes with samples they generate.
+app.add = addSample;
+
+async function deleteSample(classId, seq) {
+  await app.store.remove(classId, seq);
+  const strip = app.strips.get(classId);
+  await strip?.show(strip.offset);
+  renderCount(classId);
+}
+
+// Said once, when samples start to be kept in this tab's memory only (samples.js).
+function storageFallback(reason) {
+  const why =
+    reason === "quota"
+      ? "This browser's storage for this site is full"
+      : reason === "no storage"
+        ? "This browser does not let the page store data here (a private window?)"
+        : `Storing samples failed (${reason})`;
+  status.banner(
+    `${why}: the samples stored so far stay, and new ones are kept in this tab's memory only — they are lost when it closes or reloads. ` +
+      "Training and prediction work as before; download the model to keep it.",
+    "warning",
+  );
+  $("keep-message").textContent = "New samples are kept in this tab's memory only (this browser's storage is unavailable or full).";
 }
 
 // ---- collect panel ----
@@ -119,6 +149,7 @@ function cardOf(classId) {
 
 function renderClasses() {
   const list = $("classes");
+  app.strips.clear();
   list.replaceChildren(
     ...app.classes.map((entry, index) => {
       const card = $("class-template").content.firstElementChild.cloneNode(true);
@@ -126,11 +157,16 @@ function renderClasses() {
       const name = card.querySelector(".class-name");
       name.value = entry.name;
       name.setAttribute("aria-label", `Name of class ${index + 1}`);
+      const strip = new SampleStrip(card.querySelector(".strip"), entry.id, app.store, () => entry.name, (seq) =>
+        deleteSample(entry.id, seq),
+      );
+      app.strips.set(entry.id, strip);
       // Renamed as the person types (keeps working when a browser skips the change event).
       name.addEventListener("input", () => {
         entry.name = name.value.trim() || `Class ${index + 1}`;
         persist("classes", entry);
-        renderSamples(entry.id);
+        renderCount(entry.id);
+        strip.draw();
       });
       name.addEventListener("change", () => {
         name.value = entry.name;
@@ -145,31 +181,29 @@ function renderClasses() {
       return card;
     }),
   );
-  app.classes.forEach((entry) => renderSamples(entry.id));
+  for (const entry of app.classes) {
+    renderCount(entry.id);
+    app.strips.get(entry.id).show(0);
+  }
   updateButtons();
 }
 
-function renderSamples(classId) {
+// The class's count, its record button's label and, at the cap, why nothing more is added.
+function renderCount(classId) {
   const card = cardOf(classId);
   const entry = app.classes.find((c) => c.id === classId);
   if (!card || !entry) return;
-  const samples = app.samples.get(classId);
-  card.querySelector(".count").textContent = `${samples.length} sample${samples.length === 1 ? "" : "s"}`;
+  const count = app.store.count(classId);
+  card.querySelector(".count").textContent = `${count.toLocaleString("en")} sample${count === 1 ? "" : "s"}`;
   card.querySelector(".record").textContent = `Hold to record ${entry.name}`;
-  card.querySelector(".thumbs").replaceChildren(
-    ...samples.map((sample, index) => {
-      const item = document.createElement("li");
-      const remove = document.createElement("button");
-      remove.type = "button";
-      remove.className = "thumb";
-      remove.title = "Delete this sample";
-      remove.setAttribute("aria-label", `Delete sample ${index + 1} of ${entry.name}`);
-      remove.append(thumbnail(sample.rgba, `Sample ${index + 1} of ${entry.name}`));
-      remove.addEventListener("click", () => deleteSample(classId, sample.id));
-      item.append(remove);
-      return item;
-    }),
-  );
+  const full = count >= app.cap;
+  const message = card.querySelector(".cap-message");
+  message.hidden = !full;
+  if (full) {
+    message.textContent =
+      `${entry.name} holds ${app.cap.toLocaleString("en")} samples, the most a class keeps here ` +
+      "(max_samples_per_class): delete some to add others, or add a class.";
+  }
   updateButtons();
 }
 
@@ -194,6 +228,8 @@ function wireRecordButton(button, classId) {
   });
 }
 
+// Captures frames at the chosen rate while the button is held. Each capture is scheduled from
+// the recording's start (not from the previous one), so a late frame does not slow the rate.
 function startRecording(classId, button) {
   if (app.recording) return;
   if (!camera.live) {
@@ -202,34 +238,66 @@ function startRecording(classId, button) {
   }
   button.classList.add("recording");
   button.setAttribute("aria-pressed", "true");
-  const capture = () => addSample(classId, videoFrame(camera.video));
+  const fps = Number($("record-fps").value);
+  const recording = { classId, button, fps, started: performance.now(), frames: 0, timer: null };
+  const capture = () => {
+    if (app.recording !== recording) return;
+    if (!addSample(classId, videoFrame(camera.video))) {
+      stopRecording();
+      return;
+    }
+    recording.frames += 1;
+    const next = recording.started + (recording.frames * 1000) / fps;
+    recording.timer = setTimeout(capture, Math.max(0, next - performance.now()));
+  };
+  app.recording = recording;
   capture();
-  app.recording = { button, timer: setInterval(capture, 1000 / RECORD_FPS) };
 }
 
 function stopRecording() {
-  if (!app.recording) return;
-  clearInterval(app.recording.timer);
-  app.recording.button.classList.remove("recording");
-  app.recording.button.setAttribute("aria-pressed", "false");
+  const recording = app.recording;
+  if (!recording) return;
+  clearTimeout(recording.timer);
   app.recording = null;
+  recording.button.classList.remove("recording");
+  recording.button.setAttribute("aria-pressed", "false");
+  const seconds = (performance.now() - recording.started) / 1000;
+  app.lastRecording = {
+    frames: recording.frames,
+    seconds,
+    fps: recording.frames / Math.max(seconds, 1e-3),
+    wantedFps: recording.fps,
+  };
 }
 
 async function uploadFiles(classId, input) {
-  let failed = 0;
-  for (const file of input.files) {
-    try {
-      await addSample(classId, await imageFileSample(file));
-    } catch {
-      failed += 1;
-    }
-  }
-  if (failed) status.banner(`${failed} file(s) could not be read as images.`, "warning");
+  const files = [...input.files];
   input.value = "";
+  const started = performance.now();
+  const upload = { count: 0, failed: 0, skipped: 0, seconds: 0, startedMs: started, marks: [] };
+  app.lastUpload = upload;
+  for (const file of files) {
+    let rgba;
+    try {
+      rgba = await imageFileSample(file);
+    } catch {
+      upload.failed += 1;
+      continue;
+    }
+    if (!addSample(classId, rgba)) {
+      upload.skipped = files.length - upload.count - upload.failed;
+      break;
+    }
+    upload.count += 1;
+    upload.marks.push(performance.now());
+  }
+  upload.seconds = (performance.now() - started) / 1000;
+  if (upload.failed) status.banner(`${upload.failed} file(s) could not be read as images.`, "warning");
+  if (upload.skipped) status.banner(`${upload.skipped} image(s) not added: the class is full.`, "warning");
 }
 
 function trainableClasses() {
-  return app.classes.filter((c) => app.samples.get(c.id).length > 0);
+  return app.classes.filter((c) => app.store.count(c.id) > 0);
 }
 
 function updateButtons() {
@@ -251,10 +319,32 @@ function showCameraMessage(text) {
   message.hidden = !text;
 }
 
+// Places the guide box over the part of the preview a sample and a live frame are cut from:
+// the frame's centre square (frames.js), as the preview shows the frame (object-fit: cover).
+function placeGuideBox() {
+  const video = $("preview");
+  const box = $("guide-box");
+  if (!camera.live) {
+    box.hidden = true;
+    return;
+  }
+  const { clientWidth: width, clientHeight: height, videoWidth, videoHeight } = video;
+  const scale = Math.max(width / videoWidth, height / videoHeight);
+  const side = Math.min(videoWidth, videoHeight) * scale;
+  Object.assign(box.style, {
+    width: `${side}px`,
+    height: `${side}px`,
+    left: `${(width - side) / 2}px`,
+    top: `${(height - side) / 2}px`,
+  });
+  box.hidden = false;
+}
+
 async function startCamera() {
   showCameraMessage("");
   try {
     await camera.start();
+    placeGuideBox();
     $("camera-start").hidden = true;
     if (app.model) startPredicting();
   } catch (error) {
@@ -324,11 +414,13 @@ async function train(event) {
   stopPredicting();
   const classes = trainableClasses();
   const size = Number($("input-size").value);
-  const samples = [];
+  // The samples as the worker sees them: the i-th is refs[i] ([class id, seq]), of class
+  // labels[i]. Their pixels stay in storage until the worker asks for a batch.
+  const refs = [];
   const labels = [];
   classes.forEach((entry, index) => {
-    for (const sample of app.samples.get(entry.id)) {
-      samples.push(sample.rgba);
+    for (const seq of app.store.seqs.get(entry.id)) {
+      refs.push([entry.id, seq]);
       labels.push(index);
     }
   });
@@ -343,7 +435,8 @@ async function train(event) {
   longest.start(); // from the hand-over to the worker until training ends
   try {
     const result = await engine.train({
-      samples,
+      refs,
+      read: (classId, seqs) => app.store.read(classId, seqs),
       labels,
       classNames: classes.map((c) => c.name),
       size,
@@ -363,6 +456,7 @@ async function train(event) {
     startPredicting();
   } catch (error) {
     longest.stop();
+    console.warn(error.message ?? error); // the whole Python traceback, for whoever debugs it
     $("train-progress-text").textContent = `Training failed: ${firstLine(error)}`;
     status.banner(`Training failed: ${firstLine(error)}`, "error");
   } finally {
@@ -383,6 +477,9 @@ function firstLine(error) {
   return lines[lines.length - 1];
 }
 
+// Under this held-out accuracy the panel says what helps.
+const LOW_ACCURACY = 0.8;
+
 function showEvaluation(result) {
   const labels = app.model.labels;
   $("evaluation").hidden = false;
@@ -390,6 +487,16 @@ function showEvaluation(result) {
     result.held_out_count > 0
       ? `Held-out accuracy ${(result.accuracy * 100).toFixed(1)}% on ${result.held_out_count} samples.`
       : "No samples were held out (add at least two per class).";
+  const advice = $("held-out-advice");
+  const low = result.held_out_count > 0 && result.accuracy < LOW_ACCURACY;
+  advice.hidden = !low;
+  if (low) {
+    const fewest = Math.min(...trainableClasses().map((c) => app.store.count(c.id)));
+    advice.textContent =
+      `That is low: the model will often pick the wrong class. What helps: more samples per class (the smallest has ${fewest}; ` +
+      "a few hundred each is better), steady, even light, and the gesture inside the box on the preview, " +
+      "recorded at the distances and positions you will use it at. Then train again.";
+  }
   const table = $("confusion");
   const caption = document.createElement("caption");
   caption.textContent = "Confusion matrix (rows: true class, columns: predicted) and per-class accuracy";
@@ -562,9 +669,10 @@ async function loadFromFile(input) {
 
 async function clearAll() {
   if (!confirmDelete("Forget every class, sample and the saved model in this browser?")) return;
+  await app.store.flush();
   await app.storage?.clear();
   app.classes = [];
-  app.samples.clear();
+  app.store.clear();
   $("load-browser").disabled = true;
   await addClass("Class 1");
   await addClass("Class 2");
@@ -577,31 +685,47 @@ function guarded(work) {
 
 // ---- start-up ----
 
+// Reads the classes and which samples they hold (keys only: the pixels are read when shown or
+// trained on), so 5,000 samples in each of three classes restore in a fraction of a second.
 async function restoreSession() {
+  const started = performance.now();
+  app.timings.restore = { startedMs: started, ms: null };
   try {
     app.storage = await new Storage().open();
-    const [classes, samples, saved] = await Promise.all([
-      app.storage.all("classes"),
-      app.storage.all("samples"),
-      app.storage.get("models", "last"),
-    ]);
+    const [classes, saved] = await Promise.all([app.storage.all("classes"), app.storage.get("models", "last")]);
     classes.sort((a, b) => a.order - b.order);
+    app.store = new SampleStore(app.storage, storageFallback);
+    await app.store.restore(classes.map((c) => c.id));
     app.classes = classes;
-    for (const entry of classes) app.samples.set(entry.id, []);
-    for (const sample of samples) app.samples.get(sample.classId)?.push(sample);
-    if (samples.length) {
-      $("keep-message").textContent = `Restored ${classes.length} classes and ${samples.length} samples from your last session.`;
+    const total = app.store.total();
+    if (total) {
+      $("keep-message").textContent =
+        `Restored ${classes.length} class${classes.length === 1 ? "" : "es"} and ${total.toLocaleString("en")} samples from your last session.`;
     }
     $("load-browser").disabled = !saved;
     if (saved) $("keep-message").textContent += " A saved model is ready to load.";
   } catch (error) {
-    status.banner(`Local storage is unavailable (${error.message}); nothing will be kept after a reload.`, "warning");
+    app.storage = null;
+    app.store = new SampleStore(null, storageFallback);
+    storageFallback("no storage");
+    console.warn(`IndexedDB unavailable: ${error.message}`);
   }
   if (app.classes.length === 0) {
     await addClass("Class 1");
     await addClass("Class 2");
   }
   renderClasses();
+  app.timings.restore.ms = performance.now() - started;
+}
+
+// The server's cap on samples per class (limits.py max_samples_per_class).
+async function readCap() {
+  try {
+    app.cap = (await trainingPolicy()).limits.max_samples_per_class ?? DEFAULT_CAP;
+  } catch {
+    return; // the default cap stands; training asks the server again
+  }
+  for (const entry of app.classes) renderCount(entry.id);
 }
 
 async function refreshStatus() {
@@ -614,6 +738,7 @@ async function refreshStatus() {
 
 function wire() {
   $("camera-start").addEventListener("click", startCamera);
+  window.addEventListener("resize", placeGuideBox);
   $("add-class").addEventListener("click", () => addClass(`Class ${app.classes.length + 1}`));
   $("train-settings").addEventListener("submit", train);
   $("stop").addEventListener("click", () => engine.stop());
@@ -627,8 +752,9 @@ function wire() {
 }
 
 wire();
+window.addEventListener("pagehide", () => app.store.flush());
 charts.mount().catch((error) => status.banner(`Charts unavailable: ${error.message}`, "warning"));
-restoreSession();
+app.restored = restoreSession().then(readCap);
 startCamera();
 window.pib.ready.then(
   async () => {

@@ -5,8 +5,8 @@ import { apiFetch } from "./api-errors.js";
 
 let policy = null;
 
-// The server's policy, asked once per page.
-async function trainingPolicy() {
+// The server's policy (whether permits are required, the caps of limits.py), asked once per page.
+export async function trainingPolicy() {
   policy ??= apiFetch("/api/training/policy").then((response) => response.json());
   try {
     return await policy;
