@@ -102,7 +102,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("py_in_browser._worker", "py_in_browser.testing.*"),
     # The dev server serves the engine's files and never imports it; the benchmark drives both.
     ("server.*",),
-    ("tests_e2e.browsers",),  # Chromium's path and GPU flags, shared by e2e fixtures and bench
+    # The browsers' launchers (Chromium's path and GPU flags, WebKit's MiniBrowser through
+    # WebKitWebDriver), shared by the e2e fixtures and the bench.
+    ("tests_e2e.browsers", "tests_e2e.webkit"),
     ("bench.*",),
 ]
 
