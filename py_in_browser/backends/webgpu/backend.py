@@ -89,7 +89,7 @@ class WebGPUBackend(Backend):
         self.adapter: dict[str, Any] = {}
         self.pool = BufferPool()
         self.commands = CommandList()
-        self.submitted = 0  # flushes sent; bridge.js numbers its submits the same way
+        self.submitted = 0  # command lists taken to send, one serial each (bridge.js counts too)
         self.completed = 0
         self.js_calls = 0
         self.words_sent = 0  # command words flushed: what a step costs to describe to JS
