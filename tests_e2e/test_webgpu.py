@@ -136,6 +136,35 @@ result = (await w.numpy()).tolist()
     assert js_serials == py_serials == 1
 
 
+def test_reads_wait_for_a_list_still_going_out_in_parts(engine_page: EnginePage) -> None:
+    """Reads gathered while a list waits for a kernel to compile (checkpoint.save reads every
+    weight so) see that list's buffers and data: the tensor made after the uncompiled dispatch
+    was read before bridge.js had created its buffer ("copyBufferToBuffer parameter 1 is not of
+    type GPUBuffer", seen as a Pretrained layer's first fit corrupting the Dense weights)."""
+    got = engine_page.run(
+        """
+import asyncio, json
+from py_in_browser import fusion, runtime
+backend = runtime.current_backend()
+await backend.flush_async()
+before = json.loads(backend.engine.stats())["early_parts"]
+x = pib.tensor(np.linspace(-1, 1, 12, dtype=np.float32))
+# A program no other test runs: its kernel is still compiling when the list goes out.
+y = pib.fused(lambda v: fusion.exp(v * 0.75) * fusion.sigmoid(v + 0.5) - 0.125, x)
+late = pib.tensor([1.5, -2.0, 3.25])  # created (CREATE, WRITE) after that dispatch
+got = await asyncio.gather(y.numpy(), late.numpy(), x.numpy())
+[[a.tolist() for a in got], json.loads(backend.engine.stats())["early_parts"] - before]
+"""
+    )
+    (y, late, x), early_parts = got
+    v = np.linspace(-1, 1, 12)
+    expected = np.exp(v * 0.75) / (1 + np.exp(-(v + 0.5))) - 0.125
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+    assert late == [1.5, -2.0, 3.25]
+    np.testing.assert_allclose(x, v, rtol=1e-6)
+    assert early_parts >= 1  # the list did go out in parts while the reads were asked for
+
+
 def test_op_table_matches_numpy(engine_page: EnginePage) -> None:
     worst = assert_op_table_matches(engine_page, rtol=1e-4)
     print("worst relative error per case:", {k: f"{v:.1e}" for k, v in worst.items()})

@@ -1,21 +1,30 @@
-"""The WebGPU runtime's pure parts in CPython: buffer pool reuse rules, command encoding, and the
-recording signature that decides whether a train step may be replayed."""
+"""The WebGPU runtime's pure parts in CPython: buffer pool reuse rules, command encoding, the
+recording signature that decides whether a train step may be replayed, and the order in which
+command lists, reads and recording drops reach bridge.js (over a fake bridge of bytearrays)."""
 
 from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 
-from py_in_browser.backends.webgpu.backend import device_bytes
+from py_in_browser.backends import OutSpec
+from py_in_browser.backends.webgpu.backend import WebGPUBackend, device_bytes
 from py_in_browser.backends.webgpu.buffers import BufferPool, GpuHandle, size_class
 from py_in_browser.backends.webgpu.commands import (
+    ARGUMENTS,
     CREATE,
     DISPATCH,
+    DISPATCH_BINDINGS,
+    DISPATCH_HEADER,
     WRITE,
     CommandList,
     dispatch_record,
 )
-from py_in_browser.backends.webgpu.recording import RecordingBuilder, signature
+from py_in_browser.backends.webgpu.recording import Recording, RecordingBuilder, signature
 
 
 def test_size_classes_cover_the_request_with_bounded_waste() -> None:
@@ -98,3 +107,73 @@ def test_recordings_differ_when_a_host_constant_changes() -> None:
     one = _recorded({"x": 1, "c": 2, "w": 3, "y": 4}, b"\0\0\x80?")
     two = _recorded({"x": 1, "c": 2, "w": 3, "y": 4}, b"\0\0\0@")
     assert one != two
+
+
+class _Bridge:
+    """bridge.js as the backend drives it, over a GPU of bytearrays: CREATE makes a buffer, WRITE
+    fills it, a read of a buffer not created fails as the browser's does; flushWhenCompiled sends
+    its list only once `compiled` is set (a kernel still compiling)."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[int, bytearray] = {}
+        self.compiled = asyncio.Event()
+        self.dropped: list[int] = []
+
+    def definePipeline(self, *args: object) -> None:
+        pass
+
+    def defineLabel(self, *args: object) -> None:
+        pass
+
+    def dropRecording(self, recording_id: int) -> None:
+        self.dropped.append(recording_id)
+
+    def flush(self, words: np.ndarray, blob: np.ndarray, profiling: bool) -> int:
+        i = 0
+        while i < len(words):
+            op = int(words[i])
+            if op == CREATE:
+                self.buffers[int(words[i + 1])] = bytearray(int(words[i + 2]))
+            elif op == WRITE:
+                buffer_id, offset, size = (int(w) for w in words[i + 1 : i + 4])
+                self.buffers[buffer_id][:size] = blob[offset : offset + size].tobytes()
+            if op == DISPATCH:  # kernels do not run here: only what reads depend on
+                i += DISPATCH_HEADER + 2 * int(words[i + DISPATCH_BINDINGS])
+            else:
+                i += 1 + len(ARGUMENTS[op])
+        return 0
+
+    async def flushWhenCompiled(self, words: np.ndarray, blob: np.ndarray, profiling: bool) -> int:
+        await self.compiled.wait()
+        return self.flush(words, blob, profiling)
+
+    async def read(self, buffer_id: int, nbytes: int) -> Any:
+        if buffer_id not in self.buffers:
+            raise TypeError("copyBufferToBuffer: parameter 1 is not of type 'GPUBuffer'")
+        data = np.frombuffer(bytes(self.buffers[buffer_id][:nbytes]), np.uint8)
+        return SimpleNamespace(assign_to=lambda out: out.__setitem__(..., data))
+
+
+def test_reads_and_drops_wait_for_a_list_going_out_in_parts() -> None:
+    """A list waiting for a kernel keeps what follows it waiting: a read gathered beside it (as
+    checkpoint.save reads weights) sees the buffer made after the uncompiled dispatch, with its
+    bytes, and a recording is dropped in JS only after the lists that may replay it."""
+
+    async def scenario() -> tuple[list[np.ndarray], list[int], list[int]]:
+        backend, bridge = WebGPUBackend(), _Bridge()
+        backend.engine = bridge
+        x = backend.upload(np.arange(4, dtype=np.float32))
+        spec = OutSpec((4,), "float32", ((4,), (4,)), ("float32", "float32"))
+        y = backend.run("add", [x, x], {}, spec)  # its kernel has not compiled yet
+        late = backend.upload(np.array([1.5, -2.0, 3.25], np.float32))
+        reads = asyncio.gather(backend.download(y), backend.download(late))
+        await asyncio.sleep(0)  # both reads asked for while the list waits
+        recording = Recording(7, (), (), (), frozenset(), None, 0)
+        backend.drop_recording(recording)
+        dropped_while_waiting = list(bridge.dropped)
+        bridge.compiled.set()
+        return list(await reads), dropped_while_waiting, bridge.dropped
+
+    (_, late), dropped_while_waiting, dropped = asyncio.run(scenario())
+    assert late.tolist() == [1.5, -2.0, 3.25]
+    assert dropped_while_waiting == [] and dropped == [7]

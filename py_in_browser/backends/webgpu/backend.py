@@ -89,7 +89,7 @@ class WebGPUBackend(Backend):
         self.adapter: dict[str, Any] = {}
         self.pool = BufferPool()
         self.commands = CommandList()
-        self.submitted = 0  # flushes sent; bridge.js numbers its submits the same way
+        self.submitted = 0  # command lists taken to send, one serial each (bridge.js counts too)
         self.completed = 0
         self.js_calls = 0
         self.words_sent = 0  # command words flushed: what a step costs to describe to JS
@@ -102,6 +102,9 @@ class WebGPUBackend(Backend):
         self._labels: dict[str, int] = {}
         self._ready: set[int] = set()  # pipelines known to have finished compiling
         self._unready: set[int] = set()  # used by the open command list, maybe still compiling
+        # Set while flush_async waits for bridge.js to send a list in parts: later commands wait.
+        self._in_flight: asyncio.Future[None] | None = None
+        self._drops: list[tuple[int, int]] = []  # (serial of the list to send first, recording)
         self._warming: set[int] = set()  # warm-up pipelines no dispatch has used yet
         self._recording: RecordingBuilder | None = None
         self._recordings = 0
@@ -409,36 +412,55 @@ class WebGPUBackend(Backend):
     # ---- submission ----
 
     def flush(self) -> None:
-        """Sends the open command list: one JS call, one command encoder, one submit."""
-        if not len(self.commands):
+        """Sends the open command list: one JS call, one command encoder, one submit. While an
+        earlier list is still going out in parts (flush_async) it does nothing: bridge.js would
+        encode this one ahead of that one's rest, so the open list waits for the next flush_async."""
+        if not len(self.commands) or self._in_flight is not None:
             return
         words, blob, profiling = self._take_commands()
         self._sent(self.engine.flush(words, blob, profiling))
 
     async def flush_async(self) -> None:
         """flush(), submitting in parts while pipelines it uses are still compiling (only those:
-        the warm-up may still be compiling others): each part once its kernels compiled."""
+        the warm-up may still be compiling others): each part once its kernels compiled.
+
+        Lists reach the GPU in the order Python wrote them: this first waits for a list another
+        task is sending in parts, so a read (download) or fence after it never overtakes the
+        CREATE, WRITE and dispatches still waiting in that list (asyncio.gather of downloads
+        read buffers bridge.js had not created yet: "copyBufferToBuffer parameter 1 is not of
+        type GPUBuffer")."""
+        while self._in_flight is not None:
+            await asyncio.shield(self._in_flight)
         if not self._unready or not len(self.commands):
             self.flush()
             return
         words, blob, profiling = self._take_commands()
-        self._sent(await self.engine.flushWhenCompiled(words, blob, profiling))
-        self._ready |= self._unready
-        self._unready.clear()
+        unready, self._unready = self._unready, set()  # what the next list uses is its own
+        in_flight = self._in_flight = asyncio.get_running_loop().create_future()
+        try:
+            self._sent(await self.engine.flushWhenCompiled(words, blob, profiling))
+            self._ready |= unready
+        finally:
+            self._in_flight = None
+            in_flight.set_result(None)
 
     def _take_commands(self) -> tuple[Any, Any, bool]:
-        """The open command list's words and blob, counted as one JS call, and whether to time it."""
+        """The open command list's words and blob, counted as one JS call, and whether to time it.
+        The list takes its serial now: what is freed while it goes out belongs to the next one."""
         words, blob = self.commands.take()
         self.js_calls += 1
         self.words_sent += len(words)
+        self.submitted += 1
         return words, blob, self.profile_log is not None
 
     def _sent(self, completed: Any) -> None:
         """After a command list went out (one serial, however many submits): what bridge.js
         reports completed frees buffers."""
         self.completed = int(completed)
-        self.submitted += 1
         self._reclaim()
+        while self._drops and self._drops[0][0] <= self.submitted:
+            self.js_calls += 1
+            self.engine.dropRecording(self._drops.pop(0)[1])
 
     def _reclaim(self) -> None:
         """Frees what completed submits released; destroys pool buffers left idle (the commands
@@ -538,8 +560,12 @@ class WebGPUBackend(Backend):
         return outputs
 
     def drop_recording(self, recording: Recording) -> None:
-        self.js_calls += 1
-        self.engine.dropRecording(recording.id)
+        # A REPLAY of it may wait in the open list or in one going out: drop it after that list.
+        if len(self.commands) or self._in_flight is not None:
+            self._drops.append((self.submitted + (1 if len(self.commands) else 0), recording.id))
+        else:
+            self.js_calls += 1
+            self.engine.dropRecording(recording.id)
         for buffer_id in recording.retained:
             self.pool.release(buffer_id, self.submitted + 1)
 
