@@ -132,10 +132,17 @@ class DeviceState:
     # ---- rebuilding ----
 
     def needs_rebuild(self) -> bool:
-        """Whether a variable of the owner lives on a retired backend (its data is gone)."""
+        """Whether a variable of the owner lives on a retired backend (its data is gone), or on
+        a lost one that is no longer the active backend (pib.init replaced it before its loss
+        was reported): nothing recovers that one, so it is retired here."""
+        current = runtime.current_backend()
         for var in self._variables():
             storage = var._storage
-            if storage is not None and storage.backend.retired:
+            if storage is None or storage.backend is current:
+                continue
+            if not storage.backend.retired and storage.backend.is_lost():
+                retire(storage.backend)
+            if storage.backend.retired:
                 return True
         return False
 

@@ -69,6 +69,7 @@ def test_a_loss_before_or_inside_a_call_gives_the_same_result(
 ) -> None:
     got = every_call["cases"][call]
     print(f"{case} {call}: {got}")
+    assert "error" not in got, got["error"]
     assert got["fired"], f"{call}: no loss happened inside the call"
     assert got["backend"] == case[1], got
     assert got["before"] <= EXACT and got["during"] <= EXACT, got
@@ -80,6 +81,7 @@ def test_a_hand_made_tensor_fails_clearly_and_alone(
     every_call: dict[str, Any], case: tuple[str, str]
 ) -> None:
     got = every_call["cases"]["eager_tensor"]
+    assert "error" not in got, got["error"]
     assert len(got["errors"]) == 2, got
     for error in got["errors"]:
         assert "tensor of shape (2, 3)" in error and "create it again" in error, got

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -54,6 +55,16 @@ class LoseDuring:
     def disarm(self) -> None:
         for name in COMMANDS:
             self.backend.__dict__.pop(name, None)
+
+
+async def lose_reported() -> None:
+    """A loss the browser has reported (WebGPU reports a destroyed device a little later)."""
+    backend = current_backend()
+    await pib.debug.lose_device()
+    for _ in range(100):
+        if backend.is_lost():
+            return
+        await asyncio.sleep(0.01)
 
 
 def image_model() -> pib.Sequential:
@@ -157,7 +168,7 @@ def _difference(got: Any, want: Any) -> float:
 
 async def _lose(when: str) -> LoseDuring | None:
     if when == "before":
-        await pib.debug.lose_device()
+        await lose_reported()
         return None
     return LoseDuring(DURING_AFTER) if when == "during" else None
 
@@ -175,27 +186,40 @@ async def every_call(backend: str) -> dict[str, Any]:
     cases: dict[str, Any] = {}
     started = len(resilience.recovery_seconds)
     for name, call in _calls(x, y).items():
-        results: dict[str, Any] = {}
-        for when in ("none", "before", "during"):
-            model = recovery_runs.model()
-            model.build()
-            model.load_checkpoint(blob)
-            await model.get_weights()  # the loaded state is on the device, synced
-            lose = await _lose(when)
-            results[when] = await call(model)
-            if lose is not None:
-                lose.disarm()
-                results["fired"] = lose.fired
-        cases[name] = {
-            "before": _difference(results["before"], results["none"]),
-            "during": _difference(results["during"], results["none"]),
-            "fired": results.get("fired", False),
-            "backend": pib.get_backend(),
-        }
-    cases["classify_bitmap"] = await _classify_bitmap()
-    cases["init"] = await _init(backend)
-    cases["eager_tensor"] = await _eager_tensor()
+        cases[name] = await _reported(_case(call, blob))
+    cases["classify_bitmap"] = await _reported(_classify_bitmap())
+    cases["init"] = await _reported(_init(backend))
+    cases["eager_tensor"] = await _reported(_eager_tensor())
     return {"cases": cases, "seconds": resilience.recovery_seconds[started:]}
+
+
+async def _reported(case: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    """The case's result, or the traceback of what it raised (the other cases still run)."""
+    try:
+        return await case
+    except Exception:
+        await resilience.ensure_ready()
+        return {"error": traceback.format_exc(), "backend": pib.get_backend()}
+
+
+async def _case(call: Callable[[pib.Sequential], Awaitable[Any]], blob: bytes) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for when in ("none", "before", "during"):
+        model = recovery_runs.model()
+        model.build()
+        model.load_checkpoint(blob)
+        await model.get_weights()  # the loaded state is on the device, synced
+        lose = await _lose(when)
+        results[when] = await call(model)
+        if lose is not None:
+            lose.disarm()
+            results["fired"] = lose.fired
+    return {
+        "before": _difference(results["before"], results["none"]),
+        "during": _difference(results["during"], results["none"]),
+        "fired": results.get("fired", False),
+        "backend": pib.get_backend(),
+    }
 
 
 async def _classify_bitmap() -> dict[str, Any]:
@@ -205,7 +229,7 @@ async def _classify_bitmap() -> dict[str, Any]:
         stop = asyncio.Event()
         await post_frame()
         lose = await _lose(when)
-        posting = asyncio.ensure_future(_keep_posting(stop)) if when == "during" else None
+        posting = asyncio.ensure_future(_keep_posting(stop)) if when != "none" else None
         got = await pib.data.classify_bitmap(model, "frame", PREPROCESSING, k=2)
         stop.set()
         if posting is not None:
@@ -229,7 +253,7 @@ async def _init(backend: str) -> dict[str, Any]:
     model = recovery_runs.model()
     model.build()
     want = await (await model.predict(x)).numpy()
-    await pib.debug.lose_device()
+    await lose_reported()
     after_loss = await pib.init(backend)
     before = _difference(await (await model.predict(x)).numpy(), want)
     kind = type(current_backend())
@@ -244,7 +268,7 @@ async def _init(backend: str) -> dict[str, Any]:
         await prepare(self)
 
     kind.prepare = losing_prepare  # type: ignore[method-assign]
-    await pib.debug.lose_device()  # the model's backend too: it moves to the one init makes
+    await lose_reported()  # the model's backend too: it moves to the one init makes
     try:
         during_init = await pib.init(backend)
     finally:
@@ -263,7 +287,7 @@ async def _init(backend: str) -> dict[str, Any]:
 async def _eager_tensor() -> dict[str, Any]:
     """A tensor made by hand before a loss raises one clear error; later work is unaffected."""
     kept = pib.tensor(np.ones((2, 3), np.float32))
-    await pib.debug.lose_device()
+    await lose_reported()
     await resilience.ensure_ready()
     errors = []
     for use in (lambda: (kept * 2.0).numpy(), kept.numpy):
