@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,8 +14,6 @@ from ..preprocessing import ImagePreprocessing
 from ..runtime import current_backend, tidy
 from ..tensor import Tensor, _wrap, tensor
 from .predictions import top_k
-
-NEXT_FRAME_S = 2.0  # how long classify_bitmap run again after a loss waits for a new frame
 
 
 def preprocess(images: Any, preprocessing: ImagePreprocessing | dict[str, Any]) -> Tensor:
@@ -112,33 +109,28 @@ async def classify_bitmap(
         ...     return await pib.data.classify_bitmap(model, "frame", prep, k=2)
     """
     started = time.perf_counter()
-    taken = [take_bitmap(name)]
+    bitmap = take_bitmap(name)
+    # On a GPU a copy of the frame is kept while the call runs: the upload closes the frame, and
+    # a device lost after it (resilience.py runs the call again) needs the pixels once more.
+    spare = [await _js.copy_bitmap(bitmap) if resilience.losable() else None]
 
     async def classify() -> list[dict[str, Any]]:
-        # A run again after a device loss: the first frame went to the lost device (uploads
-        # close the bitmap), so it classifies the next frame the page posts under `name`.
-        bitmap = taken.pop() if taken else await _next_bitmap(name)
-        frame = await from_image_bitmap(bitmap, preprocessing)
+        frame_bitmap = bitmap
+        if bitmap.width == 0:  # closed: the first run uploaded it to a device that was lost
+            frame_bitmap, spare[0] = spare[0], await _js.copy_bitmap(spare[0])
+        frame = await from_image_bitmap(frame_bitmap, preprocessing)
         try:
             ranked = await top_k(model, frame, k=k, labels=labels)
         finally:
             frame.dispose()
         return ranked[0]
 
-    top = await resilience.guarded(classify, resilience.state_of(model))
+    try:
+        top = await resilience.guarded(classify, resilience.state_of(model))
+    finally:
+        if spare[0] is not None:
+            spare[0].close()
     return {"top": top, "ms": (time.perf_counter() - started) * 1000.0}
-
-
-async def _next_bitmap(name: str) -> Any:
-    """The next ImageBitmap posted under `name`, waiting up to NEXT_FRAME_S for it."""
-    deadline = time.monotonic() + NEXT_FRAME_S
-    while True:
-        try:
-            return take_bitmap(name)
-        except KeyError:
-            if time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(0.01)
 
 
 def _as_preprocessing(value: ImagePreprocessing | dict[str, Any]) -> ImagePreprocessing:

@@ -89,13 +89,6 @@ async def post_frame(name: str = "frame") -> None:
     js.pibBitmaps.set(name, bitmap)
 
 
-async def _keep_posting(stop: asyncio.Event) -> None:
-    """Frames keep coming, as from a camera (a classify_bitmap run again takes the next one)."""
-    while not stop.is_set():
-        await post_frame()
-        await asyncio.sleep(0.02)
-
-
 def _arrays(blob: bytes) -> list[np.ndarray]:
     with np.load(io.BytesIO(blob), allow_pickle=False) as data:
         return [data[k] for k in sorted(data.files) if data[k].dtype.kind in "fiu"]
@@ -226,14 +219,9 @@ async def _classify_bitmap() -> dict[str, Any]:
     model = image_model()
     results: dict[str, Any] = {}
     for when in ("none", "before", "during"):
-        stop = asyncio.Event()
         await post_frame()
         lose = await _lose(when)
-        posting = asyncio.ensure_future(_keep_posting(stop)) if when != "none" else None
         got = await pib.data.classify_bitmap(model, "frame", PREPROCESSING, k=2)
-        stop.set()
-        if posting is not None:
-            await posting
         results[when] = got["top"]
         if lose is not None:
             lose.disarm()

@@ -25,6 +25,7 @@ import numpy as np
 from pyodide.ffi import to_js  # type: ignore[import-not-found]
 
 import py_in_browser as pib
+from py_in_browser import events
 from py_in_browser.data import ImagePreprocessing
 from py_in_browser.interop import tfjs
 from py_in_browser.limits import ModelSummary
@@ -79,6 +80,16 @@ def emit(name: str, payload: dict[str, Any]) -> None:
     """An event for the page: pib.events fires `name` with `payload` as its detail."""
     message = {"type": "event", "name": name, "json": json.dumps(payload)}
     js.postMessage(to_js(message, dict_converter=js.Object.fromEntries))
+
+
+def _runtime_event(event: dict[str, Any]) -> None:
+    """Losses and recoveries go to the page as they happen (its status panel polls only every
+    few seconds): its banner says what happened and clears once prediction runs again."""
+    if event["type"] in ("context_lost", "device_lost", "context_restored", "backend_switched"):
+        emit("runtime", {"type": event["type"], "backend": event.get("backend")})
+
+
+events.add_listener(_runtime_event)
 
 
 def take_bytes(key: str) -> bytes:
