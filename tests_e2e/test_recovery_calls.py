@@ -86,3 +86,26 @@ def test_a_hand_made_tensor_fails_clearly_and_alone(
     for error in got["errors"]:
         assert "tensor of shape (2, 3)" in error and "create it again" in error, got
     assert got["later"] == 6.0 and got["backend"] == case[1]
+
+
+def test_a_device_that_never_comes_back_is_replaced(
+    every_call: dict[str, Any], case: tuple[str, str]
+) -> None:
+    """webgl2: the lost context is released and a new one made on a new canvas; webgpu: the
+    model moves to webgl2 (another backend rounds differently)."""
+    got = every_call["cases"]["never_back"]
+    assert "error" not in got, got["error"]
+    assert got["released"] and got["backend"] == "webgl2", got
+    assert got["events"][-1] == "backend_switched", got
+    assert got["difference"] <= (EXACT if case[1] == "webgl2" else 1e-4), got
+
+
+def test_host_copy_cost(engine_page: EnginePage, case: tuple[str, str]) -> None:
+    """What the host copy at the end of a fit reads and costs (printed): the app's model, W2."""
+    cost = engine_page.run(
+        "from py_in_browser.testing import recovery_calls\n"
+        f"await recovery_calls.host_copy_cost({case[1]!r})"
+    )
+    for name, figures in cost.items():
+        print(f"{case} host copy {name}: {figures['bytes']} bytes, ms per fit {figures['ms']}")
+        assert figures["bytes"] > 0

@@ -173,6 +173,11 @@ class Backend:
         (a restored context, a fresh adapter and device), or None if none came within timeout_s."""
         return None
 
+    def inherit(self, lost: Backend) -> None:
+        """Called on the backend started after `lost` lost its device, before prepare: it may
+        start compiling what `lost` used (webgl2 links the programs it drew), so that the
+        calls run again after the recovery wait less."""
+
     def detach(self) -> None:
         """Releases the JS objects this backend holds (its listeners' proxies) once it is lost."""
 
@@ -236,6 +241,15 @@ class Backend:
         BACKGROUND_AFTER_S after prepare (init called by page code, a recovery)."""
         loop = asyncio.get_running_loop()
         self._background = loop.call_later(BACKGROUND_AFTER_S, self.start_background)
+
+    def defer_background(self, seconds: float) -> None:
+        """Moves background work that has not started `seconds` later (after a recovery the
+        calls that run again compile what they need first)."""
+        handle = self._background
+        if handle is not None:
+            handle.cancel()
+            loop = asyncio.get_running_loop()
+            self._background = loop.call_later(seconds, self.start_background)
 
     def start_background(self) -> None:
         """Runs background() now unless it ran already or nothing was scheduled."""

@@ -183,6 +183,7 @@ async def every_call(backend: str) -> dict[str, Any]:
     cases["classify_bitmap"] = await _reported(_classify_bitmap())
     cases["init"] = await _reported(_init(backend))
     cases["eager_tensor"] = await _reported(_eager_tensor())
+    cases["never_back"] = await _reported(_never_back())  # last: webgpu ends on webgl2
     return {"cases": cases, "seconds": resilience.recovery_seconds[started:]}
 
 
@@ -287,6 +288,32 @@ async def _eager_tensor() -> dict[str, Any]:
     kept.dispose()
     later = float(await pib.sum(pib.tensor([1.0, 2.0]) * 2.0).item())
     return {"errors": errors, "later": later, "backend": pib.get_backend()}
+
+
+async def _never_back() -> dict[str, Any]:
+    """A loss the browser never gives back (lose_device(restore=False)) with a short wait for it:
+    webgl2 is released and a new context made on a new canvas, webgpu moves to webgl2."""
+    x, _ = recovery_runs.data()
+    model = recovery_runs.model()
+    model.build()
+    want = await (await model.predict(x)).numpy()
+    lost = current_backend()
+    timeout, resilience.TIMEOUT_S = resilience.TIMEOUT_S, 0.5
+    try:
+        await pib.debug.lose_device(restore=False)
+        for _ in range(100):
+            if lost.is_lost():
+                break
+            await asyncio.sleep(0.01)
+        got = await (await model.predict(x)).numpy()
+    finally:
+        resilience.TIMEOUT_S = timeout
+    return {
+        "difference": _difference(got, want),
+        "backend": pib.get_backend(),
+        "released": lost.retired and lost is not current_backend(),
+        "events": [e["type"] for e in pib.runtime_events()[-2:]],
+    }
 
 
 async def host_copy_cost(backend: str, rounds: int = 3) -> dict[str, Any]:
