@@ -158,7 +158,7 @@ class DeviceState:
         for var in self._variables():
             array = self._host.get(var)
             if array is not None and not var.is_disposed:
-                var.rebuild(array)
+                var._rebuild(array)
         if self._on_rebuilt is not None:
             self._on_rebuilt()
         log, self._log, self._log_bytes = self._log, [], 0

@@ -320,7 +320,7 @@ class Variable(Tensor):
         self._storage = new
         return self
 
-    def rebuild(self, array: np.ndarray) -> None:
+    def _rebuild(self, array: np.ndarray) -> None:
         """Puts `array` (a host copy of this variable) on the current backend in place of the
         storage it had, which may be on a lost device (resilience.py rebuilds models so)."""
         if array.shape != self.shape:
