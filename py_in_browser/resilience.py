@@ -291,7 +291,6 @@ async def _revive(lost: Backend, timeout_s: float) -> Backend | None:
     fresh = await lost.recovered(timeout_s)
     if fresh is None:
         return None
-    fresh.inherit(lost)
     if not (await fresh.self_test()).passed:
         fresh.close()
         return None

@@ -173,11 +173,6 @@ class Backend:
         (a restored context, a fresh adapter and device), or None if none came within timeout_s."""
         return None
 
-    def inherit(self, lost: Backend) -> None:
-        """Called on the backend started after `lost` lost its device, before prepare: it may
-        start compiling what `lost` used (webgl2 links the programs it drew), so that the
-        calls run again after the recovery wait less."""
-
     def detach(self) -> None:
         """Releases the JS objects this backend holds (its listeners' proxies) once it is lost."""
 

@@ -337,15 +337,6 @@ class WebGL2Backend(Backend):
         await fresh.start()
         return fresh
 
-    def inherit(self, lost: Backend) -> None:
-        """Links the programs the lost context drew, before prepare's warm-up: the calls run
-        again after a recovery need them first (a software GPU links one in ~0.1-0.3 s)."""
-        if not isinstance(lost, WebGL2Backend):
-            return
-        keys = [k for k in lost.queue.drawn_programs if k not in self.queue.known_programs]
-        self.queue.call("compile", json.dumps({k: shaders.program_source(k) for k in keys}))
-        self.queue.known_programs.update(keys)
-
     def detach(self) -> None:
         if self._on_lost is not None:
             self.queue.engine.detach()

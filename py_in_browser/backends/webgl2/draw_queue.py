@@ -36,9 +36,6 @@ class DrawQueue:
         self._staged = 0
         self._new_programs: dict[str, str] = {}
         self.known_programs: set[str] = set()
-        # Programs drawn at least once (not only linked ahead): what a backend recovering from
-        # this one's lost context links first (WebGL2Backend.inherit).
-        self.drawn_programs: set[str] = set()
         self.recording: RecordingBuilder | None = None  # also captures draws and uploads
         # Draws a fused draw made redundant (epilogues.py): dropped at the flush if unread.
         self._droppable: dict[int, wire.Command] = {}
@@ -83,7 +80,6 @@ class DrawQueue:
         if key not in self.known_programs:
             self._new_programs[key] = shaders.program_source(key)
             self.known_programs.add(key)
-        self.drawn_programs.add(key)
         extra = [handle.lo] if handle.lo else []
         extra += [h.texture for h in more_targets]
         draw = wire.draw(
