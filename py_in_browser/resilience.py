@@ -291,7 +291,11 @@ async def _revive(lost: Backend, timeout_s: float) -> Backend | None:
     fresh = await lost.recovered(timeout_s)
     if fresh is None:
         return None
-    if not (await fresh.self_test()).passed:
+    try:
+        passed = (await fresh.self_test()).passed
+    except Exception:  # lost again while it was tested: the caller makes a new one
+        passed = False
+    if not passed:
         fresh.close()
         return None
     await fresh.prepare()
