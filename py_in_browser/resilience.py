@@ -53,7 +53,6 @@ CHAIN = ("webgpu", "webgl2", "cpu")
 _inside: contextvars.ContextVar[bool] = contextvars.ContextVar("pib_guarded", default=False)
 _recoveries: dict[int, asyncio.Future[Backend]] = {}  # id(lost backend) -> its recovery
 _revivals: dict[int, asyncio.Future[Backend | None]] = {}  # id(lost backend) -> its wait
-_states: weakref.WeakSet[DeviceState] = weakref.WeakSet()
 # Fits with their own recovery running (recovery.py): a loss they see is theirs to recover.
 fits_running = 0
 _loss_count = [0]  # losses recorded (events.record_event) since import
@@ -82,7 +81,6 @@ class DeviceState:
         self._log_bytes = 0
         self._syncing: asyncio.Future[None] | None = None
         self.last_sync = {"bytes": 0, "ms": 0.0}  # what the last sync read and how long it took
-        _states.add(self)
 
     # ---- host copies ----
 
@@ -185,11 +183,6 @@ def losable() -> bool:
     """Whether the active backend has a device to lose (the cpu backend has none: its models
     need no host copies)."""
     return runtime.current_backend().name != "cpu"
-
-
-def states() -> list[DeviceState]:
-    """The live DeviceStates (their owners are alive)."""
-    return list(_states)
 
 
 def state_of(owner: Any) -> DeviceState | None:
