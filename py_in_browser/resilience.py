@@ -43,9 +43,6 @@ RETRIES = 3  # runs of one call after the first, each after a loss
 # train_on_batch steps, or this many bytes of their inputs, are waiting in its replay log.
 SYNC_EVERY_STEPS = 50
 SYNC_EVERY_BYTES = 8 << 20
-# After a recovery the backend's warm-up of programs nobody used yet waits this long: the calls
-# that run again link theirs first (on a software GPU the warm-up takes seconds).
-WARM_UP_AFTER_S = 3.0
 LOSS_EVENTS = ("context_lost", "device_lost")
 # Backends tried, in order, when a lost one does not come back (recovery.CHAIN's order).
 CHAIN = ("webgpu", "webgl2", "cpu")
@@ -292,7 +289,6 @@ async def _revive(lost: Backend, timeout_s: float) -> Backend | None:
         fresh.close()
         return None
     await fresh.prepare()
-    fresh.defer_background(WARM_UP_AFTER_S)
     return fresh
 
 

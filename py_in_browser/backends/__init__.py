@@ -237,15 +237,6 @@ class Backend:
         loop = asyncio.get_running_loop()
         self._background = loop.call_later(BACKGROUND_AFTER_S, self.start_background)
 
-    def defer_background(self, seconds: float) -> None:
-        """Moves background work that has not started `seconds` later (after a recovery the
-        calls that run again compile what they need first)."""
-        handle = self._background
-        if handle is not None:
-            handle.cancel()
-            loop = asyncio.get_running_loop()
-            self._background = loop.call_later(seconds, self.start_background)
-
     def start_background(self) -> None:
         """Runs background() now unless it ran already or nothing was scheduled."""
         handle, self._background = self._background, None
