@@ -253,7 +253,10 @@ async def _init(backend: str) -> dict[str, Any]:
         kind.prepare = prepare  # type: ignore[method-assign]
         self.lose_device(True, 0.05)
         fired.append(True)
-        await asyncio.sleep(0.01)
+        for _ in range(100):  # reported while init runs (WebGPU reports it a little later)
+            if self.is_lost():
+                break
+            await asyncio.sleep(0.01)
         await prepare(self)
 
     kind.prepare = losing_prepare  # type: ignore[method-assign]

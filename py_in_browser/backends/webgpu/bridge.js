@@ -472,9 +472,6 @@ class Engine {
 
   destroyDevice() {
     this.device.destroy();
-    // Known lost at once (device.lost settles a little later and then says why): a call made
-    // meanwhile fails instead of running on a destroyed device, and recovery starts.
-    this.lost ??= "the WebGPU device was lost (destroyed)";
   }
 
   // Fault injection (pib.debug.lose_device): destroys the device right after the `after`-th
