@@ -59,6 +59,14 @@ def take_bitmap(name: str) -> Any:
     return bitmap
 
 
+async def copy_bitmap(bitmap: Any) -> Any:
+    """A second ImageBitmap of the same pixels (createImageBitmap): classify_bitmap keeps one to
+    classify again after a device loss took the first (uploads close theirs)."""
+    import js
+
+    return await js.createImageBitmap(bitmap)
+
+
 def image_bitmap_rgba(bitmap: Any) -> np.ndarray:
     """An ImageBitmap's pixels as (height, width, 4) uint8, drawn on an OffscreenCanvas and read
     with getImageData (the cpu backend's way in; GPU backends take the bitmap itself). Closes it."""

@@ -7,14 +7,26 @@ context loss without importing the modules that import it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 _events: list[dict[str, Any]] = []
+# Called with each new event: how a module above hears of a loss the backends record
+# (resilience.py starts recovering).
+_listeners: list[Callable[[dict[str, Any]], None]] = []
 
 
 def record_event(kind: str, step: int, **extra: Any) -> None:
     """Appends an event of type `kind` at training step `step` (with any extra fields)."""
-    _events.append({"type": kind, "step": step, "time": time.time(), **extra})
+    event = {"type": kind, "step": step, "time": time.time(), **extra}
+    _events.append(event)
+    for listener in _listeners:
+        listener(event)
+
+
+def add_listener(listener: Callable[[dict[str, Any]], None]) -> None:
+    """`listener` is called with every event recorded from now on (it must not raise)."""
+    _listeners.append(listener)
 
 
 def runtime_events() -> list[dict[str, Any]]:
@@ -22,7 +34,8 @@ def runtime_events() -> list[dict[str, Any]]:
 
     Types: "checkpoint" (save_checkpoint), "epsilon_clamped" (an optimizer's epsilon raised for
     float16 storage), "device_lost" (webgpu), "context_lost" (webgl2), "context_restored" and
-    "backend_switched" (fit recovered from a loss: recovery.py).
+    "backend_switched" (a loss recovered: by fit, recovery.py, with its training step, or
+    by any other engine call, resilience.py, with source "engine" and step 0).
 
     Example:
         >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(1,))])

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, overload
 
 import numpy as np
 
-from . import checkpoint, model_file, optimizers, recovery, training
+from . import checkpoint, model_file, optimizers, recovery, resilience, training
 from .callbacks import History
 from .interop import tfjs
 from .nn import activations, losses
@@ -58,6 +59,9 @@ class Sequential:
         self.history: History | None = None
         # Everything fit keeps between calls (data cursor, resume, recorded steps) is its own.
         self._trainer = training.Trainer(self)
+        # Host copies of the variables, rebuilt on a new device after a loss (resilience.py);
+        # it holds the model weakly, as the Trainer does.
+        self.device_state = _device_state(self)
         for layer in layers or []:
             self.add(layer)
 
@@ -175,8 +179,12 @@ class Sequential:
             [(2, 3), (3,)]
         """
         self._require_built()
-        # Read together: on a GPU each read waits for the device, together they wait once.
-        return list(await asyncio.gather(*(w.numpy() for w in self.weights)))
+
+        async def read() -> list[np.ndarray]:
+            # Read together: on a GPU each read waits for the device, together they wait once.
+            return list(await asyncio.gather(*(w.numpy() for w in self.weights)))
+
+        return await resilience.guarded(read, self.device_state)
 
     def set_weights(self, weights: Sequence[Any]) -> None:
         """Replaces every weight from arrays in get_weights' order; each shape must match.
@@ -191,14 +199,17 @@ class Sequential:
         current = self.weights
         if len(weights) != len(current):
             raise ValueError(f"set_weights: expected {len(current)} arrays, got {len(weights)}")
-        for var, value in zip(current, weights, strict=True):
-            array = np.asarray(value)
+        arrays = [np.asarray(value) for value in weights]
+        for var, array in zip(current, arrays, strict=True):
             if array.shape != var.shape:
                 raise ValueError(
                     f"set_weights: {var.name} expects shape {var.shape}, got {array.shape}"
                 )
+        for var, array in zip(current, arrays, strict=True):
             with tidy():
                 var.assign(tensor(array, dtype=var.dtype))
+        # The arrays are the host copies: a device lost now rebuilds them (no read needed).
+        self.device_state.keep(list(zip(current, arrays, strict=True)))
         self._trainer.drop_recordings()  # re-recorded from the new weights on the next step
 
     def summary(self, print_fn: Callable[[str], Any] | None = print) -> str:
@@ -325,7 +336,38 @@ class Sequential:
             >>> round(logs["loss"], 4)  # (1 - 0.04)^2 after the first step
             0.9216
         """
-        return await self._trainer.train_on_batch(x, y, return_dict=return_dict)
+        trainer, state = self._trainer, self.device_state
+        if not resilience.losable():
+            return await trainer.train_on_batch(x, y, return_dict=return_dict)
+        self._build_state()
+        replay_x, replay_y, nbytes = _replay_inputs(x), _replay_inputs(y), _nbytes(x, y)
+
+        async def replay() -> None:
+            result = await trainer.train_on_batch(replay_x, replay_y)
+            if isinstance(result, Tensor):
+                result.dispose()
+
+        async def step() -> Tensor | dict[str, float]:
+            if state.missing():  # new variables (a first step's slots): their copies first
+                await state.sync()
+            result = await trainer.train_on_batch(x, y, return_dict=return_dict)
+            if state.record(replay, nbytes):
+                await state.sync()
+            return result
+
+        return await resilience.guarded(step, state)
+
+    def _build_state(self) -> None:
+        """Makes the optimizer's slots of a built model before a training call, so that they
+        exist (and get host copies) before its first step changes them."""
+        if self.built and self.optimizer is not None:
+            self.optimizer.build(self.trainable_weights)
+
+    def _device_variables(self) -> list[Variable]:
+        """Everything of this model on the device: weights, Dropout draw counters, the
+        optimizer's step and slots (what a rebuild after a device loss uploads)."""
+        own = [v for layer in self.layers for v in (*layer.weights, *layer.state_variables())]
+        return own + (self.optimizer.variables() if self.optimizer is not None else [])
 
     async def fit(self, x: Any, y: Any, **kwargs: Any) -> History:
         """Trains for `epochs` passes over (x, y); returns the History of per-epoch logs.
@@ -370,9 +412,21 @@ class Sequential:
             >>> losses[-1] < 0.01 * losses[0], sorted(history.history)
             (True, ['loss', 'val_loss'])
         """
-        self.history = History()  # this fit's, also when it raises
-        self.stop_training = False
-        return await recovery.fit(self, self._trainer, self.history, x, y, **kwargs)
+
+        async def run() -> History:
+            self.history = History()  # this fit's, also when it raises
+            self.stop_training = False
+            return await recovery.fit(self, self._trainer, self.history, x, y, **kwargs)
+
+        state = self.device_state
+        if not resilience.losable():
+            return await run()
+        self._build_state()
+        if state.missing():
+            # Host copies of the state fit starts from, so that a loss it cannot recover by
+            # itself (recovery_every=None) runs it again from there.
+            await resilience.guarded(state.sync, state)
+        return await resilience.guarded(run, state, sync=True)
 
     async def evaluate(self, x: Any, y: Any, batch_size: int = 32, verbose: int = 0):
         """Mean loss and metrics over (x, y) in inference mode: {"loss": ..., <metric>: ...}.
@@ -384,7 +438,10 @@ class Sequential:
             >>> await model.evaluate(np.ones((4, 2)), np.full((4, 1), 2.0))
             {'loss': 4.0}
         """
-        return await self._trainer.evaluate(x, y, batch_size=batch_size, verbose=verbose)
+        return await resilience.guarded(
+            lambda: self._trainer.evaluate(x, y, batch_size=batch_size, verbose=verbose),
+            self.device_state,
+        )
 
     async def predict(self, x: Any, batch_size: int = 32) -> Tensor:
         """The model's outputs for x (inference mode), batch by batch, as one tensor.
@@ -400,7 +457,9 @@ class Sequential:
             >>> out.shape, (await out.numpy())[0]
             ((5, 2), array([3., 3.], dtype=float32))
         """
-        return await self._trainer.predict(x, batch_size=batch_size)
+        return await resilience.guarded(
+            lambda: self._trainer.predict(x, batch_size=batch_size), self.device_state
+        )
 
     async def save_checkpoint(self) -> bytes:
         """An .npz blob of weights, optimizer state, RNG counters and the data cursor.
@@ -412,7 +471,9 @@ class Sequential:
             >>> blob[:2]  # a zip archive
             b'PK'
         """
-        return await checkpoint.save(self, self._trainer)
+        return await resilience.guarded(
+            lambda: checkpoint.save(self, self._trainer), self.device_state
+        )
 
     def load_checkpoint(self, blob: bytes) -> None:
         """Restores a save_checkpoint blob; then fit(..., resume=True) continues where it stopped.
@@ -436,6 +497,7 @@ class Sequential:
         """
         checkpoint.load(self, self._trainer, blob)
         self._trainer.drop_recordings()
+        self.device_state.sync_soon()  # the optimizer's slots too (the weights are kept)
 
     async def save(
         self,
@@ -454,8 +516,11 @@ class Sequential:
             >>> blob[:2]  # a zip archive
             b'PK'
         """
-        return await model_file.dumps(
-            self, labels=labels, preprocessing=preprocessing, description=description
+        return await resilience.guarded(
+            lambda: model_file.dumps(
+                self, labels=labels, preprocessing=preprocessing, description=description
+            ),
+            self.device_state,
         )
 
     async def export_tfjs(
@@ -485,6 +550,31 @@ class Sequential:
         """
         blob = await self.save(labels=labels, preprocessing=preprocessing, description=description)
         return tfjs.from_model_file(blob, quantize=quantize)
+
+
+def _device_state(model: Sequential) -> resilience.DeviceState:
+    owner = weakref.ref(model)
+
+    def variables() -> list[Variable]:
+        alive = owner()
+        return alive._device_variables() if alive is not None else []
+
+    def rebuilt() -> None:
+        alive = owner()
+        if alive is not None:
+            alive._trainer.reset()  # its recorded steps name buffers of the lost device
+
+    return resilience.DeviceState(variables, rebuilt)
+
+
+def _replay_inputs(value: Any) -> Any:
+    """What a replay of a train_on_batch step takes: a copy of host data (the caller may change
+    its array afterwards), a tensor as it is (it may be lost with the device: resilience.py)."""
+    return value if isinstance(value, Tensor) else np.array(value)
+
+
+def _nbytes(*values: Any) -> int:
+    return sum(0 if isinstance(v, Tensor) else np.asarray(v).nbytes for v in values)
 
 
 def loads(data: bytes) -> tuple[Sequential, model_file.ModelHeader]:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from . import checkpoint, persist, runtime, visibility
+from . import checkpoint, persist, resilience, runtime, visibility
 from .backends import Backend
 from .callbacks import Callback, History, call_hook
 from .events import record_event, runtime_events
@@ -39,7 +39,7 @@ from .training import Trainer
 
 DEFAULT_EVERY = 50  # steps between recovery checkpoints (each costs one readback of the state)
 DEFAULT_TIMEOUT_S = 10.0  # how long a lost device may take to come back before the next backend
-CHAIN = ("webgpu", "webgl2", "cpu")  # where training goes when a backend does not come back
+CHAIN = resilience.CHAIN  # where training goes when a backend does not come back
 # A backend lost this many times within this many seconds is demoted for the rest of the fit
 # (module settings, like replay.ENABLED: a stress test of recovery itself raises them).
 DEMOTE_LOSSES = 3
@@ -83,7 +83,13 @@ async def fit(
     guard = None
     if every is not None or on_hidden == "pause":
         guard = Recovery(model, trainer, every, timeout_s, pause=on_hidden == "pause")
-    result = await trainer.fit(x, y, history, guard=guard, **kwargs)
+    # A loss while this fit runs is its own to recover (resilience.py starts none then).
+    recovering = 1 if guard is not None and every is not None else 0
+    resilience.fits_running += recovering
+    try:
+        result = await trainer.fit(x, y, history, guard=guard, **kwargs)
+    finally:
+        resilience.fits_running -= recovering
     if guard is not None and guard.stored:
         await persist.remove(key)
     return result
@@ -160,9 +166,9 @@ class Recovery:
         step = self._step()
         self._stamp_losses(step)  # before the restored cursor moves fit's step back
         fresh = await self._revive(lost, step)
-        lost.detach()
         self.trainer.reset()  # the DeviceStep (state, recordings) of the lost backend
         checkpoint.load(self.model, self.trainer, self.blob)
+        resilience.retire(lost)  # other models' state is rebuilt by their next call
         self.steps_since = 0
         self.recovery_s.append(time.monotonic() - started)
         if fresh.name == lost.name:
@@ -179,9 +185,9 @@ class Recovery:
             self.demoted.add(lost.name)
             reason = f"{len(times) + 1} losses within {DEMOTE_WINDOW_S:.0f} s"
         else:
-            fresh = await lost.recovered(self.timeout_s)
-            if fresh is not None and (await fresh.self_test()).passed:
-                await fresh.prepare()  # the warm-up init gives the backend it keeps
+            # Shared with resilience.py: a loss another call noticed too is waited for once.
+            fresh = await resilience.revive(lost, self.timeout_s)
+            if fresh is not None:
                 runtime.use_backend(fresh)
                 return fresh
             reason = f"the device did not come back within {self.timeout_s} s"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from . import _js, backends
+from . import _js, backends, events
 from .backends import Backend, cpu, selection, webgl2, webgpu  # noqa: F401  (registers kernels)
 from .events import runtime_events  # noqa: F401  (public through this module)
 
@@ -76,13 +77,35 @@ async def init(backend: str | None = None, limits: dict[str, Any] | None = None)
     if previous is not None and previous.is_lost():
         # Nothing will recover it now: its listeners go (and a WebGPU backend lost with
         # lose_device(restore=False) stops withholding adapters, which this init may need).
+        # Retired: models rebuild on the new backend at their next call (resilience.py).
         previous.detach()
+        previous.retired = True
     names = [backend] if backend is not None else available_backends()
-    chosen, report = await selection.choose(names, limits, forced=backend is not None)
-    await chosen.prepare()
+    for attempt in range(INIT_ATTEMPTS):
+        losses = _losses()
+        try:
+            chosen, report = await selection.choose(names, limits, forced=backend is not None)
+            await chosen.prepare()
+            await asyncio.sleep(0)  # a WebGPU device destroyed meanwhile reports it by now
+        except Exception:
+            if attempt + 1 == INIT_ATTEMPTS or _losses() == losses:
+                raise
+            continue  # a device lost while init tested it: test a new one
+        if not chosen.is_lost() or attempt + 1 == INIT_ATTEMPTS:
+            break
+        chosen.detach()  # lost while it was prepared: start another
+        chosen.retired = True
     _state["backend"] = chosen
     _state["selection"] = report
     return chosen.name
+
+
+# A device lost while init starts, tests or prepares a backend is replaced this many times.
+INIT_ATTEMPTS = 3
+
+
+def _losses() -> int:
+    return sum(1 for e in events.runtime_events() if e["type"] in ("context_lost", "device_lost"))
 
 
 def use_backend(backend: Backend) -> None:

@@ -16,6 +16,12 @@ from .runtime import current_backend, tracker
 _ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "bool": 1}
 
 
+class LostTensorError(RuntimeError):
+    """A tensor whose GPU context or device was lost: the engine rebuilt the models it tracks on
+    the new device (resilience.py), but not tensors made by hand, whose data only the lost
+    device held. Only that tensor fails; everything made after the recovery works."""
+
+
 class _Storage:
     """One backend buffer, shared by the tensors that reference it (e.g. a Variable after assign)."""
 
@@ -29,7 +35,8 @@ class _Storage:
     def release(self) -> None:
         self.refs -= 1
         if self.refs == 0:
-            self.backend.free(self.handle)
+            if not self.backend.retired:  # a lost device's memory went with it
+                self.backend.free(self.handle)
             self.handle = None
             tracker.num_bytes -= self.nbytes
             tracker.num_buffers -= 1
@@ -95,11 +102,19 @@ class Tensor:
         return self._storage is None
 
     def _live_storage(self) -> _Storage:
-        if self._storage is None:
+        storage = self._storage
+        if storage is None:
             raise RuntimeError(
                 f"tensor of shape {self.shape} was disposed (by dispose() or a tidy scope)"
             )
-        return self._storage
+        if storage.backend.retired:
+            raise LostTensorError(
+                f"a {self.dtype} tensor of shape {self.shape} was on the {storage.backend.name} "
+                "device that was lost; the engine rebuilt its models on the new device but "
+                "cannot rebuild tensors made by hand: create it again from your data (e.g. "
+                "pib.tensor(array)) and dispose this one"
+            )
+        return storage
 
     def _handle(self) -> Any:
         return self._live_storage().handle
@@ -152,7 +167,10 @@ class Tensor:
         return value
 
     def __repr__(self) -> str:
-        state = "disposed" if self._storage is None else self.backend.name
+        storage = self._storage
+        state = "disposed" if storage is None else storage.backend.name
+        if storage is not None and storage.backend.retired:
+            state += ", lost"
         return f"{type(self).__name__}(shape={self.shape}, dtype={self.dtype}, {state})"
 
     def __bool__(self) -> bool:
@@ -292,10 +310,30 @@ class Variable(Tensor):
                 f"{self.dtype}, got shape {value.shape} dtype {value.dtype}"
             )
         new = value._live_storage()
+        old = self._storage
+        if old is None:
+            self._live_storage()  # raises: disposed
         new.refs += 1
-        self._live_storage().release()
+        # The old storage may be on a lost device (a model restored after recovery): released.
+        assert old is not None
+        old.release()
         self._storage = new
         return self
+
+    def _rebuild(self, array: np.ndarray) -> None:
+        """Puts `array` (a host copy of this variable) on the current backend in place of the
+        storage it had, which may be on a lost device (resilience.py rebuilds models so)."""
+        if array.shape != self.shape:
+            raise ValueError(f"rebuild {self.name!r}: shape {array.shape}, not {self.shape}")
+        backend = current_backend()
+        data = np.asarray(array, dtype=self.dtype)
+        storage = _Storage(backend, backend.upload(data), data.nbytes)
+        storage.refs += 1
+        old, self._storage = self._storage, storage
+        if old is not None:
+            old.release()
+        else:  # it had been disposed: live again
+            tracker.num_tensors += 1
 
 
 # Tensor's operators are functional.py's broadcasting functions, but functional.py sits above

@@ -76,6 +76,9 @@ class Backend:
     # a backend may fuse ops whose unfused results it would otherwise also have to keep (webgl2
     # pools inside its convolution kernel). Results stay correct either way.
     forward_only = False
+    # Set once a backend whose device was lost has been replaced (resilience.py): its tensors'
+    # data is gone, and using one raises tensor.LostTensorError instead of failing in the driver.
+    retired = False
 
     def __init__(self, limits: dict[str, Any] | None = None) -> None:
         self.limits = dict(limits or {})

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _js
+from .. import _js, resilience
 from .. import functional as F
 from ..preprocessing import ImagePreprocessing
 from ..runtime import current_backend, tidy
@@ -109,12 +109,28 @@ async def classify_bitmap(
         ...     return await pib.data.classify_bitmap(model, "frame", prep, k=2)
     """
     started = time.perf_counter()
-    frame = await from_image_bitmap(take_bitmap(name), preprocessing)
+    bitmap = take_bitmap(name)
+    # On a GPU a copy of the frame is kept while the call runs: the upload closes the frame, and
+    # a device lost after it (resilience.py runs the call again) needs the pixels once more.
+    spare = [await _js.copy_bitmap(bitmap) if resilience.losable() else None]
+
+    async def classify() -> list[dict[str, Any]]:
+        frame_bitmap = bitmap
+        if bitmap.width == 0:  # closed: the first run uploaded it to a device that was lost
+            frame_bitmap, spare[0] = spare[0], await _js.copy_bitmap(spare[0])
+        frame = await from_image_bitmap(frame_bitmap, preprocessing)
+        try:
+            ranked = await top_k(model, frame, k=k, labels=labels)
+        finally:
+            frame.dispose()
+        return ranked[0]
+
     try:
-        ranked = await top_k(model, frame, k=k, labels=labels)
+        top = await resilience.guarded(classify, resilience.state_of(model))
     finally:
-        frame.dispose()
-    return {"top": ranked[0], "ms": (time.perf_counter() - started) * 1000.0}
+        if spare[0] is not None:
+            spare[0].close()
+    return {"top": top, "ms": (time.perf_counter() - started) * 1000.0}
 
 
 def _as_preprocessing(value: ImagePreprocessing | dict[str, Any]) -> ImagePreprocessing:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import functional as F
+from .. import resilience
 from ..runtime import tidy
 from ..tensor import Tensor, tensor
 
@@ -48,7 +49,15 @@ async def top_k(
     """
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"top_k: k must be a positive int, got {k!r}")
+    # A lost device is recovered (the model rebuilt) and the ranking run again: resilience.py.
+    return await resilience.guarded(
+        lambda: _top_k(model, images, k, labels), resilience.state_of(model)
+    )
 
+
+async def _top_k(
+    model: Callable[..., Tensor], images: Any, k: int, labels: Sequence[str] | None
+) -> list[list[dict[str, Any]]]:
     def rank() -> tuple[Tensor, Tensor]:
         batch = images if isinstance(images, Tensor) else tensor(images)
         out = model(batch, training=False)

@@ -31,7 +31,7 @@ import numpy as np
 from pyodide.ffi import to_js  # type: ignore[import-not-found]
 
 import py_in_browser as pib
-from py_in_browser import permits
+from py_in_browser import events, permits, visibility
 from py_in_browser.data import ImagePreprocessing
 from py_in_browser.interop import tfjs
 from py_in_browser.limits import ModelSummary, TrainingConfig, validate_training
@@ -48,6 +48,7 @@ SEED = 0
 SAMPLES_PER_BITMAP = 32
 AHEAD = 3  # batches asked of the page before the one being trained on
 PAGE_WAIT_S = 60.0  # how long a batch the page was asked for may take to arrive
+EPOCH_RESTARTS = 3  # restarts of one epoch after GPU losses inside it, before training gives up
 # Per training batch: shifts up to 10% of the side, zoom 0.85-1.15, up to 7 degrees of rotation,
 # brightness +-0.1 and contrast 0.8-1.2 (the gestures of a webcam wander, and light changes).
 AUGMENTATION = {
@@ -84,6 +85,16 @@ class Session:
 
 
 session = Session()
+
+
+def _runtime_event(event: dict[str, Any]) -> None:
+    """Losses and recoveries go to the page as they happen (its status panel polls only every
+    few seconds): its banner says what happened and clears once prediction runs again."""
+    if event["type"] in ("context_lost", "device_lost", "context_restored", "backend_switched"):
+        emit("runtime", {"type": event["type"], "backend": event.get("backend")})
+
+
+events.add_listener(_runtime_event)
 
 
 def emit(name: str, payload: dict[str, Any]) -> None:
@@ -353,20 +364,22 @@ async def train(
                 permits.check_unexpired(granted)
             epoch_started = time.perf_counter()
             order = train_idx[np.random.default_rng([SEED, epoch]).permutation(len(train_idx))]
-            sums = {"loss": 0.0, "accuracy": 0.0}
-            seen = 0
-            async for step, (part, x) in aenumerate(source.stream(batches_of(order, batch))):
+            # The epoch's starting state on the host: a GPU loss inside the epoch (its batches
+            # live on the lost device, so the engine cannot replay them) restarts it from here,
+            # with the same batches and augmentation draws as the uninterrupted run.
+            start_state = await training.save_checkpoint()
+            for attempt in range(EPOCH_RESTARTS + 1):
+                losses_before = losses_so_far()
                 try:
-                    logs = await training.train_on_batch(x, y[part], return_dict=True)
-                finally:
-                    x.dispose()
-                seen += len(part)
-                for key in sums:
-                    sums[key] += logs[key] * len(part)
-                peaks.sample()
-                report("batch", epoch, step, {k: v / seen for k, v in sums.items()})
-                if training.stop_training:
+                    sums, seen = await train_epoch(
+                        training, source, batches_of(order, batch), y, epoch, report, peaks
+                    )
                     break
+                except Exception:
+                    if attempt == EPOCH_RESTARTS or losses_so_far() == losses_before:
+                        raise
+                    await source.drain()
+                    training.load_checkpoint(start_state)
             logs = {k: v / max(1, seen) for k, v in sums.items()}
             if len(held_idx) and not training.stop_training:
                 val_loss, val_classes = await held_out_pass(training, source, held_idx, y, batch)
@@ -398,6 +411,44 @@ async def train(
         stopped=stopped,
     )
     return result
+
+
+def losses_so_far() -> int:
+    """GPU contexts and devices lost so far (the runtime's events)."""
+    return sum(e["type"] in ("context_lost", "device_lost") for e in pib.runtime_events())
+
+
+async def train_epoch(
+    training: Any,
+    source: PageSamples,
+    batches: list[np.ndarray],
+    y: np.ndarray,
+    epoch: int,
+    report: Any,
+    peaks: Peaks,
+) -> tuple[dict[str, float], int]:
+    """One epoch of train_on_batch over the page's streamed batches: the running sums of loss
+    and accuracy and the samples seen. While the page is hidden it waits between steps, as fit
+    does (events paused / resumed)."""
+    sums = {"loss": 0.0, "accuracy": 0.0}
+    seen = 0
+    async for step, (part, x) in aenumerate(source.stream(batches)):
+        try:
+            if visibility.is_hidden():
+                events.record_event("paused", step)
+                await visibility.wait_visible()
+                events.record_event("resumed", step)
+            logs = await training.train_on_batch(x, y[part], return_dict=True)
+        finally:
+            x.dispose()
+        seen += len(part)
+        for key in sums:
+            sums[key] += logs[key] * len(part)
+        peaks.sample()
+        report("batch", epoch, step, {k: v / seen for k, v in sums.items()})
+        if training.stop_training:
+            break
+    return sums, seen
 
 
 async def aenumerate(items: AsyncIterator[Any]) -> AsyncIterator[tuple[int, Any]]:

@@ -28,6 +28,6 @@ class ContextLoss:
     def fail(self, flushes: int) -> NoReturn:
         self.record(flushes)
         raise WebGLContextLostError(
-            "webgl2: the WebGL context was lost; tensors on it are gone (fit recovers by "
-            "itself; elsewhere re-run pib.init and reload weights)"
+            "webgl2: the WebGL context was lost; tensors on it are gone (the engine's calls "
+            "recover by themselves and rebuild models; or re-run pib.init)"
         )

@@ -568,15 +568,23 @@ function stopPredicting() {
 
 async function predictLoop(loop) {
   const current = () => prediction.running && prediction.loop === loop && app.model !== null;
+  let failures = 0; // frames in a row that a GPU loss took
   while (current()) {
     const started = performance.now();
     try {
       const result = await engine.predict(camera.video);
       if (!current()) break;
+      failures = 0;
       showPrediction(result, performance.now() - started);
     } catch (error) {
       if (!current()) break;
-      status.banner(`Prediction failed: ${firstLine(error)}`, "error");
+      if ((status.recovering || status.recoveryBanner) && ++failures <= 50) {
+        // The GPU went away under this frame: the banner says so; the next frame is tried.
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        continue;
+      }
+      const reason = failures ? "the GPU could not be recovered" : firstLine(error);
+      status.banner(`Prediction failed: ${reason}`, "error");
       prediction.running = false;
       break;
     }
@@ -600,6 +608,7 @@ function showPrediction(result, latencyMs) {
     item.querySelector(".bar-value").textContent = score === undefined ? "–" : `${Math.round(score * 100)}%`;
     item.classList.toggle("best", i === best.index);
   });
+  status.recovered();
   $("latency").textContent = `${latencyMs.toFixed(0)} ms per frame`;
   $("fps").textContent = `${prediction.frames.length} frames/s`;
 }
@@ -749,6 +758,11 @@ function wire() {
   $("model-file").addEventListener("change", (event) => loadFromFile(event.target));
   $("clear-data").addEventListener("click", guarded(clearAll));
   window.pib.events.addEventListener("train", (event) => showProgress(event.detail));
+  window.pib.events.addEventListener("runtime", (event) => {
+    status.recovery(event.detail);
+    // Nothing predicts to clear the banner: it goes a few seconds after the recovery.
+    if (!prediction.running) setTimeout(() => prediction.running || status.recovered(), 4000);
+  });
 }
 
 wire();

@@ -2,13 +2,19 @@
 // runtime events (context lost, paused, recovered...) and app messages.
 
 const EVENT_TEXT = {
-  context_lost: "The GPU context was lost; the engine is recovering.",
-  context_restored: "The GPU context is back; training and prediction continue.",
-  device_lost: "The GPU device was lost; the engine is recovering.",
-  backend_switched: "The engine switched to another backend.",
   paused: "The engine paused (hidden tab or lost GPU).",
   resumed: "The engine resumed.",
   checkpoint: "The engine saved a checkpoint.",
+};
+
+// A lost GPU and its recovery, as the engine's worker reports them when they happen (the "runtime"
+// events): one banner that says what happened, never the engine's error text, and goes once
+// prediction runs again.
+const RECOVERY_TEXT = {
+  context_lost: "The GPU context was lost. The engine is recovering; your model and samples are kept.",
+  device_lost: "The GPU device was lost. The engine is recovering; your model and samples are kept.",
+  context_restored: "The GPU was lost and is back; nothing was lost.",
+  backend_switched: "The GPU did not come back, so the engine moved to another backend; your model is kept.",
 };
 
 const SOFTWARE_GPU = /swiftshader|llvmpipe|lavapipe|software|basic render/i;
@@ -41,6 +47,29 @@ export class StatusPanel {
   constructor({ state, list, capabilities, banners }) {
     Object.assign(this, { state, list, capabilities, banners });
     this.seenEvents = 0;
+    this.recovering = false; // a loss was reported and no recovery yet
+    this.recoveryBanner = null;
+  }
+
+  // A "runtime" event from the engine's worker (a loss or a recovery), as it happens.
+  recovery(event) {
+    const text = RECOVERY_TEXT[event.type];
+    if (!text) return;
+    this.recovering = event.type.endsWith("_lost");
+    if (this.recoveryBanner?.isConnected) {
+      this.recoveryBanner.querySelector("span").textContent = text;
+    } else {
+      this.recoveryBanner = this.banner(text, "warning");
+      this.recoveryBanner.classList.add("recovery");
+    }
+    this.recoveryBanner.dataset.state = this.recovering ? "recovering" : "recovered";
+  }
+
+  // Prediction (or other engine work) ran after a recovery: the banner has said its piece.
+  recovered() {
+    if (this.recovering || !this.recoveryBanner) return;
+    this.recoveryBanner.remove();
+    this.recoveryBanner = null;
   }
 
   banner(text, kind = "info") {
@@ -80,6 +109,7 @@ export class StatusPanel {
     ]);
     this.capabilities.textContent = JSON.stringify(status.capabilities, null, 1);
     for (const event of status.events.slice(this.seenEvents)) {
+      if (event.type in RECOVERY_TEXT) continue; // shown as it happened: recovery()
       this.banner(EVENT_TEXT[event.type] ?? `Engine event: ${event.type}`, "warning");
     }
     this.seenEvents = status.events.length;
