@@ -224,8 +224,8 @@ async def guarded(
                     raise
                 continue
             if attempt < RETRIES and (_lost(state) or _on_lost_device(result)):
-                if isinstance(result, Tensor):
-                    result.dispose()
+                for t in _tensors(result):
+                    t.dispose()
                 continue  # computed on a device that was lost meanwhile: run it again
             return result
         raise AssertionError("unreachable")  # the last attempt returns or raises
@@ -233,12 +233,18 @@ async def guarded(
         _inside.reset(token)
 
 
+def _tensors(result: Any) -> list[Tensor]:
+    """The tensors a call gave: itself, or those of a list (a graph model's node values)."""
+    items = result if isinstance(result, list | tuple) else [result]
+    return [t for t in items if isinstance(t, Tensor)]
+
+
 def _on_lost_device(result: Any) -> bool:
-    """Whether `result` is a tensor whose device was lost (a lost WebGL context draws nothing)."""
-    if not isinstance(result, Tensor) or result._storage is None:
-        return False
-    backend = result._storage.backend
-    return backend.retired or backend.is_lost()
+    """Whether a tensor `result` gave has its device lost (a lost WebGL context draws nothing)."""
+    for t in _tensors(result):
+        if t._storage is not None and (t._storage.backend.retired or t._storage.backend.is_lost()):
+            return True
+    return False
 
 
 async def ensure_ready(state: DeviceState | None = None) -> None:

@@ -59,14 +59,26 @@ CALLS = [
     "export_tfjs",
     "top_k",
     "classify_bitmap",
+    "graph_model",
+    "pretrained_predict",
     "init",
 ]
 
 
+# Known gap: a WebGPU device destroyed inside a call with one small batch is reported (device.lost
+# settles) only after the call returned, so the guard hands back its tensors and the caller's
+# read fails ("the WebGPU device was lost"). predict's cases pass because their several batches
+# yield long enough; these two calls run in one step. Strict: the test fails once this is fixed.
+WEBGPU_LATE_REPORT = ("graph_model", "pretrained_predict")
+
+
 @pytest.mark.parametrize("call", CALLS)
 def test_a_loss_before_or_inside_a_call_gives_the_same_result(
-    every_call: dict[str, Any], case: tuple[str, str], call: str
+    every_call: dict[str, Any], case: tuple[str, str], call: str, request: pytest.FixtureRequest
 ) -> None:
+    if case[1] == "webgpu" and call in WEBGPU_LATE_REPORT:
+        reason = "a WebGPU loss inside a one-step call is reported after it returned"
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     got = every_call["cases"][call]
     print(f"{case} {call}: {got}")
     assert "error" not in got, got["error"]

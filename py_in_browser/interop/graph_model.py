@@ -5,19 +5,23 @@ steps over the op table (graph_model_convert.py, graph_model_ops.py), once, at l
 run those steps on the active backend. The model is frozen: its constants are Variables that no
 optimizer sees (layers.Pretrained(trainable=True) trains copies of its own), uploaded once per
 backend on first use there. `GraphModel.host_weights` keeps their host copies (numpy, by tensor
-reference "node:0"), so a backend that lost its device can be given them again:
-`release(backend)` forgets one backend's copies and the next call there uploads afresh.
+reference "node:0"), which the model's resilience.DeviceState holds too: a call is guarded, and
+after a device loss the weights of the lost backend are uploaded again, in place, to the one
+that replaced it (the same Variables, so a frozen layers.Pretrained built on them goes on
+reading them). `release(backend)` forgets one backend's copies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 
-from .. import autograd, replay
+from .. import autograd, replay, resilience
 from .. import functional as F
 from ..backends import Backend
 from ..forward_replay import ForwardReplayer
@@ -106,8 +110,11 @@ class GraphModel:
         self.program = program
         self.name = name
         self.host_weights: dict[str, np.ndarray] = program.weights
-        self._uploaded: dict[int, tuple[Backend, dict[str, Variable]]] = {}
+        # One set of weights per backend it was used on; a set follows its Variables' storage
+        # (a rebuild after a loss moves it to the backend that replaced the lost one).
+        self._uploaded: list[dict[str, Variable]] = []
         self._replayers: dict[tuple[int, str], tuple[_OneOutput, ForwardReplayer]] = {}
+        self.device_state = _device_state(self)
 
     @property
     def inputs(self) -> list[dict[str, Any]]:
@@ -123,21 +130,37 @@ class GraphModel:
         """The model's constants on `backend` (default: the active one), uploaded on first use
         there as non-trainable Variables named "<model>/<node>"."""
         backend = backend or current_backend()
-        entry = self._uploaded.get(id(backend))
-        if entry is None or entry[0] is not backend:
-            if backend is not current_backend():
-                raise ValueError("GraphModel.weights: upload happens on the active backend only")
-            uploaded = {
-                ref: Variable(
-                    array,
-                    trainable=False,
-                    name=f"{self.name}/{ref.split(':')[0]}",
-                    dtype=str(array.dtype) if array.dtype != np.bool_ else "bool",
-                )
-                for ref, array in self.host_weights.items()
-            }
-            entry = self._uploaded[id(backend)] = (backend, uploaded)
-        return entry[1]
+        for uploaded in self._uploaded:
+            if _backend_of(uploaded) is backend:
+                return uploaded
+        if backend is not current_backend():
+            raise ValueError("GraphModel.weights: upload happens on the active backend only")
+        uploaded = {
+            ref: Variable(
+                array,
+                trainable=False,
+                name=f"{self.name}/{ref.split(':')[0]}",
+                dtype=str(array.dtype) if array.dtype != np.bool_ else "bool",
+            )
+            for ref, array in self.host_weights.items()
+        }
+        if uploaded:
+            self._uploaded.append(uploaded)
+            # Host copies for a rebuild after a loss: the arrays it was made from, no readback.
+            self.device_state.keep([(v, self.host_weights[r]) for r, v in uploaded.items()])
+        return uploaded
+
+    def _device_variables(self) -> list[Variable]:
+        """The weights a rebuild after a loss uploads: the sets on the active backend or on a
+        lost or retired one (those move to the active backend); a set on another working
+        backend (pib.init switched away from it) stays where it is."""
+        current = current_backend()
+        variables: list[Variable] = []
+        for uploaded in self._uploaded:
+            where = _backend_of(uploaded)
+            if where is not None and (where is current or where.retired or where.is_lost()):
+                variables.extend(uploaded.values())
+        return variables
 
     def output_shape(
         self, input_shape: Sequence[int], output: str | None = None
@@ -159,15 +182,22 @@ class GraphModel:
 
     def release(self, backend: Backend | None = None) -> None:
         """Frees the device copies of the weights on `backend` (default: every backend)."""
-        for key, (held, uploaded) in list(self._uploaded.items()):
-            if backend is None or held is backend:
-                for (where, ref), (_, replayer) in list(self._replayers.items()):
-                    if where == key:
-                        replayer.close()
-                        del self._replayers[(where, ref)]
+        self._drop_replayers(lambda held: backend is None or held is backend)
+        kept = []
+        for uploaded in self._uploaded:
+            if backend is None or _backend_of(uploaded) is backend:
                 for t in uploaded.values():
                     t.dispose()
-                del self._uploaded[key]
+            else:
+                kept.append(uploaded)
+        self._uploaded = kept
+
+    def _drop_replayers(self, which: Callable[[Backend], bool]) -> None:
+        """Closes the recorded passes of the backends `which(backend)` picks."""
+        for key, (_, replayer) in list(self._replayers.items()):
+            if which(replayer.backend):
+                replayer.close()
+                del self._replayers[key]
 
     def _inputs(self, x: Any) -> dict[str, Tensor]:
         endpoints = self.program.inputs
@@ -241,9 +271,16 @@ class GraphModel:
     async def __call__(self, x: Any, output: str | Sequence[str] | None = None) -> Outputs:
         """Runs the model on `x` in a tidy scope (see the class); one requested tensor runs
         through recorded passes where the backend replays inference (predict's rule,
-        forward_replay.py), so a model called per camera frame costs one backend call."""
+        forward_replay.py), so a model called per camera frame costs one backend call. The call
+        is guarded (resilience.py): a device lost before or during it is recovered, the weights
+        rebuilt from their host copies and the call run again."""
         wanted = self._wanted(output)
+        return await resilience.guarded(lambda: self._call(x, output, wanted), self.device_state)
+
+    async def _call(self, x: Any, output: str | Sequence[str] | None, wanted: list[str]) -> Outputs:
         backend = current_backend()
+        # Passes recorded on a retired backend name its lost buffers: never replayed again.
+        self._drop_replayers(lambda held: held.retired)
         if (
             len(wanted) == 1
             and backend.replays_inference
@@ -255,8 +292,12 @@ class GraphModel:
                 adapter = _OneOutput(self, wanted[0])
                 self._replayers[key] = (adapter, ForwardReplayer(cast(Any, adapter), backend))
             out = self._replayers[key][1](x if isinstance(x, Tensor) else np.asarray(x))
-            return [out] if isinstance(output, list | tuple) else out
-        result: Outputs = tidy(lambda: self.run(x, output))()
+            result: Outputs = [out] if isinstance(output, list | tuple) else out
+        else:
+            result = tidy(lambda: self.run(x, output))()
+        # As predict does after each batch: a loss during the call (WebGPU reports a destroyed
+        # device a little later) is reported before the guard looks, so it runs the call again.
+        await asyncio.sleep(0)
         return result
 
     def replayed(self) -> int:
@@ -286,6 +327,22 @@ async def load_graph_model(source: tfjs.Files | str | Path, name: str | None = N
     """
     files = await tfjs.read_source(source, GRAPH_MODEL)
     return GraphModel(convert(read_graph(files)), name or _name_of(source))
+
+
+def _backend_of(uploaded: dict[str, Variable]) -> Backend | None:
+    """The backend a set of weights lives on (None: released)."""
+    storage = next(iter(uploaded.values()))._storage
+    return None if storage is None else storage.backend
+
+
+def _device_state(gm: GraphModel) -> resilience.DeviceState:
+    owner = weakref.ref(gm)  # the state must not keep its model alive
+
+    def variables() -> list[Variable]:
+        alive = owner()
+        return alive._device_variables() if alive is not None else []
+
+    return resilience.DeviceState(variables)
 
 
 def _name_of(source: tfjs.Files | str | Path) -> str:

@@ -22,7 +22,7 @@ import py_in_browser as pib
 from py_in_browser import layers, model_file, resilience
 from py_in_browser.runtime import current_backend
 from py_in_browser.tensor import LostTensorError
-from py_in_browser.testing import recovery_runs
+from py_in_browser.testing import graph_models, recovery_runs
 
 DURING_AFTER = 2  # the loss comes before the call's second command to the device
 FRAME = 8  # side of the frames classify_bitmap classifies
@@ -181,6 +181,8 @@ async def every_call(backend: str) -> dict[str, Any]:
     for name, call in _calls(x, y).items():
         cases[name] = await _reported(_case(call, blob))
     cases["classify_bitmap"] = await _reported(_classify_bitmap())
+    cases["graph_model"] = await _reported(_graph_model())
+    cases["pretrained_predict"] = await _reported(_pretrained_predict())
     cases["init"] = await _reported(_init(backend))
     cases["eager_tensor"] = await _reported(_eager_tensor())
     cases["never_back"] = await _reported(_never_back())  # last: webgpu ends on webgl2
@@ -224,6 +226,64 @@ async def _classify_bitmap() -> dict[str, Any]:
         lose = await _lose(when)
         got = await pib.data.classify_bitmap(model, "frame", PREPROCESSING, k=2)
         results[when] = got["top"]
+        if lose is not None:
+            lose.disarm()
+            results["fired"] = lose.fired
+    return {
+        "before": _difference(results["before"], results["none"]),
+        "during": _difference(results["during"], results["none"]),
+        "fired": results.get("fired", False),
+        "backend": pib.get_backend(),
+    }
+
+
+async def _graph_model() -> dict[str, Any]:
+    """A graph model's calls: a list of node values (eager), then its signature output (a
+    recorded pass, verified and replaying before the first loss: each loss must leave it
+    behind with its backend). Its weights are on the device before each loss."""
+    gm = await pib.load_graph_model(graph_models.tiny_graph_model())
+    x = np.linspace(-1.0, 1.0, 12, dtype=np.float32).reshape(4, 3)
+
+    async def signature() -> np.ndarray:
+        out = await gm(x)
+        assert isinstance(out, pib.Tensor)
+        return await out.numpy()
+
+    for _ in range(3):
+        await signature()
+
+    async def call() -> Any:
+        nodes = await gm(x, output=["h", "y"])
+        assert isinstance(nodes, list)
+        return [*[await t.numpy() for t in nodes], await signature()]
+
+    return await _losing(call)
+
+
+async def _pretrained_predict() -> dict[str, Any]:
+    """predict of a Sequential over a frozen layers.Pretrained (the graph model's own weights,
+    rebuilt with the model's) and a Dense head, its passes recorded before the first loss."""
+    backbone = graph_models.small_backbone(seed=1)
+    model = pib.Sequential(
+        [layers.Pretrained(backbone, input_shape=(6, 6, 2)), layers.Dense(3)], seed=5
+    )
+    model.build()
+    x = graph_models.seeded_images(3, batch=4, size=6)[..., :2]
+    for _ in range(3):
+        await (await model.predict(x)).numpy()
+
+    async def call() -> Any:
+        return await (await model.predict(x)).numpy()
+
+    return await _losing(call)
+
+
+async def _losing(call: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
+    """`call` with no loss, a loss before it and one inside it, on the same objects."""
+    results: dict[str, Any] = {}
+    for when in ("none", "before", "during"):
+        lose = await _lose(when)
+        results[when] = await call()
         if lose is not None:
             lose.disarm()
             results["fired"] = lose.fired
