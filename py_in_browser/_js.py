@@ -140,6 +140,19 @@ def can_run_sync() -> bool:
     return bool(probe())
 
 
+def gpu_probe_reason(api: str) -> str:
+    """Why the engine's worker has no `api` ("webgpu" or "webgl2"): the reason its GPU probe
+    (web/js/gpu-probe.js) gave, the words the app's status panel shows too."""
+    if not in_browser():
+        return "runs only in a browser's worker (this is CPython)"
+    import js
+
+    probed = getattr(js, "pibGpuEnvironment", None)
+    if probed is None:
+        return "this worker ran no GPU probe (web/js/gpu-probe.js)"
+    return str(getattr(probed, api).reason)
+
+
 _webgl2_probe: list[bool] = []
 
 

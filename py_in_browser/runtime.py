@@ -134,7 +134,9 @@ def capabilities() -> dict[str, Any]:
     """What the active backend offers: its name, device limits and supported dtypes (GPU
     backends add their adapter, storage details and software_renderer), and "selection": how
     init chose it (mode "measured" or "forced", and per candidate its status "chosen",
-    "slower" or "rejected", the reason, self-test and probe-step milliseconds).
+    "slower" or "rejected", the reason, self-test and probe-step milliseconds; "unavailable":
+    for each backend that was no candidate here, why, e.g. {"webgl2": "getContext('webgl2')
+    returned null in the engine's worker: ..."} in a browser whose workers get no WebGL2).
 
     Example:
         >>> pib.capabilities()["dtypes"]

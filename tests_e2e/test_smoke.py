@@ -108,6 +108,12 @@ def test_auto_selection_keeps_the_fastest_backend_that_passes(
     assert engine_page.js("() => window.pib.backend") == chosen
     report = engine_page.run('pib.capabilities()["selection"]')
     assert report["chosen"] == chosen and [c["name"] for c in report["candidates"]] == available
+    # Each backend that was no candidate says why, in the words of the worker's GPU probe (which
+    # the status panel shows): none where all are available (Chromium here), webgpu in WebKit.
+    environment = engine_page.js("() => window.pib.environment")
+    assert report["unavailable"] == {
+        name: environment[name]["reason"] for name in ("webgpu", "webgl2") if name not in available
+    }, environment
 
 
 def test_an_unknown_backend_rejects_ready_and_every_call(

@@ -168,11 +168,14 @@ def test_visits_restore_the_servers_snapshot_then_their_own_from_indexeddb(
     """A first visit restores the snapshot set-up made in WebKitGTK and keeps it, with the bytecode
     it wrote, in IndexedDB (WebKitGTK ships the origin-private file system off, and its automation
     sessions refuse it); the second visit restores both from there. WebKitGTK as shipped (no
-    features switched on) gives the engine's worker no WebGL2, and the page says why."""
-    url = f"{server_url}/console?backend=cpu"
+    features switched on) gives the engine's worker neither WebGPU nor WebGL2: the second visit
+    lets init choose, cpu is all it has, and both the page and pib.capabilities() say why."""
+    url = f"{server_url}/console"
     with launch_webkit(features=[]) as browser:
-        first, got = visit(browser, url, TRAIN)
-        second, _ = visit(browser, url)
+        first, got = visit(browser, f"{url}?backend=cpu", TRAIN)
+        second, (backend, selection) = visit(
+            browser, url, 'pib.get_backend(), pib.capabilities()["selection"]'
+        )
         environment = browser.pages[0].evaluate("() => window.pib.environment")
     print(f"webkit first visit {first}\nwebkit second visit {second}")
     assert (first["snapshot"], first["snapshot_source"]) == ("loaded", "server"), first
@@ -183,3 +186,10 @@ def test_visits_restore_the_servers_snapshot_then_their_own_from_indexeddb(
     assert second["bytecode"] == "loaded", second
     webgl2 = environment["webgl2"]
     assert not webgl2["available"] and "AllowWebGLInWorkers" in webgl2["reason"], webgl2
+    assert (backend, selection["mode"], selection["chosen"]) == ("cpu", "measured", "cpu")
+    assert [c["name"] for c in selection["candidates"]] == ["cpu"], selection
+    assert selection["unavailable"] == {
+        "webgpu": environment["webgpu"]["reason"],
+        "webgl2": webgl2["reason"],
+    }, selection
+    assert "navigator.gpu is absent" in selection["unavailable"]["webgpu"], selection

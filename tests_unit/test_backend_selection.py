@@ -124,6 +124,30 @@ def test_a_candidate_that_cannot_start_is_reported() -> None:
         runtime._state.update(previous)
 
 
+def test_the_report_says_why_each_backend_that_was_no_candidate_is_unavailable(
+    native_candidate: None, kept_verdicts: None
+) -> None:
+    register_backend(
+        "absent", CpuBackend, priority=20, available=lambda: False, why_unavailable=lambda: "no X"
+    )
+    try:
+        # CPython has neither browser GPU API: the words gpu_probe_reason gives outside a browser.
+        cpython = "runs only in a browser's worker (this is CPython)"
+        expected = {"absent": "no X", "webgpu": cpython, "webgl2": cpython}
+        asyncio.run(pib.init())
+        measured = pib.capabilities()["selection"]
+        assert measured["unavailable"] == expected
+        assert [c["name"] for c in measured["candidates"]] == [NAME, "cpu"]
+        verdicts.load(verdicts.dump())  # the next visit reuses the choice and still says why
+        asyncio.run(pib.init())
+        reused = pib.capabilities()["selection"]
+        assert reused["remembered"] is True and reused["unavailable"] == expected
+        asyncio.run(pib.init("cpu"))
+        assert pib.capabilities()["selection"]["unavailable"] == expected
+    finally:
+        del BACKENDS["absent"]
+
+
 def test_a_backend_that_passed_on_an_earlier_visit_is_not_self_tested_again(
     kept_verdicts: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -353,12 +353,14 @@ class ProbeStep:
 
 @dataclass(frozen=True)
 class BackendEntry:
-    """A registered backend: a factory and its preference (higher is tried first by auto)."""
+    """A registered backend: a factory and its preference (higher is tried first by auto);
+    why_unavailable says why available() is False here (selection reports it)."""
 
     name: str
     factory: Callable[[dict[str, Any] | None], Backend]
     priority: int
     available: Callable[[], bool]
+    why_unavailable: Callable[[], str]
 
 
 BACKENDS: dict[str, BackendEntry] = {}
@@ -369,8 +371,9 @@ def register_backend(
     factory: Callable[[dict[str, Any] | None], Backend],
     priority: int,
     available: Callable[[], bool] = lambda: True,
+    why_unavailable: Callable[[], str] = lambda: "not available here",
 ) -> None:
-    BACKENDS[name] = BackendEntry(name, factory, priority, available)
+    BACKENDS[name] = BackendEntry(name, factory, priority, available, why_unavailable)
 
 
 def registered_backends() -> list[str]:

@@ -5,7 +5,8 @@ often slower than numpy on the same CPU, so preference order alone picks badly. 
 is started and runs Backend.self_test (a convolution, a reduction and an optimizer update
 against numpy), all candidates at once; those that pass then run chained ProbeSteps one
 backend at a time within TIMING_BUDGET_S in all, and the fastest is kept. The others are closed
-at once (browsers cap live GPU contexts). The report says why each candidate was not chosen;
+at once (browsers cap live GPU contexts). The report says why each candidate was not chosen,
+and why each backend that was no candidate is unavailable here ("unavailable");
 pib.capabilities() shows it under "selection". Where the engine's worker keeps verdicts between
 visits (verdicts.py), a backend that passed before skips its self-test and a measured choice among
 the same candidates is reused; the report then says "remembered".
@@ -18,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import BACKENDS, Backend, ProbeStep, verdicts
+from . import BACKENDS, Backend, ProbeStep, registered_backends, verdicts
 
 # Wall time all timed probe steps of one init may take together, shared by the candidates.
 TIMING_BUDGET_S = 1.5
@@ -118,7 +119,8 @@ async def choose(
     names: list[str], limits: dict[str, Any] | None, forced: bool
 ) -> tuple[Backend, dict[str, Any]]:
     """The backend to keep and the report: {"mode", "chosen", "ms", "remembered",
-    "candidates": [Candidate dicts]}; remembered: some verdict is an earlier visit's.
+    "candidates": [Candidate dicts], "unavailable": {name: reason}}; remembered: some verdict is
+    an earlier visit's; unavailable: see unavailable().
 
     forced: `names` is the one backend asked for; it is self-tested but not timed, and a
     failure raises BackendSelectionError naming the reason.
@@ -152,6 +154,17 @@ async def _reuse(
     return backend, _report(candidates, "measured", found.name, ms)
 
 
+def unavailable() -> dict[str, str]:
+    """Why each registered backend that is not available here was no candidate, by name
+    (in the browser, the worker's GPU probe's words: "webgl2" where its OffscreenCanvas gives no
+    WebGL2 context, "webgpu" where it has no navigator.gpu); empty where all are available."""
+    return {
+        name: BACKENDS[name].why_unavailable()
+        for name in registered_backends()
+        if not BACKENDS[name].available()
+    }
+
+
 def _report(candidates: list[dict[str, Any]], mode: str, chosen: str, ms: float) -> dict[str, Any]:
     return {
         "mode": mode,
@@ -159,6 +172,7 @@ def _report(candidates: list[dict[str, Any]], mode: str, chosen: str, ms: float)
         "ms": ms,  # what choosing cost init
         "remembered": any(c["remembered"] for c in candidates),
         "candidates": candidates,
+        "unavailable": unavailable(),
     }
 
 

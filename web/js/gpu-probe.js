@@ -1,7 +1,14 @@
 // What GPU APIs this worker can see, probed rather than assumed; reported on the page and by tests.
+// A reason given here is the one text of why an API is missing: the app's status panel shows it
+// and pib.capabilities()["selection"]["unavailable"] reports it (py_in_browser/_js.py).
 
 async function probeWebGPU() {
-  if (!("gpu" in navigator)) return { available: false, reason: "navigator.gpu is absent" };
+  if (!("gpu" in navigator)) {
+    return {
+      available: false,
+      reason: "navigator.gpu is absent in the engine's worker: this browser gives workers no WebGPU, or has it off",
+    };
+  }
   try {
     const adapter = await navigator.gpu.requestAdapter();
     if (!adapter) return { available: false, reason: "requestAdapter() returned null" };

@@ -13,6 +13,12 @@ def available() -> bool:
     return _js.in_browser() and _js.webgl2_available()
 
 
-register_backend(NAME, WebGL2Backend, priority=50, available=available)
+register_backend(
+    NAME,
+    WebGL2Backend,
+    priority=50,
+    available=available,
+    why_unavailable=lambda: _js.gpu_probe_reason(NAME),
+)
 
 __all__ = ["WebGL2Backend"]

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from ... import _js
 from .. import register_backend
 from .backend import WebGPUBackend, webgpu_available
 from .kernels import NAME
 
-register_backend(NAME, WebGPUBackend, priority=100, available=webgpu_available)
+register_backend(
+    NAME,
+    WebGPUBackend,
+    priority=100,
+    available=webgpu_available,
+    why_unavailable=lambda: _js.gpu_probe_reason(NAME),
+)
 
 __all__ = ["WebGPUBackend"]
