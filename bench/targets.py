@@ -68,7 +68,11 @@ def _top_kernels(profile: dict[str, Any] | None, count: int = 3) -> str:
     counters = ", ".join(f"{name} {value:g}" for name, value in per_step.items())
     step += f" ({counters}); " if counters else "; " if step else ""
     note = f" [{profile['note']}]" if profile.get("note") else ""
-    return f"{step}profiled {calls:.0f} dispatches, {kernel_ms:.1f} ms in kernels; top: {top}{note}"
+    eager = f" (one eager pass: {_top_kernels(profile['eager'])})" if profile.get("eager") else ""
+    return (
+        f"{step}profiled {calls:.0f} dispatches, {kernel_ms:.1f} ms in kernels; top: {top}{note}"
+        f"{eager}"
+    )
 
 
 def where_time_goes(
