@@ -43,6 +43,8 @@ class SideState:
 def measure_name(workload: Workload, sync_every: int) -> str:
     if workload.kind == "infer":
         return "predict+argmax+read back, ms"
+    if workload.kind == "graph":
+        return "graph model to embedding+read back, ms per frame"
     what = "matmul" if workload.kind == "matmul" else "train step"
     synced = "synced every step" if sync_every == SYNC_EVERY_STEP else f"synced every {sync_every}"
     return f"{what}, {synced}"

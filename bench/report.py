@@ -91,7 +91,10 @@ def format_table(results: dict[str, Any]) -> str:
     render = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
     lines += ["", render(header), render(["-" * w for w in widths]), *map(render, table)]
     if meta.get("targets"):
-        lines += ["", "Issue 29's targets (ours/jax-js, medians of this run):"]
+        lines += [
+            "",
+            "Targets (issue 29: ours/jax-js; issue 26's H1: ours/TF.js; medians of this run):",
+        ]
         lines += targets_text(meta["targets"])
     lines += time_notes(results.get("profiles") or [])
     return "\n".join(line.rstrip() for line in lines)

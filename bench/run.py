@@ -387,6 +387,8 @@ class Run:
                 for side, boot in boots.items()
                 if side != "jaxjs" or workload.name in wl.JAXJS
             }
+            if "jaxjs" in boots and workload.jaxjs_unavailable:
+                unavailable["jaxjs"] = workload.jaxjs_unavailable
             sides, extras = await measure_workload(page, workload, unavailable, self.settings)
             self.results["meta"]["how"].setdefault(workload.name, {}).update(extras["how"])
             for mode, ours_result in sides["ours"].items():

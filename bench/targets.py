@@ -1,5 +1,6 @@
-"""Issue 29's targets against jax-js, checked on a run's rows: met, missed (and by how much), or not
-measured; a miss names where each side's time went in its profiled step."""
+"""Issue 29's targets against jax-js and issue 26's hand model (H1) against TF.js, checked on a
+run's rows: met, missed (and by how much), or not measured; a miss names where each side's time
+went in its profiled step."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from bench.stats import JAXJS
+from bench.stats import ANCHOR_NAMES, JAXJS, TFJS
 
 
 @dataclass(frozen=True)
@@ -16,12 +17,17 @@ class Target:
     measure_prefix: str  # every row whose measure starts with it
     groups: tuple[str, ...] | None  # our backends it applies to; None: every pair with jax-js
     limit: float
-    at_least: bool  # GFLOP/s: ours/jax-js must reach the limit; ms: stay under it
+    at_least: bool  # GFLOP/s: ours/anchor must reach the limit; ms: stay under it
+    anchor: str = JAXJS  # the rows' other side
+    theirs: tuple[str, ...] | None = None  # the anchor's backends it applies to; None: every one
 
     def text(self) -> str:
         where = "/".join(self.groups) if self.groups else "every pair"
+        if self.theirs:
+            where += f" vs {ANCHOR_NAMES[self.anchor]} on " + "/".join(self.theirs)
         sign = ">=" if self.at_least else "<="
-        return f"{self.workload} {self.measure_prefix} on {where}: ours/jax-js {sign} {self.limit}"
+        ratio = f"ours/{ANCHOR_NAMES[self.anchor]}"
+        return f"{self.workload} {self.measure_prefix} on {where}: {ratio} {sign} {self.limit}"
 
 
 TARGETS = (
@@ -30,6 +36,16 @@ TARGETS = (
     Target("W4", "matmul", ("cpu",), 1.5, at_least=True),
     Target("I3", "predict", None, 0.7, at_least=False),
     Target("start-up", "first W3s training step", None, 0.5, at_least=False),
+    # Issue 26: the pretrained backbone per frame, against TF.js on the three pairs it names.
+    Target(
+        "H1",
+        "graph model",
+        None,
+        0.5,
+        at_least=False,
+        anchor=TFJS,
+        theirs=("webgpu", "webgl", "wasm"),
+    ),
 )
 
 
@@ -52,20 +68,27 @@ def _top_kernels(profile: dict[str, Any] | None, count: int = 3) -> str:
     counters = ", ".join(f"{name} {value:g}" for name, value in per_step.items())
     step += f" ({counters}); " if counters else "; " if step else ""
     note = f" [{profile['note']}]" if profile.get("note") else ""
-    return f"{step}profiled {calls:.0f} dispatches, {kernel_ms:.1f} ms in kernels; top: {top}{note}"
+    eager = f" (one eager pass: {_top_kernels(profile['eager'])})" if profile.get("eager") else ""
+    return (
+        f"{step}profiled {calls:.0f} dispatches, {kernel_ms:.1f} ms in kernels; top: {top}{note}"
+        f"{eager}"
+    )
 
 
 def where_time_goes(
-    profiles: list[dict[str, Any]], workload: str, ours: str, jax: str, with_tfjs: bool = False
+    profiles: list[dict[str, Any]],
+    workload: str,
+    ours: str,
+    jax: str,
+    with_tfjs: bool = False,
+    anchor: str = JAXJS,
 ) -> str | None:
-    """Each side's profiled step of `workload` on (ours, jax) in one line, or None."""
+    """Each side's profiled step of `workload` on (ours, jax) in one line, or None; with
+    anchor=TFJS, `jax` is TF.js's backend instead."""
     sides = [("ours", "ours"), ("theirs", "TF.js"), ("jaxjs", "jax-js")]
+    key = "jaxjs_backend" if anchor == JAXJS else "theirs_backend"
     for entry in profiles:
-        if (entry["workload"], entry["ours_backend"], entry.get("jaxjs_backend")) == (
-            workload,
-            ours,
-            jax,
-        ):
+        if (entry["workload"], entry["ours_backend"], entry.get(key)) == (workload, ours, jax):
             return " | ".join(
                 f"{name}: {_top_kernels(entry.get(side))}"
                 for side, name in sides
@@ -96,10 +119,11 @@ def evaluate_targets(
         matching = [
             row
             for row in rows
-            if row["anchor"] == JAXJS
+            if row["anchor"] == target.anchor
             and row["workload"] == target.workload
             and row["measure"].startswith(target.measure_prefix)
             and (target.groups is None or row["ours_backend"] in target.groups)
+            and (target.theirs is None or row["theirs_backend"] in target.theirs)
         ]
         if not matching:
             verdicts.append({"target": target.text(), "row": None, "ratio": None, "met": None})
@@ -116,7 +140,12 @@ def evaluate_targets(
             }
             if met is False and target.workload != "start-up":  # a first step is mostly compiling
                 verdict["bound"] = where_time_goes(
-                    profiles, target.workload, row["ours_backend"], row["theirs_backend"]
+                    profiles,
+                    target.workload,
+                    row["ours_backend"],
+                    row["theirs_backend"],
+                    with_tfjs=target.anchor == TFJS,
+                    anchor=target.anchor,
                 )
             verdicts.append(verdict)
     return verdicts

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from py_in_browser.interop.graph_model import HAND_NODES
+
 # (our backend, TF.js backend, jax-js backend or None): the harness runs every pair (a triple when
 # jax-js has the matching backend) and shows a missing side as unavailable. jax-js's own "cpu"
 # device is a plain JavaScript interpreter, not a counterpart of TF.js's cpu backend: no third side.
@@ -23,8 +25,10 @@ SYNC_EVERY_TEN = 10
 class Workload:
     """One unit of work, described as data so ours (Python) and theirs (TF.js) build the same thing.
 
-    kind: "train" (one optimizer step per sample), "infer" (predict + argmax + read back the class)
+    kind: "train" (one optimizer step per sample), "infer" (predict + argmax + read back the class),
+    "graph" (a pretrained TF.js graph model at `model_url` run to its tensor `output`, read back)
     or "matmul" (one n x n @ n x n product). `budget_s` caps one side's time on it, warm-up included.
+    `jaxjs_unavailable`: why jax-js cannot run it at all (shown as its unavailable side).
     """
 
     name: str
@@ -39,6 +43,9 @@ class Workload:
     classes: int = 0
     matmul_n: int = 0
     seed: int = 0
+    model_url: str = ""
+    output: str = ""
+    jaxjs_unavailable: str = ""
 
     def spec(self) -> dict[str, Any]:
         """What the page's two sides receive (JSON)."""
@@ -47,7 +54,8 @@ class Workload:
     @property
     def sync_modes(self) -> list[int]:
         # Inference reads its answer back by definition: there is nothing to leave unsynced.
-        return [SYNC_EVERY_STEP] if self.kind == "infer" else [SYNC_EVERY_STEP, SYNC_EVERY_TEN]
+        infers = self.kind in ("infer", "graph")
+        return [SYNC_EVERY_STEP] if infers else [SYNC_EVERY_STEP, SYNC_EVERY_TEN]
 
     @property
     def flops_per_step(self) -> float | None:
@@ -156,8 +164,22 @@ INFER_W3S = Workload(
     classes=4,
     seed=5,
 )
+# Issue 26's backbone, served same-origin after `py-in-browser setup`, per camera frame: one
+# 224x224 RGB crop in [0, 1] to the embedding a classifier head trains on.
+HAND = Workload(
+    name="H1",
+    title="hand model (handlandmark-lite) batch 1 224x224x3 to its embedding + read back",
+    kind="graph",
+    budget_s=40,
+    input_shape=[224, 224, 3],
+    batch=1,
+    seed=6,
+    model_url="/models/handlandmark-lite/model.json",
+    output=HAND_NODES["embedding"],
+    jaxjs_unavailable="jax-js cannot load TF.js graph models",
+)
 
-FULL = [W1, W2, W3, W3S, W4, INFER_W3]
+FULL = [W1, W2, W3, W3S, W4, INFER_W3, HAND]
 QUICK = [W1, W3S, INFER_W3S]
 # What jax-js runs (issue 29's set): W3 is left to W3s, which stands for it at a size that fits
 # jax-js's slowest backends in the budget.

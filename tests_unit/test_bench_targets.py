@@ -62,3 +62,26 @@ def test_the_table_puts_both_anchors_on_one_line() -> None:
     table = format_table({"meta": meta, "rows": rows})
     [printed] = [text for text in table.splitlines() if text.startswith("W2")]
     assert "0.20 (ours 5.0x faster)" in printed and "0.50 (ours 2.0x faster)" in printed
+
+
+def test_the_hand_model_target_compares_ours_with_tf_js_and_names_both_profiles() -> None:
+    measure = "graph model to embedding+read back, ms per frame"
+    rows = [
+        _row("H1", measure, TFJS, 30.0, 20.0),  # 1.5: missed
+        _row("H1", measure, JAXJS, 30.0, 1.0),  # jax-js's side does not count here
+    ]
+    profiles = [
+        {
+            "workload": "H1",
+            "ours_backend": "cpu",
+            "theirs_backend": "wasm",
+            "jaxjs_backend": "wasm",
+            "ours": {"kernels": [{"name": "replayed_step", "ms": 29.0, "calls": 1}]},
+            "theirs": {"kernels": [{"name": "Conv2D", "ms": 9.0}] * 2},
+        }
+    ]
+    [verdict] = [v for v in evaluate_targets(rows, profiles) if v["target"].startswith("H1")]
+    assert "ours/TF.js <= 0.5" in verdict["target"]
+    assert verdict["met"] is False and abs(verdict["ratio"] - 1.5) < 1e-9
+    assert "replayed_step 29.00 ms" in verdict["bound"]
+    assert "TF.js: profiled 2 dispatches, 18.0 ms in kernels" in verdict["bound"]

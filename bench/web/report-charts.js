@@ -15,6 +15,7 @@ function shortLabel(line) {
   const measure = line.measure
     .replace(/^(train step|matmul), synced /, "")
     .replace("predict+argmax+read back, ms", "predict")
+    .replace("graph model to embedding+read back, ms per frame", "per frame")
     .replace(/, ms$/, "")
     .replace("ready, ", "")
     .replace(" training step after ready", "");

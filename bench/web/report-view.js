@@ -64,7 +64,7 @@ function resultsTable(rows) {
 
 function targets(verdicts) {
   const box = element("section");
-  box.append(element("h2", "Issue 29's targets (ours/jax-js, medians of this run)"));
+  box.append(element("h2", "Targets (issue 29: ours/jax-js; issue 26's H1: ours/TF.js; medians of this run)"));
   const list = element("ul");
   for (const v of verdicts) {
     const state = v.row == null ? "not measured" : v.met == null ? "no ratio" : v.met ? "met" : "missed";

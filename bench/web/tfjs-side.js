@@ -16,10 +16,10 @@ function random(seed) {
   };
 }
 
-function uniform(shape, seed) {
+function uniform(shape, seed, low = -1) {
   const next = random(seed);
   const values = new Float32Array(shape.reduce((a, b) => a * b, 1));
-  for (let i = 0; i < values.length; i++) values[i] = next() * 2 - 1;
+  for (let i = 0; i < values.length; i++) values[i] = low + next() * (1 - low);
   return tf.tensor(values, shape, "float32");
 }
 
@@ -51,8 +51,20 @@ function xorData() {
   return { x: tf.tensor2d([[0, 0], [0, 1], [1, 0], [1, 1]]), y: tf.tensor2d([[0], [1], [1], [0]]) };
 }
 
+// A pretrained graph model read from the URL our side reads (the dev server's /models/), run to
+// the named tensor; execute, not executeAsync: the hand model has no control flow.
+async function buildGraphWorkload(spec) {
+  const model = await tf.loadGraphModel(spec.model_url);
+  const x = uniform([spec.batch, ...spec.input_shape], spec.seed, 0);
+  return {
+    step: () => model.execute(x, spec.output),
+    dispose: () => { x.dispose(); model.dispose(); },
+  };
+}
+
 // One workload, built: `step()` queues one step and returns the tensor whose read-back syncs it.
-function buildWorkload(spec) {
+async function buildWorkload(spec) {
+  if (spec.kind === "graph") return buildGraphWorkload(spec);
   if (spec.kind === "matmul") {
     const n = spec.matmul_n;
     const a = uniform([n, n], spec.seed);
@@ -110,11 +122,12 @@ export class TfjsSide {
 
   async setup({ spec }) {
     this.teardown();
-    this.workload = buildWorkload(spec);
+    this.workload = await buildWorkload(spec);
     const how = {
       train: "optimizer.minimize(loss, true) in tf.tidy; sync = await cost.data()",
       infer: "model.predict(x).argMax(-1) in tf.tidy; await .data()",
       matmul: "tf.matMul(a, b); sync = await product.data()",
+      graph: "tf.loadGraphModel(url).execute(x, embedding); await .data()",
     };
     return { ok: true, how: how[spec.kind] };
   }
@@ -144,7 +157,7 @@ export class TfjsSide {
   // Time to the first finished training step on a fresh model: build, compile shaders, step, sync.
   async firstStep({ spec }) {
     const started = performance.now();
-    const workload = buildWorkload(spec);
+    const workload = await buildWorkload(spec);
     const result = workload.step();
     await result.data();
     const ms = performance.now() - started;
