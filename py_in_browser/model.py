@@ -461,8 +461,10 @@ class Sequential:
             lambda: self._trainer.predict(x, batch_size=batch_size), self.device_state
         )
 
-    async def save_checkpoint(self) -> bytes:
-        """An .npz blob of weights, optimizer state, RNG counters and the data cursor.
+    async def save_checkpoint(self, event: bool = True) -> bytes:
+        """An .npz blob of weights, optimizer state, RNG counters and the data cursor; with
+        event=False no "checkpoint" runtime event (a caller's own bookkeeping, which the page's
+        event banners need not show).
 
         Example:
             >>> model = pib.Sequential([pib.layers.Dense(1, input_shape=(2,))])
@@ -472,7 +474,7 @@ class Sequential:
             b'PK'
         """
         return await resilience.guarded(
-            lambda: checkpoint.save(self, self._trainer), self.device_state
+            lambda: checkpoint.save(self, self._trainer, event=event), self.device_state
         )
 
     def load_checkpoint(self, blob: bytes) -> None:

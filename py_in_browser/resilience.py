@@ -39,6 +39,9 @@ T = TypeVar("T")
 
 TIMEOUT_S = 10.0  # how long a lost device may take to come back before a new one is made
 RETRIES = 3  # runs of one call after the first, each after a loss
+LOSS_REPORT_S = 1.0  # how long a failed call waits for a loss the browser reports late
+# A call failing with these was given bad input: a loss cannot be behind it, so it fails at once.
+USER_ERRORS = (ValueError, TypeError, KeyError, IndexError)
 # A DeviceState brings its host copies up to date (one read of every variable) when this many
 # train_on_batch steps, or this many bytes of their inputs, are waiting in its replay log.
 SYNC_EVERY_STEPS = 50
@@ -219,8 +222,8 @@ async def guarded(
                 result = await call()
                 if sync and state is not None and losable() and not _lost(state):
                     await state.sync()
-            except Exception:
-                if attempt == RETRIES or not (_lost(state) or _losses() != before):
+            except Exception as exc:
+                if attempt == RETRIES or not await _loss_behind(exc, state, before):
                     raise
                 continue
             if attempt < RETRIES and (_lost(state) or _on_lost_device(result)):
@@ -237,6 +240,18 @@ def _tensors(result: Any) -> list[Tensor]:
     """The tensors a call gave: itself, or those of a list (a graph model's node values)."""
     items = result if isinstance(result, list | tuple) else [result]
     return [t for t in items if isinstance(t, Tensor)]
+
+
+async def _loss_behind(exc: Exception, state: DeviceState | None, before: int) -> bool:
+    """Whether a loss made the call fail. The browser may report it a little after the call
+    that ran into it failed (WebGPU's device.lost settles after a mapAsync it aborted), so a
+    failure on a GPU backend that is not a caller's mistake waits up to LOSS_REPORT_S for it."""
+    deadline = time.monotonic() + LOSS_REPORT_S
+    while not (_lost(state) or _losses() != before):
+        if isinstance(exc, USER_ERRORS) or not losable() or time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
 
 
 def _on_lost_device(result: Any) -> bool:

@@ -68,7 +68,7 @@ CALLS = [
 # Known gap: a WebGPU device destroyed inside a call with one small batch is reported (device.lost
 # settles) only after the call returned, so the guard hands back its tensors and the caller's
 # read fails ("the WebGPU device was lost"). predict's cases pass because their several batches
-# yield long enough; these two calls run in one step. Strict: the test fails once this is fixed.
+# yield long enough; these two calls run in one step. Not strict: the race is sometimes won.
 WEBGPU_LATE_REPORT = ("graph_model", "pretrained_predict")
 
 
@@ -78,7 +78,7 @@ def test_a_loss_before_or_inside_a_call_gives_the_same_result(
 ) -> None:
     if case[1] == "webgpu" and call in WEBGPU_LATE_REPORT:
         reason = "a WebGPU loss inside a one-step call is reported after it returned"
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+        request.applymarker(pytest.mark.xfail(strict=False, reason=reason))
     got = every_call["cases"][call]
     print(f"{case} {call}: {got}")
     assert "error" not in got, got["error"]

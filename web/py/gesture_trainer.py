@@ -367,7 +367,7 @@ async def train(
             # The epoch's starting state on the host: a GPU loss inside the epoch (its batches
             # live on the lost device, so the engine cannot replay them) restarts it from here,
             # with the same batches and augmentation draws as the uninterrupted run.
-            start_state = await training.save_checkpoint()
+            start_state = await training.save_checkpoint(event=False)
             for attempt in range(EPOCH_RESTARTS + 1):
                 losses_before = losses_so_far()
                 try:
