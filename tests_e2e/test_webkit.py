@@ -23,7 +23,14 @@ from selenium.webdriver.support.ui import Select
 from py_in_browser.testing import workloads
 from tests_e2e.app_gestures import CLASSES, gesture_set, png
 from tests_e2e.conftest import READY_OR_TIMEOUT
-from tests_e2e.test_app import BATCH_SIZE, EPOCHS, INPUT_SIZE, LEARNING_RATE, TRAIN_PER_CLASS
+from tests_e2e.test_app import (
+    BATCH_SIZE,
+    CLASS_COUNT,
+    EPOCHS,
+    INPUT_SIZE,
+    LEARNING_RATE,
+    TRAIN_PER_CLASS,
+)
 from tests_e2e.webkit import WebKitBrowser, WebKitPage, launch_webkit
 
 pytestmark = pytest.mark.webkit
@@ -87,9 +94,7 @@ def test_collect_train_predict_save_and_restore(
             path.write_bytes(png(image))
             paths.append(str(path))
         card.find_element(By.CSS_SELECTOR, "input.upload").send_keys("\n".join(paths))
-        page.wait_for_function(
-            f"() => document.querySelectorAll('.class-card')[{index}].querySelectorAll('.thumbs li').length === {len(paths)}"
-        )
+        page.wait_for_function(f"() => {CLASS_COUNT}({index}) === {len(paths)}")
     names = "() => [...document.querySelectorAll('.class-name')].map((field) => field.value)"
     assert page.evaluate(names) == list(CLASSES)
     for field, value in (
