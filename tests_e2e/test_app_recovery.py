@@ -68,10 +68,8 @@ def model_file() -> bytes:
         return pool.submit(asyncio.run, save()).result()
 
 
-@pytest.fixture(scope="module", params=CASES)
-def app_page(request: pytest.FixtureRequest, server_url: str) -> Any:
-    browser_name, backend = request.param
-    browser: Browser = request.getfixturevalue(browser_name)
+def open_app(browser: Browser, server_url: str, backend: str) -> Page:
+    """The app on `backend` with the canvas camera, once its engine says Ready."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.add_init_script(CANVAS_CAMERA)
     page = context.new_page()
@@ -82,6 +80,14 @@ def app_page(request: pytest.FixtureRequest, server_url: str) -> Any:
         "() => document.getElementById('engine-state').textContent.startsWith('Ready')",
         timeout=BOOT_TIMEOUT_MS,
     )
+    return page
+
+
+@pytest.fixture(scope="module", params=CASES)
+def app_page(request: pytest.FixtureRequest, server_url: str) -> Any:
+    browser_name, backend = request.param
+    page = open_app(request.getfixturevalue(browser_name), server_url, backend)
+    context = page.context
     page.evaluate(WATCH)
     bytes_ = model_file()
     page.set_input_files(

@@ -11,13 +11,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from playwright.sync_api import Browser, Page
+from playwright.sync_api import Page
 
 from py_in_browser.model_file import read
 from tests_e2e.app_gestures import gesture_set
-from tests_e2e.conftest import BOOT_TIMEOUT_MS
-from tests_e2e.test_app import CANVAS_CAMERA, TRAIN_TIMEOUT_MS, set_field, upload_gestures
-from tests_e2e.test_app_recovery import RAW_ERROR
+from tests_e2e.test_app import TRAIN_TIMEOUT_MS, set_field, upload_gestures
+from tests_e2e.test_app_recovery import RAW_ERROR, open_app
 
 CASES = [
     pytest.param(("chromium", "webgl2"), id="chromium-webgl2"),
@@ -27,20 +26,6 @@ CASES = [
 PER_CLASS = 10
 SAVE = "import gesture_trainer\nawait gesture_trainer.save()"
 LOSSES = "sum(e['type'] in ('context_lost', 'device_lost') for e in pib.runtime_events())"
-
-
-def open_app(browser: Browser, server_url: str, backend: str) -> Page:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.add_init_script(CANVAS_CAMERA)
-    page = context.new_page()
-    page.goto(f"{server_url}/?backend={backend}")
-    page.wait_for_function("() => window.pib !== undefined")
-    page.evaluate("() => window.pib.ready")
-    page.wait_for_function(
-        "() => document.getElementById('engine-state').textContent.startsWith('Ready')",
-        timeout=BOOT_TIMEOUT_MS,
-    )
-    return page
 
 
 def train(page: Page, lose_after_batches: int | None) -> list[np.ndarray]:
