@@ -120,7 +120,10 @@ def test_record_from_the_fake_camera_by_holding_the_button(
     # while): wait for that, then check that exactly one went.
     page.wait_for_function(f"() => {CLASS_COUNT}(0) < {total}")
     assert sample_count(page) == total - 1
-    assert page.locator(".class-card .count").first.inner_text() == f"{total - 1} samples"
+    # The card's count follows on the next render.
+    page.wait_for_function(
+        f"() => document.querySelector('.class-card .count').textContent === '{total - 1} samples'"
+    )
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "6-fake-camera-recorded.png"), full_page=True)
     page.close()

@@ -215,6 +215,7 @@ def test_per_step_losses_match_cpu(engine_page: EnginePage, name: str) -> None:
 
 
 XOR_FIT = """
+import gc
 from py_in_browser.testing import workloads
 x, y = workloads.xor_data()
 x, y = np.tile(x, (50, 1)), np.tile(y, (50, 1))  # 50 steps of batch 4 per epoch
@@ -223,6 +224,7 @@ async def fit_steps(epochs):
     # Replay's own calls: recovery checkpoints (a readback every 50 steps by default) are
     # counted by tests_e2e/test_recovery.py, so they are off here.
     await model.fit(x, y, epochs=epochs, batch_size=4, shuffle=False, recovery_every=None)
+    gc.collect()  # models of earlier tests (cycles) go now, not between two of these counts
     return pib.memory()
 """
 

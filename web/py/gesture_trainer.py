@@ -371,21 +371,26 @@ async def train(
             for attempt in range(EPOCH_RESTARTS + 1):
                 losses_before = losses_so_far()
                 try:
-                    sums, seen = await train_epoch(
-                        training, source, batches_of(order, batch), y, epoch, report, peaks
+                    logs = await train_epoch_and_hold_out(
+                        training,
+                        source,
+                        batches_of(order, batch),
+                        y,
+                        held_idx,
+                        batch,
+                        epoch,
+                        report,
+                        peaks,
                     )
+                    # The engine's host copies now hold this epoch's end (its replay log of
+                    # device batches is cleared), so a later loss needs nothing of this epoch.
+                    await training.device_state.sync()
                     break
                 except Exception:
                     if attempt == EPOCH_RESTARTS or losses_so_far() == losses_before:
                         raise
                     await source.drain()
                     training.load_checkpoint(start_state)
-            logs = {k: v / max(1, seen) for k, v in sums.items()}
-            if len(held_idx) and not training.stop_training:
-                val_loss, val_classes = await held_out_pass(training, source, held_idx, y, batch)
-                logs.update(
-                    val_loss=val_loss, val_accuracy=float(np.mean(val_classes == y[held_idx]))
-                )
             epoch_seconds.append(time.perf_counter() - epoch_started)
             report("epoch", epoch, None, logs)
             if training.stop_training:
@@ -449,6 +454,27 @@ async def train_epoch(
         if training.stop_training:
             break
     return sums, seen
+
+
+async def train_epoch_and_hold_out(
+    training: Any,
+    source: PageSamples,
+    batches: list[np.ndarray],
+    y: np.ndarray,
+    held_idx: np.ndarray,
+    batch: int,
+    epoch: int,
+    report: Any,
+    peaks: Peaks,
+) -> dict[str, float]:
+    """One epoch and its held-out pass: the epoch's mean loss and accuracy, and the held-out
+    loss and accuracy (unless training was stopped)."""
+    sums, seen = await train_epoch(training, source, batches, y, epoch, report, peaks)
+    logs = {k: v / max(1, seen) for k, v in sums.items()}
+    if len(held_idx) and not training.stop_training:
+        val_loss, val_classes = await held_out_pass(training, source, held_idx, y, batch)
+        logs.update(val_loss=val_loss, val_accuracy=float(np.mean(val_classes == y[held_idx])))
+    return logs
 
 
 async def aenumerate(items: AsyncIterator[Any]) -> AsyncIterator[tuple[int, Any]]:
