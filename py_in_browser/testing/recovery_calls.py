@@ -159,6 +159,17 @@ def _difference(got: Any, want: Any) -> float:
     return float(np.max(np.abs(a - b))) if a.size else 0.0
 
 
+def _summary(results: dict[str, Any]) -> dict[str, Any]:
+    """A case's answer: how far the runs with a loss before and during the call are from the
+    run without one, whether the loss inside it fired, and the backend it ended on."""
+    return {
+        "before": _difference(results["before"], results["none"]),
+        "during": _difference(results["during"], results["none"]),
+        "fired": results.get("fired", False),
+        "backend": pib.get_backend(),
+    }
+
+
 async def _lose(when: str) -> LoseDuring | None:
     if when == "before":
         await lose_reported()
@@ -210,12 +221,7 @@ async def _case(call: Callable[[pib.Sequential], Awaitable[Any]], blob: bytes) -
         if lose is not None:
             lose.disarm()
             results["fired"] = lose.fired
-    return {
-        "before": _difference(results["before"], results["none"]),
-        "during": _difference(results["during"], results["none"]),
-        "fired": results.get("fired", False),
-        "backend": pib.get_backend(),
-    }
+    return _summary(results)
 
 
 async def _classify_bitmap() -> dict[str, Any]:
@@ -229,12 +235,7 @@ async def _classify_bitmap() -> dict[str, Any]:
         if lose is not None:
             lose.disarm()
             results["fired"] = lose.fired
-    return {
-        "before": _difference(results["before"], results["none"]),
-        "during": _difference(results["during"], results["none"]),
-        "fired": results.get("fired", False),
-        "backend": pib.get_backend(),
-    }
+    return _summary(results)
 
 
 async def _graph_model() -> dict[str, Any]:
@@ -287,12 +288,7 @@ async def _losing(call: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
         if lose is not None:
             lose.disarm()
             results["fired"] = lose.fired
-    return {
-        "before": _difference(results["before"], results["none"]),
-        "during": _difference(results["during"], results["none"]),
-        "fired": results.get("fired", False),
-        "backend": pib.get_backend(),
-    }
+    return _summary(results)
 
 
 async def _init(backend: str) -> dict[str, Any]:
