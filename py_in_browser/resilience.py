@@ -218,13 +218,17 @@ async def guarded(
         for attempt in range(RETRIES + 1):
             await ensure_ready(state)
             before = _losses()
+            result: Any = None
             try:
                 result = await call()
                 if sync and state is not None and losable() and not _lost(state):
                     await state.sync()
+                await _settled(result)
             except Exception as exc:
                 if attempt == RETRIES or not await _loss_behind(exc, state, before):
                     raise
+                for t in _tensors(result):
+                    t.dispose()
                 continue
             if attempt < RETRIES and (_lost(state) or _on_lost_device(result)):
                 for t in _tensors(result):
@@ -234,6 +238,16 @@ async def guarded(
         raise AssertionError("unreachable")  # the last attempt returns or raises
     finally:
         _inside.reset(token)
+
+
+async def _settled(result: Any) -> None:
+    """Before device tensors are handed back: their backends' work has run on a live device (a
+    WebGPU device destroyed inside the call is reported only after it returned, and the
+    caller's read would fail where a run again recovers). Host results were read already."""
+    backends = {id(t._storage.backend): t._storage.backend for t in _tensors(result) if t._storage}
+    for backend in backends.values():
+        if not backend.retired:
+            await backend.settled()
 
 
 def _tensors(result: Any) -> list[Tensor]:

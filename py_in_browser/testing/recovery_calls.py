@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -401,6 +402,26 @@ async def host_copy_cost(backend: str, rounds: int = 3) -> dict[str, Any]:
             ms.append(model.device_state.last_sync["ms"])
         out[name] = {"bytes": model.device_state.last_sync["bytes"], "ms": ms}
     return out
+
+
+async def settle_cost(backend: str, rounds: int = 20) -> dict[str, float]:
+    """What guarded's check before it hands device tensors back (Backend.settled: a fence on
+    webgpu, nothing elsewhere) costs: the median ms of a one-batch predict with its read, and of
+    the check alone on the queue that read drained."""
+    await pib.init(backend)
+    x, _ = recovery_runs.data()
+    model = recovery_runs.model()
+    model.build()
+    await (await model.predict(x[:8])).numpy()
+    call_ms, settle_ms = [], []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        await (await model.predict(x[:8])).numpy()
+        read = time.perf_counter()
+        await current_backend().settled()
+        call_ms.append((read - started) * 1000.0)
+        settle_ms.append((time.perf_counter() - read) * 1000.0)
+    return {"predict_ms": float(np.median(call_ms)), "settled_ms": float(np.median(settle_ms))}
 
 
 def _app_layers() -> list[Any]:

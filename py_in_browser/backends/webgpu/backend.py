@@ -472,11 +472,10 @@ class WebGPUBackend(Backend):
     async def end_step(self) -> None:
         """After each fit step: submit it, and every few steps wait for the GPU to catch up."""
         self.steps += 1
-        await self.flush_async()
         if self.steps % FENCE_EVERY_STEPS == 0:
-            self.js_calls += 1
-            self.completed = int(await self.engine.fence())
-            self._reclaim()
+            await self.settled()
+        else:
+            await self.flush_async()
 
     def profile_details(self) -> dict[str, Any]:
         # With timestamp-query each dispatch runs in a timed pass of its own while profiling.
@@ -573,6 +572,14 @@ class WebGPUBackend(Backend):
 
     def is_lost(self) -> bool:
         return self.engine is not None and self.engine.lost is not None
+
+    async def settled(self) -> None:
+        """A fence (bridge.js fence: one 4-byte map after a last submit): it rejects when the
+        device was destroyed before the queue drained, which device.lost reports only later."""
+        await self.flush_async()
+        self.js_calls += 1
+        self.completed = int(await self.engine.fence())
+        self._reclaim()
 
     def lose_device(self, restore: bool, restore_after_s: float) -> None:
         """GPUDevice.destroy(). A destroyed device never comes back: recovery asks for a new
