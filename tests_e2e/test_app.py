@@ -11,7 +11,7 @@ import asyncio
 import base64
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,8 +133,13 @@ def new_app_session(browser: Browser, origin: str) -> AppSession:
 CLASS_COUNT = "((i) => { const g = window.gestureTrainer; return g.store.count(g.classes[i].id); })"
 
 
-def upload_gestures(page: Page, images: dict[str, list[np.ndarray]]) -> None:
-    """Names the classes after the shapes (adding the third) and uploads each class's images."""
+def upload_gestures(
+    page: Page,
+    images: dict[str, list[np.ndarray]],
+    before_upload: Callable[[int], None] | None = None,
+) -> None:
+    """Names the classes after the shapes (adding the third) and uploads each class's images
+    (`before_upload(index)` runs right before the index-th class's upload)."""
     page.click("#add-class")
     page.wait_for_function("() => document.querySelectorAll('.class-card').length === 3")
     cards = page.locator(".class-card")
@@ -146,6 +151,8 @@ def upload_gestures(page: Page, images: dict[str, list[np.ndarray]]) -> None:
             {"name": f"{kind}-{i}.png", "mimeType": "image/png", "buffer": png(image)}
             for i, image in enumerate(images[kind])
         ]
+        if before_upload is not None:
+            before_upload(index)
         card.locator("input.upload").set_input_files(files)  # type: ignore[arg-type]
         page.wait_for_function(f"() => {CLASS_COUNT}({index}) === {len(files)}")
 
