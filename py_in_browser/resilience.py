@@ -195,8 +195,8 @@ def state_of(owner: Any) -> DeviceState | None:
 # ---- the guard ---------------------------------------------------------------------------------
 
 
-def _losses() -> int:
-    """Losses recorded so far: a call during which this changed ran on a lost device."""
+def losses() -> int:
+    """Losses recorded so far: work during which this changed ran on a lost device."""
     return _loss_count[0]
 
 
@@ -217,7 +217,7 @@ async def guarded(
     try:
         for attempt in range(RETRIES + 1):
             await ensure_ready(state)
-            before = _losses()
+            before = losses()
             result: Any = None
             try:
                 result = await call()
@@ -225,7 +225,7 @@ async def guarded(
                     await state.sync()
                 await _settled(result)
             except Exception as exc:
-                if attempt == RETRIES or not await _loss_behind(exc, state, before):
+                if attempt == RETRIES or not await loss_behind(exc, before, state):
                     raise
                 for t in _tensors(result):
                     t.dispose()
@@ -256,12 +256,14 @@ def _tensors(result: Any) -> list[Tensor]:
     return [t for t in items if isinstance(t, Tensor)]
 
 
-async def _loss_behind(exc: Exception, state: DeviceState | None, before: int) -> bool:
-    """Whether a loss made the call fail. The browser may report it a little after the call
-    that ran into it failed (WebGPU's device.lost settles after a mapAsync it aborted), so a
-    failure on a GPU backend that is not a caller's mistake waits up to LOSS_REPORT_S for it."""
+async def loss_behind(exc: Exception, before: int, state: DeviceState | None = None) -> bool:
+    """Whether a loss made work that began when `losses()` was `before` fail with `exc`. The
+    browser may report it a little after the work that ran into it failed (WebGPU's device.lost
+    settles after a mapAsync it aborted; a read on a lost WebGL context fails before its
+    webglcontextlost event), so a failure on a GPU backend that is not a caller's mistake waits
+    up to LOSS_REPORT_S for it."""
     deadline = time.monotonic() + LOSS_REPORT_S
-    while not (_lost(state) or _losses() != before):
+    while not (_lost(state) or losses() != before):
         if isinstance(exc, USER_ERRORS) or not losable() or time.monotonic() > deadline:
             return False
         await asyncio.sleep(0.02)

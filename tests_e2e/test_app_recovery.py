@@ -193,30 +193,35 @@ TRAIN_LOSSES = 2  # the app restarts an epoch at most 3 times after losses insid
 # What the progress line says once a training ended, well or not.
 ENDED = """() => /^(Trained|Stopped|Training failed|Not trained)/.test(
   document.getElementById("train-progress-text").textContent) && !window.gestureTrainer.training"""
+# The training test's context comes back this late: the epoch's restart must not begin (and
+# upload its batches) on the context still lost.
+SLOW_RESTORE_S = 1.0
 SAVE = "import gesture_trainer\nawait gesture_trainer.save()"
-# The injector (an init script: it outlives reloads). window.__lose(ms) makes the worker lose its
-# device for real `ms` from now, once every earlier loss was reported and recovered, and records
-# the outcome in window.__losses (the backend that lost its device, or why none did);
-# window.__loseAtBatches([k, ...]) does it after the k-th training batch the page hears of. Every
-# banner the page shows is kept in window.__banners.
+# The injector (an init script: it outlives reloads). window.__lose(ms, restoreS) makes the
+# worker lose its device for real `ms` from now, once every earlier loss was reported and
+# recovered (a lost WebGL context is given back restoreS later; WebGPU makes a new device), and
+# records the outcome in window.__losses (the backend that lost its device, or why none did);
+# window.__loseAtBatches([k, ...], restoreS) does it after the k-th training batch the page hears
+# of. Every banner the page shows is kept in window.__banners.
 INJECTOR = """
 (() => {
-  const LOSE = "import asyncio\\nfrom py_in_browser.runtime import current_backend\\n" +
-    "from py_in_browser.testing import recovery_calls\\n" +
+  const lose = (restoreS) => "import asyncio\\nfrom py_in_browser.runtime import current_backend\\n" +
     "while current_backend().is_lost():\\n    await asyncio.sleep(0.01)\\n" +
-    "await recovery_calls.lose_reported()\\npib.get_backend()";
+    `lost = current_backend()\\nawait pib.debug.lose_device(restore_after_s=${restoreS})\\n` +
+    "for _ in range(500):\\n    if lost.is_lost():\\n        break\\n    await asyncio.sleep(0.01)\\n" +
+    "lost.name";
   let chain = Promise.resolve();
   window.__losses = [];
-  window.__lose = (ms) => {
+  window.__lose = (ms, restoreS = 0.05) => {
     const due = new Promise((resolve) => setTimeout(resolve, ms));
-    const done = Promise.all([due, chain]).then(() => window.pib.runPython(LOSE));
+    const done = Promise.all([due, chain]).then(() => window.pib.runPython(lose(restoreS)));
     chain = done.catch(() => {});
     window.__losses.push(done.then(String, (e) => `not lost: ${e.message ?? e}`));
   };
-  window.__loseAtBatches = (batches) => {
+  window.__loseAtBatches = (batches, restoreS) => {
     let seen = 0;
     window.pib.events.addEventListener("train", (event) => {
-      if (event.detail.event === "batch" && batches.includes(++seen)) window.__lose(0);
+      if (event.detail.event === "batch" && batches.includes(++seen)) window.__lose(0, restoreS);
     });
   };
   window.__banners = [];
@@ -261,14 +266,19 @@ def train_settings(page: Page) -> None:
         page.select_option("#input-size", INPUT_SIZE)
 
 
-def train(page: Page, lose_at_batches: list[int] | None = None) -> dict[str, Any]:
-    """Clicks Train (losses after the given batches) and waits for the evaluation."""
+def train(
+    page: Page, lose_at_batches: list[int] | None = None, restore_s: float = 0.05
+) -> dict[str, Any]:
+    """Clicks Train (losses after the given batches, each context given back restore_s later)
+    and waits for the evaluation."""
     page.evaluate(
         """() => { window.gestureTrainer.lastTraining = null;
                    document.getElementById("train-progress-text").textContent = ""; }"""
     )
     if lose_at_batches:
-        page.evaluate("(batches) => window.__loseAtBatches(batches)", lose_at_batches)
+        page.evaluate(
+            "([batches, s]) => window.__loseAtBatches(batches, s)", [lose_at_batches, restore_s]
+        )
     page.click("#train")
     page.wait_for_function(ENDED, timeout=TRAIN_TIMEOUT_MS)
     training: dict[str, Any] | None = page.evaluate("() => window.gestureTrainer.lastTraining")
@@ -322,7 +332,7 @@ def test_a_loss_during_training_trains_the_same_model(trained: Trained) -> None:
     """The app trains again in the same page, with a real loss once training is under way: the
     epoch it lands in restarts from its host checkpoint, and the model comes out bit-equal."""
     page = trained.page
-    train(page, lose_at_batches=[3])
+    train(page, lose_at_batches=[4], restore_s=SLOW_RESTORE_S)
     outcomes = settle_losses(page)
     print(f"\n{trained.case}: losses during the second training: {outcomes}")
     assert outcomes == [trained.case[1]], outcomes

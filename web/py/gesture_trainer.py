@@ -31,7 +31,7 @@ import numpy as np
 from pyodide.ffi import to_js  # type: ignore[import-not-found]
 
 import py_in_browser as pib
-from py_in_browser import events, permits, visibility
+from py_in_browser import events, permits, resilience, visibility
 from py_in_browser.data import ImagePreprocessing
 from py_in_browser.interop import tfjs
 from py_in_browser.limits import ModelSummary, TrainingConfig, validate_training
@@ -369,7 +369,7 @@ async def train(
             # with the same batches and augmentation draws as the uninterrupted run.
             start_state = await training.save_checkpoint(event=False)
             for attempt in range(EPOCH_RESTARTS + 1):
-                losses_before = losses_so_far()
+                losses_before = resilience.losses()
                 try:
                     logs = await train_epoch_and_hold_out(
                         training,
@@ -386,10 +386,15 @@ async def train(
                     # device batches is cleared), so a later loss needs nothing of this epoch.
                     await training.device_state.sync()
                     break
-                except Exception:
-                    if attempt == EPOCH_RESTARTS or losses_so_far() == losses_before:
+                except Exception as exc:
+                    if attempt == EPOCH_RESTARTS or not await resilience.loss_behind(
+                        exc, losses_before
+                    ):
                         raise
                     await source.drain()
+                    # The restart's batches go to the device that replaces the lost one: a
+                    # failure outside an engine call (a held-out read) comes before recovery.
+                    await resilience.ensure_ready()
                     training.load_checkpoint(start_state)
             epoch_seconds.append(time.perf_counter() - epoch_started)
             report("epoch", epoch, None, logs)
@@ -416,11 +421,6 @@ async def train(
         stopped=stopped,
     )
     return result
-
-
-def losses_so_far() -> int:
-    """GPU contexts and devices lost so far (the runtime's events)."""
-    return sum(e["type"] in ("context_lost", "device_lost") for e in pib.runtime_events())
 
 
 async def train_epoch(
