@@ -193,16 +193,18 @@ TRAIN_LOSSES = 2  # the app restarts an epoch at most 3 times after losses insid
 # What the progress line says once a training ended, well or not.
 ENDED = """() => /^(Trained|Stopped|Training failed|Not trained)/.test(
   document.getElementById("train-progress-text").textContent) && !window.gestureTrainer.training"""
-# The training test's context comes back this late: the epoch's restart must not begin (and
-# upload its batches) on the context still lost.
+# The training test's loss comes after an epoch's last batch, and its context comes back this
+# late: the epoch's restart must not begin (and upload its batches) on the context still lost.
 SLOW_RESTORE_S = 1.0
+# Each loss of the session test gives its context back after a time drawn in this range.
+RESTORE_S = (0.05, 1.0)
 SAVE = "import gesture_trainer\nawait gesture_trainer.save()"
 # The injector (an init script: it outlives reloads). window.__lose(ms, restoreS) makes the
 # worker lose its device for real `ms` from now, once every earlier loss was reported and
 # recovered (a lost WebGL context is given back restoreS later; WebGPU makes a new device), and
 # records the outcome in window.__losses (the backend that lost its device, or why none did);
-# window.__loseAtBatches([k, ...], restoreS) does it after the k-th training batch the page hears
-# of. Every banner the page shows is kept in window.__banners.
+# window.__loseAtBatches([[k, restoreS], ...]) does it after the k-th training batch the page
+# hears of. Every banner the page shows is kept in window.__banners.
 INJECTOR = """
 (() => {
   const lose = (restoreS) => "import asyncio\\nfrom py_in_browser.runtime import current_backend\\n" +
@@ -218,10 +220,12 @@ INJECTOR = """
     chain = done.catch(() => {});
     window.__losses.push(done.then(String, (e) => `not lost: ${e.message ?? e}`));
   };
-  window.__loseAtBatches = (batches, restoreS) => {
+  window.__loseAtBatches = (moments) => {
     let seen = 0;
     window.pib.events.addEventListener("train", (event) => {
-      if (event.detail.event === "batch" && batches.includes(++seen)) window.__lose(0, restoreS);
+      if (event.detail.event !== "batch") return;
+      seen += 1;
+      for (const [batch, restoreS] of moments) if (batch === seen) window.__lose(0, restoreS);
     });
   };
   window.__banners = [];
@@ -266,19 +270,15 @@ def train_settings(page: Page) -> None:
         page.select_option("#input-size", INPUT_SIZE)
 
 
-def train(
-    page: Page, lose_at_batches: list[int] | None = None, restore_s: float = 0.05
-) -> dict[str, Any]:
-    """Clicks Train (losses after the given batches, each context given back restore_s later)
-    and waits for the evaluation."""
+def train(page: Page, losses: list[tuple[int, float]] | None = None) -> dict[str, Any]:
+    """Clicks Train (with a loss after each given batch, its context given back the given
+    seconds later) and waits for the evaluation."""
     page.evaluate(
         """() => { window.gestureTrainer.lastTraining = null;
                    document.getElementById("train-progress-text").textContent = ""; }"""
     )
-    if lose_at_batches:
-        page.evaluate(
-            "([batches, s]) => window.__loseAtBatches(batches, s)", [lose_at_batches, restore_s]
-        )
+    if losses:
+        page.evaluate("(moments) => window.__loseAtBatches(moments)", losses)
     page.click("#train")
     page.wait_for_function(ENDED, timeout=TRAIN_TIMEOUT_MS)
     training: dict[str, Any] | None = page.evaluate("() => window.gestureTrainer.lastTraining")
@@ -332,7 +332,7 @@ def test_a_loss_during_training_trains_the_same_model(trained: Trained) -> None:
     """The app trains again in the same page, with a real loss once training is under way: the
     epoch it lands in restarts from its host checkpoint, and the model comes out bit-equal."""
     page = trained.page
-    train(page, lose_at_batches=[4], restore_s=SLOW_RESTORE_S)
+    train(page, losses=[(4, SLOW_RESTORE_S)])
     outcomes = settle_losses(page)
     print(f"\n{trained.case}: losses during the second training: {outcomes}")
     assert outcomes == [trained.case[1]], outcomes
@@ -342,19 +342,24 @@ def test_a_loss_during_training_trains_the_same_model(trained: Trained) -> None:
     assert_no_raw_error(page)
 
 
-def loss_plan(seed: int, batches: int) -> dict[str, list[int]]:
-    """LOSSES moments spread over the phases (at least one each, at most TRAIN_LOSSES in
-    training): per phase, ms from the start of its action, or for training the batches after
-    which they come (among `batches`, those an uninterrupted training reports)."""
+def loss_plan(seed: int, batches: int) -> dict[str, list[tuple[int, float]]]:
+    """LOSSES moments spread over the phases (at least one each, TRAIN_LOSSES in training), each
+    with the seconds its context takes to come back: per phase, ms from the start of its action,
+    for training the batch after which it comes (among the `batches` of an uninterrupted run)."""
     rng = np.random.default_rng(seed)
     counts = dict.fromkeys(PHASES, 1)
     counts["train"] = TRAIN_LOSSES
     others = [p for p in PHASES if p != "train"]
     for phase in rng.choice(others, size=LOSSES - sum(counts.values())):
         counts[str(phase)] += 1
-    plan = {p: sorted(int(ms) for ms in rng.integers(0, SPAN_MS[p], counts[p])) for p in others}
-    plan["train"] = sorted(int(k) for k in rng.choice(np.arange(1, batches), TRAIN_LOSSES, False))
-    return plan
+    moments = {p: sorted(int(ms) for ms in rng.integers(0, SPAN_MS[p], counts[p])) for p in others}
+    moments["train"] = sorted(
+        int(k) for k in rng.choice(np.arange(1, batches), TRAIN_LOSSES, False)
+    )
+    return {
+        phase: [(at, round(float(rng.uniform(*RESTORE_S)), 2)) for at in moments[phase]]
+        for phase in PHASES
+    }
 
 
 def test_ten_losses_across_one_session_change_nothing(
@@ -375,19 +380,17 @@ def test_ten_losses_across_one_session_change_nothing(
         # collect: the losses drawn for it come while the classes' uploads go in, in turn
 
         def lose_while_uploading(index: int) -> None:
-            for ms in plan["collect"][index :: len(CLASSES)]:
-                page.evaluate("(ms) => window.__lose(ms)", ms)
+            lose_at(page, plan["collect"][index :: len(CLASSES)])
 
         upload_gestures(page, gesture_set(PER_CLASS, seed=3), lose_while_uploading)
         settle_losses(page)
         train_settings(page)
-        train(page, lose_at_batches=plan["train"])
+        train(page, losses=plan["train"])
         for phase, action in (
             ("predict", lambda: probe_predictions(page)),
             ("save", lambda: save_in_browser(page)),
         ):
-            for ms in plan[phase]:
-                page.evaluate("(ms) => window.__lose(ms)", ms)
+            lose_at(page, plan[phase])
             action()
             settle_losses(page)
         weights = saved_weights(page)
@@ -395,15 +398,13 @@ def test_ten_losses_across_one_session_change_nothing(
         page.reload()
         page.wait_for_function("() => window.pib !== undefined")
         page.evaluate("() => window.pib.ready")
-        for ms in plan["reload"]:
-            page.evaluate("(ms) => window.__lose(ms)", ms)
+        lose_at(page, plan["reload"])
         page.wait_for_function(
             "() => document.getElementById('engine-state').textContent.startsWith('Ready')",
             timeout=BOOT_TIMEOUT_MS,
         )
         settle_losses(page)
-        for ms in plan["load"]:
-            page.evaluate("(ms) => window.__lose(ms)", ms)
+        lose_at(page, plan["load"])
         page.click("#load-browser")
         page.wait_for_selector("#prediction:not([hidden])")
         outcomes = settle_losses(page)
@@ -426,6 +427,12 @@ def test_ten_losses_across_one_session_change_nothing(
         assert_no_raw_error(page)
     finally:
         page.context.close()
+
+
+def lose_at(page: Page, moments: list[tuple[int, float]]) -> None:
+    """Arms a loss `ms` from now per (ms, seconds its context takes to come back)."""
+    for ms, restore_s in moments:
+        page.evaluate("([ms, s]) => window.__lose(ms, s)", [ms, restore_s])
 
 
 def save_in_browser(page: Page) -> None:
