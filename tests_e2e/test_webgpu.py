@@ -297,6 +297,67 @@ def test_eager_steps_give_the_replayed_losses(engine_page: EnginePage) -> None:
     np.testing.assert_allclose(eager, replayed, rtol=0, atol=1e-6)
 
 
+FORWARD_PASSES = """
+from py_in_browser import layers, replay
+rng = np.random.default_rng(8)
+model = pib.Sequential([
+    layers.Conv2D(8, 3, activation="relu", padding="same", input_shape=(8, 8, 3)),
+    layers.MaxPool2D(2), layers.Flatten(), layers.Dense(4, activation="softmax")], seed=8)
+x = pib.tensor(rng.uniform(-1, 1, (2, 8, 8, 3)).astype(np.float32))
+host = rng.uniform(-1, 1, (2, 8, 8, 3)).astype(np.float32)
+
+async def passes():
+    view = pib.broadcast_to(pib.tensor(np.float32(0.5)), (2, 8, 8, 3))  # a strided view
+    predicted = [await (await model.predict(v)).numpy() for v in (x, host, view)]
+    ranked = await pib.data.top_k(model, x, k=2)
+    return predicted, ranked
+
+async def counted(calls):
+    from py_in_browser.runtime import current_backend
+    backend = current_backend()
+    await (await model.predict(x)).numpy()  # nothing of earlier calls left in the open list
+    before = (backend.js_calls, backend.words_sent, backend.steps_replayed)
+    for _ in range(calls):
+        (await model.predict(x)).dispose()
+    await backend.flush_async()  # what eager calls left in the open list goes out too
+    return [(backend.js_calls - before[0]) / calls, (backend.words_sent - before[1]) / calls,
+            backend.steps_replayed - before[2]]
+"""
+
+
+def test_forward_passes_replay_with_the_eager_bits_in_one_js_call(engine_page: EnginePage) -> None:
+    """predict (a device tensor, a host array, a broadcast view) and top_k record their passes
+    and replay them from the third call of a signature: the same bits as eager passes with
+    replay off, one JS call each and a command list of a few words instead of every dispatch."""
+    engine_page.run(FORWARD_PASSES)
+    eager, eager_cost = engine_page.run(
+        "replay.ENABLED = False\n"
+        "try:\n"
+        "    got = [await passes(), await counted(10)]\n"
+        "finally:\n"
+        "    replay.ENABLED = True\n"
+        "got"
+    )
+    replayed = engine_page.run(
+        "before = pib.memory()['steps_replayed']\n"
+        "runs = [await passes() for _ in range(4)]\n"
+        "[runs, pib.memory()['steps_replayed'] - before]"
+    )
+    runs, replays = replayed
+    # 16 calls of three signatures (a device tensor, its broadcast-view twin, a host array; top_k
+    # on the device tensor): two recordings each (the second verifies the first), then replays.
+    assert replays == 16 - 2 * 3, replays
+    for predicted, ranked in runs:
+        for got, want in zip(predicted, eager[0], strict=True):
+            assert np.array_equal(np.array(got), np.array(want))  # bit for bit
+        assert ranked == eager[1]
+    calls, words, replays = engine_page.run("await counted(10)")
+    assert replays == 10
+    assert calls <= 1.2, calls  # the replay's flush (and one last flush)
+    assert eager_cost[2] == 0 and words < eager_cost[1] / 4, (words, eager_cost)
+    print(f"per predict: replayed {calls:.1f} js calls {words:.0f} words; eager {eager_cost}")
+
+
 @pytest.mark.parametrize("injected", ["inf", "nan"])
 def test_a_non_finite_replayed_step_keeps_the_last_good_weights(
     engine_page: EnginePage, injected: str
