@@ -415,6 +415,42 @@ def test_a_synchronous_read_says_to_await(engine_page: EnginePage) -> None:
     assert result == [1.0, 2.0] if can_block else "await t.numpy()" in result
 
 
+def test_passes_recorded_on_a_lost_device_are_dropped_and_recorded_again(
+    engine_page: EnginePage,
+) -> None:
+    """A device lost after predict and a graph model replayed their passes: the next calls run
+    on the successor backend, recorded there anew (never a replay naming the lost buffers), with
+    the same bits."""
+    engine_page.run(FORWARD_PASSES)  # a model of its own: no recordings yet
+    outcome = engine_page.run(
+        """
+from py_in_browser.runtime import current_backend
+from py_in_browser.testing import graph_models, recovery_calls
+gm = await pib.load_graph_model(graph_models.tiny_graph_model())
+row = np.ones((2, 3), np.float32)
+
+async def calls():
+    predicted = [await (await model.predict(host)).numpy() for _ in range(3)]
+    graph = [await (await gm(row, output="h")).numpy() for _ in range(3)]
+    return predicted + graph
+
+lost = current_backend()
+at_start = lost.steps_replayed  # fit's replayed steps of earlier tests
+first = await calls()
+replayed_there = lost.steps_replayed - at_start
+await recovery_calls.lose_reported()
+again = await calls()
+successor = current_backend()
+replayers = list(model._trainer._forward_replayers.values())
+[successor is not lost, lost.retired, replayed_there, successor.steps_replayed,
+ all(r.backend is successor for r in replayers),
+ all(np.array_equal(a, b) for a, b in zip(first, again))]
+"""
+    )
+    # Per call site: two recordings verify each other, the third call replays.
+    assert outcome == [True, True, 2, 2, True, True], outcome
+
+
 def test_a_lost_device_rejects_reads_and_is_an_event(engine_page: EnginePage) -> None:
     """Last in the module: it destroys the page's device."""
     message = engine_page.run(
