@@ -528,7 +528,8 @@ def test_conv2d_of_few_input_channels_is_direct(
     gpu: WgpuNativeBackend, x_shape, w_shape, strides, pads
 ) -> None:
     """conv2d of few input channels (up to 16) with output channels in whole vec4s runs on
-    conv_direct.wgsl, one invocation per pixel; more input channels keep the implicit GEMM."""
+    conv_direct.wgsl, a few pixels of a row per invocation; more input channels keep the
+    implicit GEMM."""
     x, w = normal(*x_shape, seed=21), normal(*w_shape, seed=22)
     geo = {"strides": strides, "pads": pads}
     y_shape, _ = ops.infer("conv2d", [x.shape, w.shape], ["float32"] * 2, geo)

@@ -44,11 +44,15 @@ VEC4_TILE_K = 32
 
 # conv_direct.wgsl: conv2d of inputs with this many channels or fewer (RGB images, a small
 # CNN's second layer), whose output channels are whole vec4s; each invocation computes
-# DIRECT_CONV_VECS vec4s of them. On lavapipe it beat the implicit GEMM 3x at 3 input channels
-# and 2.5-4x at 16 (32x32x16 -> 32 channels, batch 1 and 8): few taps leave the GEMM's
-# shared-memory reuse little to win against its staging and barriers.
+# DIRECT_CONV_VECS vec4s of them for DIRECT_CONV_COLS neighbouring pixels of a row. On lavapipe
+# it beat the implicit GEMM 3x at 3 input channels and 2.5-4x at 16 (32x32x16 -> 32 channels,
+# batch 1 and 8): few taps leave the GEMM's shared-memory reuse little to win against its
+# staging and barriers. On SwiftShader 8 pixels x 2 vec4s ran I3's two layers (64x64x3 -> 16,
+# 32x32x16 -> 32) in 8-17 and 27-36 ms against 35-59 and 108-132 ms for 1 pixel x 4 vec4s
+# (fastest GPU times of one page, on a loaded host); 4 pixels x 4 vec4s was within noise of it.
 DIRECT_CONV_MAX_IN = 16
-DIRECT_CONV_VECS = 4
+DIRECT_CONV_VECS = 2
+DIRECT_CONV_COLS = 8
 
 # gemv.wgsl: vec4 columns of C per workgroup (the other 64 / GEMV_COLS4 invocations split K).
 GEMV_COLS4 = 2
@@ -302,20 +306,23 @@ def _geometry(
 
 
 def _plan_direct_conv2d(
-    op: str, geo: dict[str, int], pixels: int, limits: DeviceLimits
+    op: str, geo: dict[str, int], rows: int, limits: DeviceLimits
 ) -> KernelPlan:
-    """conv_direct.wgsl: one invocation per output pixel and DIRECT_CONV_VECS vec4s of its
-    output channels."""
+    """conv_direct.wgsl: one invocation per DIRECT_CONV_COLS pixels of an output row and
+    DIRECT_CONV_VECS vec4s of their output channels (`rows`: output rows over the batch)."""
     out_c4 = geo["out_c"] // 4
     groups = math.ceil(out_c4 / DIRECT_CONV_VECS)
-    invocations = pixels * groups
+    col_groups = math.ceil(geo["out_w"] / DIRECT_CONV_COLS)
+    invocations = rows * col_groups * groups
     words = [invocations, groups, geo["in_h"], geo["in_w"], geo["in_c"], geo["out_h"]]
     words += [geo["out_w"], out_c4, geo["k_h"], geo["k_w"], geo["stride_h"], geo["stride_w"]]
-    words += [geo["pad_top"], geo["pad_left"]]
-    wgsl = codegen.render("conv_direct.wgsl", VECS=str(DIRECT_CONV_VECS))
+    words += [geo["pad_top"], geo["pad_left"], col_groups]
+    wgsl = codegen.render(
+        "conv_direct.wgsl", VECS=str(DIRECT_CONV_VECS), COLS=str(DIRECT_CONV_COLS)
+    )
     workgroups = codegen.grid(op, codegen.groups_for(invocations), limits)
     bindings = [codegen.INPUT_0, BufferRef("input", 1), codegen.OUTPUT]
-    key = f"conv_direct:{DIRECT_CONV_VECS}"
+    key = f"conv_direct:{DIRECT_CONV_COLS}x{DIRECT_CONV_VECS}"
     return KernelPlan((codegen.dispatch(key, wgsl, bindings, words, workgroups),))
 
 
@@ -327,7 +334,7 @@ def plan_conv2d(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimi
     geo = _geometry(attrs, x, w, y)
     if x[3] <= DIRECT_CONV_MAX_IN and y[3] % 4 == 0 and codegen.numel(y) and codegen.numel(x):
         codegen.require_float32(op, out)
-        return _plan_direct_conv2d(op, geo, y[0] * y[1] * y[2], limits)
+        return _plan_direct_conv2d(op, geo, y[0] * y[1], limits)
     g = Gemm(y[0] * y[1] * y[2], y[3], w[0] * w[1] * w[2], b_row=y[3], b_col=1, **geo)
     return gemm_plan(op, out, g, "im2col_a", "strided_b", limits)
 
