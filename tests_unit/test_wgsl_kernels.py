@@ -594,10 +594,13 @@ def test_filter_gradient_of_a_big_batch_uses_split_k(gpu: WgpuNativeBackend) -> 
 # ---- pooling ----------------------------------------------------------------------------------
 
 POOL_GEOMETRIES = [
-    ((2, 4, 6, 2), (2, 2), (2, 2), ((0, 0), (0, 0))),
+    ((2, 4, 6, 2), (2, 2), (2, 2), ((0, 0), (0, 0))),  # windows tiling the input
+    ((1, 6, 9, 3), (3, 3), (3, 3), ((0, 0), (0, 0))),
+    ((1, 5, 5, 2), (2, 2), (2, 2), ((0, 0), (0, 0))),  # a last row and column in no window
     ((1, 5, 5, 2), (3, 3), (2, 2), ((1, 1), (1, 1))),
     ((1, 6, 5, 3), (3, 2), (1, 2), ((1, 1), (0, 1))),
 ]
+TILED = {(2, 4, 6, 2), (1, 6, 9, 3)}  # the inputs of POOL_GEOMETRIES its windows tile
 
 
 @pytest.mark.parametrize("x_shape, pool_size, strides, pads", POOL_GEOMETRIES)
@@ -613,6 +616,10 @@ def test_pooling_and_gradients_match_cpu(
     g = normal(*y_shape, seed=11)
     assert_matches_cpu(gpu, "max_pool2d_grad", [x, g], **geo)
     assert_matches_cpu(gpu, "avg_pool2d_grad", [g], input_shape=x.shape, **geo)
+    # Windows tiling the input route max's gradient from one invocation per window.
+    spec = OutSpec(x.shape, "float32", (x.shape, y_shape), ("float32",) * 2)
+    (only,) = kernels.plan("max_pool2d_grad", geo, spec).dispatches
+    assert (only.key == "max_pool2d_grad_tiles") == (x_shape in TILED), only.key
 
 
 # ---- random numbers ---------------------------------------------------------------------------
