@@ -10,11 +10,8 @@
 @group(0) @binding(2) var<storage, read_write> dx: array<f32>;
 
 {{FUNCTIONS}}
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32) {
-  let i = invocation_index(wid, nwg, lid);
-  if (i >= p.count) { return; }
+// Window `i` of the pooled output: its first maximum takes g[i], the rest of it zero.
+fn route_window(i: u32) {
   let at = nhwc_position(i, p.out_h, p.out_w);
   let best = first_max_tap(at.x, at.y, at.z, at.w);
   let share = g[i];
@@ -25,4 +22,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let w = at.z * p.k_w + tap % p.k_w;
     dx[input_index(at.x, h, w, at.w)] = total;
   }
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+  let window = invocation_index(wid, nwg, lid);
+  if (window < p.count) { route_window(window); }
 }
