@@ -447,8 +447,8 @@ class Sequential:
         """The model's outputs for x (inference mode), batch by batch, as one tensor.
 
         A tensor input stays on the device; read the result with ``await out.numpy()``. On cpu
-        with its SIMD module and on webgl2, from the third batch of a shape the forward pass is
-        replayed in one call (the same bits); the result is always the caller's own tensor.
+        with its SIMD module, webgl2 and webgpu, from the third batch of a shape the forward pass
+        is replayed in one call (the same bits); the result is always the caller's own tensor.
 
         Example:
             >>> dense = pib.layers.Dense(2, kernel_initializer="ones", input_shape=(3,))

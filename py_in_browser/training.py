@@ -36,7 +36,7 @@ from .backends import Backend
 from .batching import max_batch_size
 from .callbacks import Callback, History, call_hook
 from .fit_state import FitState
-from .forward_replay import ForwardReplayer, forward_pass
+from .forward_replay import ForwardReplayer, Head, as_list, forward_pass
 from .limits import DEFAULT_LIMITS, ModelSummary, TrainingConfig, check_cap, validate_training
 from .nn import layers as layer_lib
 from .runtime import current_backend, keep, tidy
@@ -470,7 +470,11 @@ class Trainer:
         self._fitting: FitState | None = None  # the accumulators while a fit runs
         self._device: DeviceStep | None = None
         self._device_finalizer: weakref.finalize[Any, Any] | None = None
-        self._forward_replayer: ForwardReplayer | None = None  # predict's recorded passes
+        # predict's recorded passes (key None) and those with a head after the model (top_k's
+        # ranking), on one backend; closed when the model goes (their recordings hold buffers).
+        self._forward_replayers: dict[Any, ForwardReplayer] = {}
+        self._forward_finalizer = weakref.finalize(model, _close_all, self._forward_replayers)
+        self._forward_finalizer.atexit = False
 
     @property
     def model(self) -> TrainableModel:
@@ -491,19 +495,22 @@ class Trainer:
             self._device_finalizer.atexit = False
         return self._device
 
-    def _forward(self) -> Callable[[Any], Tensor]:
-        """predict's forward pass over one batch: replayed where the backend replays inference
-        (the ForwardReplayer lives as long as the backend), else eager."""
+    def forward_passes(
+        self, head_key: Any = None, head: Head | None = None
+    ) -> Callable[[Any], list[Tensor]]:
+        """predict's forward pass over one batch, with `head` after the model when given (one
+        per `head_key`): replayed where the backend replays inference (the ForwardReplayers live
+        as long as the backend), else eager. Returns the pass's tensors, the caller's own."""
         backend = current_backend()
-        if self._forward_replayer is not None and self._forward_replayer.backend is not backend:
-            self._forward_replayer.close()
-            self._forward_replayer = None
+        replayers = self._forward_replayers
+        if any(r.backend is not backend or r.backend.retired for r in replayers.values()):
+            _close_all(replayers)  # recorded on another (or a lost) backend
         if backend.replays_inference and replay.ENABLED:
-            if self._forward_replayer is None:
-                self._forward_replayer = ForwardReplayer(self.model, backend)
-            return self._forward_replayer
-        forward: Callable[[Any], Tensor] = forward_pass(self.model, backend)
-        return forward
+            if head_key not in replayers:
+                replayers[head_key] = ForwardReplayer(self.model, backend, head)
+            return replayers[head_key].run
+        eager = forward_pass(self.model, backend, head)
+        return lambda xb: as_list(eager(xb))
 
     def reset(self) -> None:
         """Drops the DeviceStep and its recordings (compile changes what a step computes)."""
@@ -797,12 +804,12 @@ class Trainer:
             raise ValueError("x: no samples to predict")
         _check_caps(model, samples, batch_size)
         batch_size = min(batch_size, max_batch_size(model))  # rows of the output do not mix
-        forward = self._forward()
+        forward = self.forward_passes()
         parts: list[Tensor] = []
         for start in range(0, samples, batch_size):
             # One batch covering every sample is the source itself: no slice copy on the device.
             whole = start == 0 and samples <= batch_size
-            parts.append(forward(source if whole else source[start : start + batch_size]))
+            parts += forward(source if whole else source[start : start + batch_size])
             await asyncio.sleep(0)
         if source is not x and isinstance(source, Tensor):  # a cast made here
             source.dispose()
@@ -831,3 +838,10 @@ class Trainer:
             state.seen = saved["seen"]
         self._resume = None
         return saved["epoch"], saved["batch"], saved["seed"]
+
+
+def _close_all(replayers: dict[Any, ForwardReplayer]) -> None:
+    """Closes the recorded forward passes (freeing the buffers only they hold) and forgets them."""
+    for replayer in replayers.values():
+        replayer.close()
+    replayers.clear()

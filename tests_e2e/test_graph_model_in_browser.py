@@ -37,8 +37,8 @@ class Model:
     name: str
     nodes: dict[str, str]
     inputs: str  # Python run in the engine: x, the model's input as numpy
-    # Its first output replays on the cpu backend's SIMD module, as a per-frame backbone must
-    # (MoveNet's int32 decoding stays eager there).
+    # Its first output replays on the cpu backend's SIMD module and on webgpu, as a per-frame
+    # backbone must (checked for the hand model; MoveNet's int32 decoding stays eager on cpu).
     replays: bool
 
 
@@ -76,7 +76,7 @@ outs = await gm(x, output={refs!r})  # the first call uploads the weights, compi
 values = [(await t.numpy()).ravel().tolist() for t in outs]
 first_ms = (time.perf_counter() - start) * 1000
 replays = None
-if {replays!r} and pib.get_backend() == "cpu":  # SIMD replays inference: per-frame calls
+if {replays!r} and pib.get_backend() in ("cpu", "webgpu"):  # per-frame calls replay
     for _ in range(3):
         start = time.perf_counter()
         again = (await (await gm(x, output={refs!r}[0])).numpy()).ravel()

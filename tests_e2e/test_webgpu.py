@@ -297,6 +297,67 @@ def test_eager_steps_give_the_replayed_losses(engine_page: EnginePage) -> None:
     np.testing.assert_allclose(eager, replayed, rtol=0, atol=1e-6)
 
 
+FORWARD_PASSES = """
+from py_in_browser import layers, replay
+rng = np.random.default_rng(8)
+model = pib.Sequential([
+    layers.Conv2D(8, 3, activation="relu", padding="same", input_shape=(8, 8, 3)),
+    layers.MaxPool2D(2), layers.Flatten(), layers.Dense(4, activation="softmax")], seed=8)
+x = pib.tensor(rng.uniform(-1, 1, (2, 8, 8, 3)).astype(np.float32))
+host = rng.uniform(-1, 1, (2, 8, 8, 3)).astype(np.float32)
+
+async def passes():
+    view = pib.broadcast_to(pib.tensor(np.float32(0.5)), (2, 8, 8, 3))  # a strided view
+    predicted = [await (await model.predict(v)).numpy() for v in (x, host, view)]
+    ranked = await pib.data.top_k(model, x, k=2)
+    return predicted, ranked
+
+async def counted(calls):
+    from py_in_browser.runtime import current_backend
+    backend = current_backend()
+    await (await model.predict(x)).numpy()  # nothing of earlier calls left in the open list
+    before = (backend.js_calls, backend.words_sent, backend.steps_replayed)
+    for _ in range(calls):
+        (await model.predict(x)).dispose()
+    await backend.flush_async()  # what eager calls left in the open list goes out too
+    return [(backend.js_calls - before[0]) / calls, (backend.words_sent - before[1]) / calls,
+            backend.steps_replayed - before[2]]
+"""
+
+
+def test_forward_passes_replay_with_the_eager_bits_in_one_js_call(engine_page: EnginePage) -> None:
+    """predict (a device tensor, a host array, a broadcast view) and top_k record their passes
+    and replay them from the third call of a signature: the same bits as eager passes with
+    replay off, one JS call each and a command list of a few words instead of every dispatch."""
+    engine_page.run(FORWARD_PASSES)
+    eager, eager_cost = engine_page.run(
+        "replay.ENABLED = False\n"
+        "try:\n"
+        "    got = [await passes(), await counted(10)]\n"
+        "finally:\n"
+        "    replay.ENABLED = True\n"
+        "got"
+    )
+    replayed = engine_page.run(
+        "before = pib.memory()['steps_replayed']\n"
+        "runs = [await passes() for _ in range(4)]\n"
+        "[runs, pib.memory()['steps_replayed'] - before]"
+    )
+    runs, replays = replayed
+    # 16 calls of three signatures (a device tensor, its broadcast-view twin, a host array; top_k
+    # on the device tensor): two recordings each (the second verifies the first), then replays.
+    assert replays == 16 - 2 * 3, replays
+    for predicted, ranked in runs:
+        for got, want in zip(predicted, eager[0], strict=True):
+            assert np.array_equal(np.array(got), np.array(want))  # bit for bit
+        assert ranked == eager[1]
+    calls, words, replays = engine_page.run("await counted(10)")
+    assert replays == 10
+    assert calls <= 1.2, calls  # the replay's flush (and one last flush)
+    assert eager_cost[2] == 0 and words < eager_cost[1] / 4, (words, eager_cost)
+    print(f"per predict: replayed {calls:.1f} js calls {words:.0f} words; eager {eager_cost}")
+
+
 @pytest.mark.parametrize("injected", ["inf", "nan"])
 def test_a_non_finite_replayed_step_keeps_the_last_good_weights(
     engine_page: EnginePage, injected: str
@@ -352,6 +413,42 @@ def test_a_synchronous_read_says_to_await(engine_page: EnginePage) -> None:
     )
     can_block, result = got
     assert result == [1.0, 2.0] if can_block else "await t.numpy()" in result
+
+
+def test_passes_recorded_on_a_lost_device_are_dropped_and_recorded_again(
+    engine_page: EnginePage,
+) -> None:
+    """A device lost after predict and a graph model replayed their passes: the next calls run
+    on the successor backend, recorded there anew (never a replay naming the lost buffers), with
+    the same bits."""
+    engine_page.run(FORWARD_PASSES)  # a model of its own: no recordings yet
+    outcome = engine_page.run(
+        """
+from py_in_browser.runtime import current_backend
+from py_in_browser.testing import graph_models, recovery_calls
+gm = await pib.load_graph_model(graph_models.tiny_graph_model())
+row = np.ones((2, 3), np.float32)
+
+async def calls():
+    predicted = [await (await model.predict(host)).numpy() for _ in range(3)]
+    graph = [await (await gm(row, output="h")).numpy() for _ in range(3)]
+    return predicted + graph
+
+lost = current_backend()
+at_start = lost.steps_replayed  # fit's replayed steps of earlier tests
+first = await calls()
+replayed_there = lost.steps_replayed - at_start
+await recovery_calls.lose_reported()
+again = await calls()
+successor = current_backend()
+replayers = list(model._trainer._forward_replayers.values())
+[successor is not lost, lost.retired, replayed_there, successor.steps_replayed,
+ all(r.backend is successor for r in replayers),
+ all(np.array_equal(a, b) for a, b in zip(first, again))]
+"""
+    )
+    # Per call site: two recordings verify each other, the third call replays.
+    assert outcome == [True, True, 2, 2, True, True], outcome
 
 
 def test_a_lost_device_rejects_reads_and_is_an_event(engine_page: EnginePage) -> None:

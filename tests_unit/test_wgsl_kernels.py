@@ -467,21 +467,29 @@ def test_vec4_gemm_of_a_large_square_product(gpu: WgpuNativeBackend) -> None:
 
 def test_gemms_with_fewer_workgroups_than_tiles_loop_over_them(gpu: WgpuNativeBackend) -> None:
     """A software adapter launches at most resident_workgroups GEMM workgroups, each looping
-    over tiles, and takes gemm_direct.wgsl (no workgroup memory): every GEMM form (plain and
-    A-transposed products, odd shapes, split-K, convolutions) still computes every tile."""
+    over tiles, and takes gemm_direct.wgsl or, for vec4-aligned operands, gemm_direct_vec4.wgsl
+    (no workgroup memory): every GEMM form (plain and A-transposed products, odd shapes,
+    split-K, convolutions) still computes every tile."""
     capped = WgpuNativeBackend(gpu.device, DeviceLimits(resident_workgroups=3))
     plain = {"transpose_a": False, "transpose_b": False}
     spec = OutSpec((96, 128), "float32", ((96, 64), (64, 128)), ("float32",) * 2)
     (product,) = kernels.plan("matmul", plain, spec, capped.device_limits).dispatches
     assert product.workgroups == (3, 1, 1)
-    assert product.key.startswith("gemm_direct:")
+    assert product.key == "gemm_direct_vec4:2"
     assert_matches_cpu(capped, "matmul", [normal(96, 64), normal(64, 128, seed=1)], **plain)
+    # vec4 operands with edge tiles (rows and columns past C), and split-K over a long K.
+    assert_matches_cpu(capped, "matmul", [normal(37, 84), normal(84, 72, seed=7)], **plain)
+    assert_matches_cpu(capped, "matmul", [normal(8, 4100), normal(4100, 64, seed=8)], **plain)
+    narrow = OutSpec((2, 33, 7), "float32", ((2, 33, 20), (2, 20, 7)), ("float32",) * 2)
+    (scalar,) = kernels.plan("matmul", plain, narrow, capped.device_limits).dispatches
+    assert scalar.key.startswith("gemm_direct:")
     assert_matches_cpu(capped, "matmul", [normal(2, 33, 20), normal(2, 20, 7, seed=2)], **plain)
     assert_matches_cpu(capped, "matmul", [normal(5, 6000), normal(6000, 3, seed=3)], **plain)
     for m, n in ((4, 70), (12, 70), (40, 12)):  # gemm_direct's 8x128, 16x64 and 64x16 tiles
         assert_matches_cpu(capped, "matmul", [normal(m, 20), normal(20, n, seed=m)], **plain)
     transposed = {"transpose_a": True, "transpose_b": False}
     assert_matches_cpu(capped, "matmul", [normal(64, 96), normal(64, 128, seed=4)], **transposed)
+    assert_matches_cpu(capped, "matmul", [normal(84, 36), normal(84, 72, seed=9)], **transposed)
     # 6 output channels: not whole vec4s, so conv2d is the implicit GEMM too.
     x, w = normal(2, 9, 9, 3, seed=5), normal(3, 3, 3, 6, seed=6)
     geo = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
@@ -528,7 +536,8 @@ def test_conv2d_of_few_input_channels_is_direct(
     gpu: WgpuNativeBackend, x_shape, w_shape, strides, pads
 ) -> None:
     """conv2d of few input channels (up to 16) with output channels in whole vec4s runs on
-    conv_direct.wgsl, one invocation per pixel; more input channels keep the implicit GEMM."""
+    conv_direct.wgsl, a few pixels of a row per invocation; more input channels keep the
+    implicit GEMM."""
     x, w = normal(*x_shape, seed=21), normal(*w_shape, seed=22)
     geo = {"strides": strides, "pads": pads}
     y_shape, _ = ops.infer("conv2d", [x.shape, w.shape], ["float32"] * 2, geo)
@@ -593,10 +602,13 @@ def test_filter_gradient_of_a_big_batch_uses_split_k(gpu: WgpuNativeBackend) -> 
 # ---- pooling ----------------------------------------------------------------------------------
 
 POOL_GEOMETRIES = [
-    ((2, 4, 6, 2), (2, 2), (2, 2), ((0, 0), (0, 0))),
+    ((2, 4, 6, 2), (2, 2), (2, 2), ((0, 0), (0, 0))),  # windows tiling the input
+    ((1, 6, 9, 3), (3, 3), (3, 3), ((0, 0), (0, 0))),
+    ((1, 5, 5, 2), (2, 2), (2, 2), ((0, 0), (0, 0))),  # a last row and column in no window
     ((1, 5, 5, 2), (3, 3), (2, 2), ((1, 1), (1, 1))),
     ((1, 6, 5, 3), (3, 2), (1, 2), ((1, 1), (0, 1))),
 ]
+TILED = {(2, 4, 6, 2), (1, 6, 9, 3)}  # the inputs of POOL_GEOMETRIES its windows tile
 
 
 @pytest.mark.parametrize("x_shape, pool_size, strides, pads", POOL_GEOMETRIES)
@@ -612,6 +624,10 @@ def test_pooling_and_gradients_match_cpu(
     g = normal(*y_shape, seed=11)
     assert_matches_cpu(gpu, "max_pool2d_grad", [x, g], **geo)
     assert_matches_cpu(gpu, "avg_pool2d_grad", [g], input_shape=x.shape, **geo)
+    # Windows tiling the input route max's gradient from one invocation per window.
+    spec = OutSpec(x.shape, "float32", (x.shape, y_shape), ("float32",) * 2)
+    (only,) = kernels.plan("max_pool2d_grad", geo, spec).dispatches
+    assert (only.key == "max_pool2d_grad_tiles") == (x_shape in TILED), only.key
 
 
 # ---- random numbers ---------------------------------------------------------------------------

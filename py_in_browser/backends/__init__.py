@@ -66,7 +66,7 @@ class Backend:
     # and implement begin_recording ... drop_recording (the protocol replay.py drives).
     supports_replay = False
     # Backends whose replays pay off for predict's forward passes too (forward_replay.py): the
-    # cpu backend and webgl2, where a replay is one call instead of Python per op.
+    # cpu backend, webgl2 and webgpu, where a replay is one call instead of Python per op.
     replays_inference = False
     # How float tensors are stored, and the smallest epsilon an optimizer's denominator may use
     # there (optimizers.py raises smaller ones): 0 for float32 storage; float16 storage sets its own.

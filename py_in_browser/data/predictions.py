@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from .. import functional as F
 from .. import resilience
+from ..model import Sequential
 from ..runtime import tidy
 from ..tensor import Tensor, tensor
 
@@ -58,14 +61,23 @@ async def top_k(
 async def _top_k(
     model: Callable[..., Tensor], images: Any, k: int, labels: Sequence[str] | None
 ) -> list[list[dict[str, Any]]]:
-    def rank() -> tuple[Tensor, Tensor]:
-        batch = images if isinstance(images, Tensor) else tensor(images)
-        out = model(batch, training=False)
+    def rank(out: Tensor) -> tuple[Tensor, Tensor]:
         if out.ndim != 2 or not k <= out.shape[1]:
             raise ValueError(f"top_k: needs (N, classes >= {k}) outputs, got shape {out.shape}")
         return _ranked(out, k)
 
-    indices, scores = tidy(rank)()
+    if isinstance(model, Sequential):
+        # The model's pass and the ranking as one recorded pass (forward_replay.py): a replay
+        # is one backend call where the backend replays inference, not Python per op.
+        batch = images if isinstance(images, Tensor) else np.asarray(images)
+        indices, scores = model._trainer.forward_passes(("top_k", k), rank)(batch)
+    else:
+
+        def eager() -> tuple[Tensor, Tensor]:
+            batch = images if isinstance(images, Tensor) else tensor(images)
+            return rank(model(batch, training=False))
+
+        indices, scores = tidy(eager)()
     try:
         index_rows, score_rows = await indices.numpy(), await scores.numpy()
     finally:

@@ -44,11 +44,19 @@ VEC4_TILE_K = 32
 
 # conv_direct.wgsl: conv2d of inputs with this many channels or fewer (RGB images, a small
 # CNN's second layer), whose output channels are whole vec4s; each invocation computes
-# DIRECT_CONV_VECS vec4s of them. On lavapipe it beat the implicit GEMM 3x at 3 input channels
-# and 2.5-4x at 16 (32x32x16 -> 32 channels, batch 1 and 8): few taps leave the GEMM's
-# shared-memory reuse little to win against its staging and barriers.
+# DIRECT_CONV_VECS vec4s of them for DIRECT_CONV_COLS neighbouring pixels of a row. On lavapipe
+# it beat the implicit GEMM 3x at 3 input channels and 2.5-4x at 16 (32x32x16 -> 32 channels,
+# batch 1 and 8): few taps leave the GEMM's shared-memory reuse little to win against its
+# staging and barriers. On SwiftShader 8 pixels x 2 vec4s ran I3's two layers (64x64x3 -> 16,
+# 32x32x16 -> 32) in 8-17 and 27-36 ms against 35-59 and 108-132 ms for 1 pixel x 4 vec4s
+# (fastest GPU times of one page, on a loaded host); 4 pixels x 4 vec4s was within noise of it.
 DIRECT_CONV_MAX_IN = 16
-DIRECT_CONV_VECS = 4
+DIRECT_CONV_VECS = 2
+DIRECT_CONV_COLS = 8
+
+# gemm_direct_vec4.wgsl (software adapters, gemm_vec4.wgsl's layouts): vec4 columns of C per
+# invocation, each with 4 rows.
+DIRECT_VEC4_VECS = 2
 
 # gemv.wgsl: vec4 columns of C per workgroup (the other 64 / GEMV_COLS4 invocations split K).
 GEMV_COLS4 = 2
@@ -114,6 +122,44 @@ def vec4_body(rows: int, vecs: int, a_transposed: bool = False) -> dict[str, str
         "DECLARE": "\n".join(declare),
         "COMPUTE": "\n".join(compute),
         "STORE": "\n".join(store),
+    }
+
+
+def direct_vec4_body(vecs: int, a_transposed: bool) -> dict[str, str]:
+    """The generated parts of gemm_direct_vec4.wgsl (unrolled, so the accumulators stay in
+    registers): clamped operand indices, accumulators, the K loop and the stores."""
+    accs = [(i, v) for i in range(4) for v in range(vecs)]
+    clamp = [f"  let c{v} = min(col4 + {8 * v}u, n4 - 1u);" for v in range(vecs)]
+    if a_transposed:  # A stored K x M: the invocation's 4 rows are one vec4 of a K row
+        clamp.append("  let r4 = min(row, p.m - 4u) / 4u;")
+        body = ["    let av = a[a_base + k * a_col4 + r4];"]
+        body += [f"    let b{v} = b[b_base + k * b_row4 + c{v}];" for v in range(vecs)]
+        body += [
+            f"    acc{i}_{v} = fma(vec4<f32>(av.{'xyzw'[i]}), b{v}, acc{i}_{v});" for i, v in accs
+        ]
+        loop = ["  for (var k = k_begin; k < k_end; k++) {", *body, "  }"]
+    else:
+        clamp += [f"  let r{i} = min(row + {i}u, p.m - 1u) * a_row4;" for i in range(4)]
+        body = [f"    let a{i} = a[a_base + r{i} + kv];" for i in range(4)]
+        body += [
+            f"    let b{j}_{v} = b[b_base + (kv * 4u + {j}u) * b_row4 + c{v}];"
+            for j in range(4)
+            for v in range(vecs)
+        ]
+        body += [
+            f"    acc{i}_{v} = fma(vec4<f32>(a{i}.{lane}), b{j}_{v}, acc{i}_{v});"
+            for i, v in accs
+            for j, lane in enumerate("xyzw")
+        ]
+        loop = ["  for (var kv = k_begin / 4u; kv < k_end / 4u; kv++) {", *body, "  }"]
+    return {
+        "VECS": str(vecs),
+        "CLAMP": "\n".join(clamp),
+        "DECLARE": "\n".join(f"  var acc{i}_{v} = vec4<f32>(0.0);" for i, v in accs),
+        "LOOP": "\n".join(loop),
+        "STORE": "\n".join(
+            f"  store(c_base, row + {i}u, col4 + {8 * v}u, acc{i}_{v});" for i, v in accs
+        ),
     }
 
 
@@ -200,8 +246,23 @@ def gemm_plan(
             COLUMN_VECS=str(GEMV_COLS4),
         )
         return _product_and_sum(op, g, f"gemv:{GEMV_COLS4}", wgsl, (1, tiles_n, 1, g.k), limits)
+    layout = _vec4_layout(g, load_a, load_b)
+    if limits.resident_workgroups and layout is not None:
+        # A software adapter: vec4 loads straight from the buffers, no workgroup memory.
+        tiles_m, tiles_n = math.ceil(g.m / 32), math.ceil(g.n / (32 * DIRECT_VEC4_VECS))
+        splits, per_split = _splits(tiles_m * tiles_n * g.batches, g.k)
+        per_split = math.ceil(per_split / 4) * 4
+        splits = math.ceil(g.k / per_split)
+        wgsl = codegen.render(
+            "gemm_direct_vec4.wgsl",
+            TILE_LOOP=codegen.template("tile_loop.wgsl"),
+            VECTOR_GEMM_IO=codegen.template("vec4_gemm_io.wgsl"),
+            **direct_vec4_body(DIRECT_VEC4_VECS, layout == "a_transposed"),
+        )
+        key = f"gemm_direct_vec4:{DIRECT_VEC4_VECS}" + (":ta" if layout == "a_transposed" else "")
+        return _product_and_sum(op, g, key, wgsl, (tiles_m, tiles_n, splits, per_split), limits)
     # A software adapter takes gemm_direct.wgsl: no workgroup memory to compile (see there).
-    layout = None if limits.resident_workgroups else _vec4_layout(g, load_a, load_b)
+    layout = None if limits.resident_workgroups else layout
     if layout is not None:
         row_count = VEC4_ROWS if g.m >= 8 * VEC4_ROWS else 1
         rows, cols = 8 * row_count, 32 * VEC4_VECS
@@ -302,20 +363,23 @@ def _geometry(
 
 
 def _plan_direct_conv2d(
-    op: str, geo: dict[str, int], pixels: int, limits: DeviceLimits
+    op: str, geo: dict[str, int], rows: int, limits: DeviceLimits
 ) -> KernelPlan:
-    """conv_direct.wgsl: one invocation per output pixel and DIRECT_CONV_VECS vec4s of its
-    output channels."""
+    """conv_direct.wgsl: one invocation per DIRECT_CONV_COLS pixels of an output row and
+    DIRECT_CONV_VECS vec4s of their output channels (`rows`: output rows over the batch)."""
     out_c4 = geo["out_c"] // 4
     groups = math.ceil(out_c4 / DIRECT_CONV_VECS)
-    invocations = pixels * groups
+    col_groups = math.ceil(geo["out_w"] / DIRECT_CONV_COLS)
+    invocations = rows * col_groups * groups
     words = [invocations, groups, geo["in_h"], geo["in_w"], geo["in_c"], geo["out_h"]]
     words += [geo["out_w"], out_c4, geo["k_h"], geo["k_w"], geo["stride_h"], geo["stride_w"]]
-    words += [geo["pad_top"], geo["pad_left"]]
-    wgsl = codegen.render("conv_direct.wgsl", VECS=str(DIRECT_CONV_VECS))
+    words += [geo["pad_top"], geo["pad_left"], col_groups]
+    wgsl = codegen.render(
+        "conv_direct.wgsl", VECS=str(DIRECT_CONV_VECS), COLS=str(DIRECT_CONV_COLS)
+    )
     workgroups = codegen.grid(op, codegen.groups_for(invocations), limits)
     bindings = [codegen.INPUT_0, BufferRef("input", 1), codegen.OUTPUT]
-    key = f"conv_direct:{DIRECT_CONV_VECS}"
+    key = f"conv_direct:{DIRECT_CONV_COLS}x{DIRECT_CONV_VECS}"
     return KernelPlan((codegen.dispatch(key, wgsl, bindings, words, workgroups),))
 
 
@@ -327,7 +391,7 @@ def plan_conv2d(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimi
     geo = _geometry(attrs, x, w, y)
     if x[3] <= DIRECT_CONV_MAX_IN and y[3] % 4 == 0 and codegen.numel(y) and codegen.numel(x):
         codegen.require_float32(op, out)
-        return _plan_direct_conv2d(op, geo, y[0] * y[1] * y[2], limits)
+        return _plan_direct_conv2d(op, geo, y[0] * y[1], limits)
     g = Gemm(y[0] * y[1] * y[2], y[3], w[0] * w[1] * w[2], b_row=y[3], b_col=1, **geo)
     return gemm_plan(op, out, g, "im2col_a", "strided_b", limits)
 

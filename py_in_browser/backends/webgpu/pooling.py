@@ -79,10 +79,42 @@ def plan_avg_pool2d(
     return _pool(op, attrs, out, limits, out.in_shapes[0], out.shape, inputs=1)
 
 
+def _windows_tile(attrs: dict[str, Any], image: tuple[int, ...], pooled: tuple[int, ...]) -> bool:
+    """Whether the pooling windows cover every input element exactly once."""
+    (kh, kw), strides = attrs["pool_size"], attrs["strides"]
+    return (
+        tuple(strides) == (kh, kw)
+        and all(pad == 0 for pair in attrs["pads"] for pad in pair)
+        and image[1] == pooled[1] * kh
+        and image[2] == pooled[2] * kw
+    )
+
+
 def plan_max_pool2d_grad(
     op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits
 ) -> KernelPlan:
-    return _pool(op, attrs, out, limits, out.shape, out.in_shapes[1], inputs=2)
+    """pool2d_grad.wgsl's gather per input element, or one invocation per window where the
+    windows tile the input (W3s's two 2x2 poolings of a batch of 8 on SwiftShader: 8-26 ms
+    against 158-373 ms GPU time a step, in one page on a loaded host)."""
+    pooled = out.in_shapes[1]
+    if not _windows_tile(attrs, out.shape, pooled) or codegen.numel(out.shape) == 0:
+        return _pool(op, attrs, out, limits, out.shape, pooled, inputs=2)
+    codegen.require_float32(op, out)
+    count = codegen.numel(pooled)
+    image = out.shape
+    (kh, kw) = attrs["pool_size"]
+    words = [count, image[0], image[1], image[2], image[3], pooled[1], pooled[2], kh, kw]
+    words += [kh, kw, 0, 0]
+    wgsl = codegen.render(
+        "max_pool2d_grad_tiles.wgsl",
+        POOL_COMMON=codegen.template("pool_common.wgsl"),
+        PARAMS_BINDING="3",
+        FUNCTIONS=codegen.template("first_max_tap.wgsl"),
+    )
+    bindings = [BufferRef("input", 0), BufferRef("input", 1), codegen.OUTPUT]
+    workgroups = codegen.grid(op, codegen.groups_for(count), limits)
+    key = "max_pool2d_grad_tiles"
+    return KernelPlan((codegen.dispatch(key, wgsl, bindings, words, workgroups),))
 
 
 def plan_avg_pool2d_grad(

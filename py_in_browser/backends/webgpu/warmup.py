@@ -141,11 +141,16 @@ def _row_sums(columns: int) -> OutSpec:
 
 
 def _matmuls() -> list[tuple[str, dict[str, Any], OutSpec]]:
-    """GEMM tiles by output shape (rows x columns): 128x8 64x16 32x32 16x64 8x128."""
+    """GEMM tiles by output shape (rows x columns): 128x8 64x16 32x32 16x64 8x128; and a dense
+    layer's weight gradient x^T g (A transposed: its own vec4 kernel)."""
     plain = {"transpose_a": False, "transpose_b": False}
+    transposed = {"transpose_a": True, "transpose_b": False}
     return [
-        ("matmul", plain, OutSpec((m, n), _F32, ((m, 8), (8, n)), (_F32, _F32)))
-        for m, n in ((64, 4), (64, 16), (64, 64), (16, 64), (4, 64))
+        *(
+            ("matmul", plain, OutSpec((m, n), _F32, ((m, 8), (8, n)), (_F32, _F32)))
+            for m, n in ((64, 4), (64, 16), (64, 64), (16, 64), (4, 64))
+        ),
+        ("matmul", transposed, OutSpec((64, 64), _F32, ((8, 64), (8, 64)), (_F32, _F32))),
     ]
 
 
