@@ -20,19 +20,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ... import fusion
 from .kernels import INPUT_COLS, INPUT_FULL, SIGNATURES, Call, Region, _encoded
 
 ADD = (("add", (("input", 0), ("input", 1))),)
-# Activations by native/simd.h's ACT_* code.
-ACTIVATIONS = {
-    1: (("relu", (("input", 0),)),),
-    2: (  # relu6 = -max(-max(v, 0), -6): graph_model_ops' program for TF's Relu6
-        ("maximum", (("input", 0), ("const", 0.0))),
-        ("neg", (("step", 0),)),
-        ("maximum", (("step", 1), ("const", -6.0))),
-        ("neg", (("step", 2),)),
-    ),
-}
+# Activations by native/simd.h's ACT_* code (relu6 as the graph importer writes TF's Relu6).
+ACTIVATIONS = {1: (("relu", (("input", 0),)),), 2: fusion.RELU6}
 # The fused call's arguments (kernels.SimdKernels.fused): code, constants, inputs, their
 # layouts, the row length of each, the output.
 _CODE, _CONSTS, _INPUTS, _KINDS, _COLS, _OUT = 1, 3, 5, 6, 7, 8
