@@ -11,7 +11,7 @@ from tests_e2e import webgl2_trajectories
 from tests_e2e.engine_page import EnginePage
 from tests_e2e.op_oracle import assert_op_table_matches, assert_special_values_match
 from tests_e2e.test_webgl2 import F32_RTOL, TRAJECTORY_ATOL, check_blocks, check_epilogues
-from tests_e2e.test_webgl2_depthwise_blocks import check_depthwise_blocks
+from tests_e2e.test_webgl2_hand_model_blocks import check_depthwise_blocks
 
 pytestmark = pytest.mark.firefox
 

@@ -163,8 +163,9 @@ def conv2d_source(
     pixel i of row g), and writes rows / 2 pooled pixels x `cols` texels at the pooled output's
     block index (see _conv_loops)."""
     groups = 2 if pool else 1
-    if variant.startswith("c"):
-        tap = _window_tap(int(variant[1:]), rows, cols, groups)
+    if variant.startswith("c"):  # c<n> or c<n>s<column stride>
+        channels, _, stride = variant[1:].partition("s")
+        tap = _window_tap(int(channels), rows, cols, groups, int(stride or 1))
     else:
         tap = _texel_tap(variant, rows, cols, groups)
     loops = _conv_loops(rows, cols, tap, pool)
@@ -290,32 +291,43 @@ def _conv_loops(rows: int, cols: int, tap: str, pool: bool = False) -> str:
     )
 
 
-def _window_tap(channels: int, rows: int, cols: int, groups: int) -> str:
+def window_texels(channels: int, rows: int, stride: int) -> int:
+    """How many texels the c<n> variant's window of one tap spans: its pixels' elements, from
+    o (0 to 3) into the first texel on."""
+    used = ((rows - 1) * stride + 1) * channels  # window elements the block reads after o
+    return -(-used // 4) + 1
+
+
+# The most texels a c<n> window may fetch per tap (a first layer at column stride 2: 7).
+MAX_WINDOW_TEXELS = 8
+
+
+def _window_tap(channels: int, rows: int, cols: int, groups: int, stride: int = 1) -> str:
     """The c<n> variant's tap: per row group g, pixel i's channel ci is element
-    o<g> + i * n + ci of the 16-element window of texels q<g>_0..q<g>_3 from texel
+    o<g> + i * stride * n + ci of the window of texels q<g>_0, q<g>_1, ... from texel
     floor(f<g> / 4), f<g> the group's first pixel's flat index and o<g> = f<g> % 4; s<g>_<j>
     holds window elements o<g> + 4j .. o<g> + 4j + 3 (selected by o<g>, no dynamic indexing).
     Pixels outside the input read 0 (their window elements belong to other rows or lie left of
     or past the texture, whose fetches are clamped to texel 0 or read as robust out-of-range
     fetches)."""
-    used = rows * channels  # window elements the block reads after o
-    if used + 3 > 16:
-        raise ValueError(f"conv2d_block:c{channels}: {rows} pixels span {used + 3} > 16 elements")
+    texels = window_texels(channels, rows, stride)
+    if texels > MAX_WINDOW_TEXELS:
+        raise ValueError(f"conv2d_block:c{channels}: {rows} pixels span {texels} texels")
     windows = ""
     for g in range(groups):
         fetches = "".join(
             f"      vec4 q{g}_{k} = texelFetch(u_x0, px{g}, 0);\n"
             + (
                 f"      if (t{g} + {k} >= 0) px{g} = advance(px{g}, ivec2(1, 0), wx);\n"
-                if k < 3
+                if k < texels - 1
                 else ""
             )
-            for k in range(4)
+            for k in range(texels)
         )
         shifts = "".join(
             f"      vec4 s{g}_{j} = o{g} < 2 ? (o{g} == 0 ? q{g}_{j} : vec4(q{g}_{j}.yzw, q{g}_{j + 1}.x))\n"
             f"                     : (o{g} == 2 ? vec4(q{g}_{j}.zw, q{g}_{j + 1}.xy) : vec4(q{g}_{j}.w, q{g}_{j + 1}.xyz));\n"
-            for j in range(-(-used // 4))
+            for j in range(texels - 1)
         )
         windows += (
             f"      int f{g} = (xrow{g} + iw) * {channels};\n"
@@ -329,7 +341,7 @@ def _window_tap(channels: int, rows: int, cols: int, groups: int) -> str:
         for g in range(groups)
         for i in range(rows)
         for ci in range(channels)
-        for k in [i * channels + ci]
+        for k in [i * stride * channels + ci]
     )
     fetch_w = _filter_fetches(channels, cols).replace("        ", "      ")
     update = "".join(

@@ -263,7 +263,9 @@ def blocked(
     if label == "matmul" and not aligned:
         return None
     if variant == "scalar" and window_channels(a[-1], block_rows, uniforms):
-        variant = f"c{a[-1]}"  # a first layer on images: input windows, not single elements
+        # A first layer on images: input windows, not single elements.
+        stride = int(next(values for name, _, values in uniforms if name == "u_stride")[1])
+        variant = f"c{a[-1]}" + (f"s{stride}" if stride != 1 else "")
     key = f"{program}:{variant}_{block_rows}x{cols}"
     return _draw_blocks(backend, key, inputs, uniforms, label, out, (block_rows, cols), aligned)
 
@@ -451,9 +453,10 @@ def input_gradient_as_conv(
 
 def window_channels(channels: int, block_rows: int, uniforms: list[kernels.Uniform]) -> bool:
     """Whether a scalar conv block may read its input as texel windows (blocks.conv2d_source's
-    c<n> variant): 1 to 3 input channels, column stride 1, the block's pixels in 16 elements."""
-    stride = next(values for name, _, values in uniforms if name == "u_stride")
-    return 1 <= channels <= 3 and stride[1] == 1 and block_rows * channels + 3 <= 16
+    c<n> variant): 1 to 3 input channels, the block's pixels within MAX_WINDOW_TEXELS texels."""
+    stride = int(next(values for name, _, values in uniforms if name == "u_stride")[1])
+    texels = blocks.window_texels(channels, block_rows, stride)
+    return 1 <= channels <= 3 and texels <= blocks.MAX_WINDOW_TEXELS
 
 
 def matmul_padded(

@@ -1,6 +1,7 @@
-"""WebGL2 depthwise convolutions drawn as blocks of neighbouring pixels (blocks.depthwise_source),
-with a layer's bias and relu6 fused into the block and interleave draws, against numpy and the
-unblocked kernel (Firefox: test_webgl2_firefox.py)."""
+"""The hand model's layers as WebGL2 blocks: depthwise convolutions drawn as blocks of
+neighbouring pixels (blocks.depthwise_source) with a layer's bias and relu6 fused into the block
+and interleave draws, and a first layer at column stride 2 reading its RGB input as texel
+windows; against numpy and the unblocked kernels (Firefox: test_webgl2_firefox.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from py_in_browser.backends import KERNELS, cpu  # noqa: F401  (registers the numpy kernels)
 from py_in_browser.testing import graph_models
 from tests_e2e.engine_page import EnginePage
-from tests_e2e.test_webgl2 import F32_RTOL, SENT_COMMANDS
+from tests_e2e.test_webgl2 import F32_RTOL, SENT_COMMANDS, _conv2d
 
 DEPTHWISE = (
     SENT_COMMANDS
@@ -123,3 +124,39 @@ async def _on_cpu(x: np.ndarray) -> np.ndarray:
     out = await graph_models.inverted_residual(seed=4)(x)
     assert not isinstance(out, list)
     return await out.numpy()
+
+
+FIRST_LAYER = (
+    SENT_COMMANDS
+    + """
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+rng = np.random.default_rng(8)
+x = rng.uniform(0, 1, (2, 16, 32, 3)).astype(np.float32)  # RGB images
+w = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
+xs, ws = pib.tensor(x), pib.tensor(w)
+unblocked = await pib.conv2d(xs, ws, strides=2, padding="same").numpy()
+eager = len(sent)
+threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
+try:
+    got = await pib.conv2d(xs, ws, strides=2, padding="same").numpy()
+finally:
+    webgl2_rewrites.BLOCKS_AT = threshold
+    backend.queue.engine.run = engine_run
+{"got": got, "unblocked": unblocked, "x": x, "w": w,
+ "draws": [command[1] for command in sent[eager:] if command[0] == "draw"]}
+"""
+)
+
+
+def test_a_first_layer_at_stride_2_reads_its_images_as_texel_windows(
+    engine_page: EnginePage,
+) -> None:
+    """The hand model's first layer (3x3, 3 channels, stride 2, SAME) as conv blocks reading 7
+    texels per tap (the block's 4 pixels' 21 elements) instead of one element at a time."""
+    result = engine_page.run(FIRST_LAYER)
+    x, w = np.asarray(result["x"], np.float32), np.asarray(result["w"], np.float32)
+    want = _conv2d(x, w, (2, 2), ((0, 1), (0, 1)))
+    got = np.asarray(result["got"], np.float32)
+    np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-4)
+    np.testing.assert_allclose(got, np.asarray(result["unblocked"]), rtol=F32_RTOL, atol=1e-5)
+    assert [d for d in result["draws"] if "_block:" in d] == ["conv2d_block:c3s2_4x2"]
