@@ -407,6 +407,8 @@ def interleave_source(rows: int, cols: int, activation: str = "", aligned: bool 
 # serves the 14- and 7-pixel rows of a MobileNet's last stages where the device has 8 draw
 # buffers.
 DEPTHWISE_ROWS = (4, 7, 2)
+# Filter widths a depthwise block compiles in (its window's taps and input texels are unrolled).
+MAX_DEPTHWISE_WINDOW = 7
 
 
 def depthwise_rows(width: int, draw_buffers: int) -> int | None:

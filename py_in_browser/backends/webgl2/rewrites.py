@@ -280,8 +280,8 @@ def depthwise_blocked(
     after it join them as after a convolution's blocks (epilogues.py)."""
     (_, kw, _, _), width = out.in_shapes[1], out.shape[2]
     rows = blocks.depthwise_rows(width, backend.draw_buffers)
-    if rows is None:
-        return None
+    if rows is None or kw > blocks.MAX_DEPTHWISE_WINDOW:
+        return None  # (a filter gradient's whole-image window stays with the texel kernel)
     if math.prod(out.shape) * math.prod(out.in_shapes[1][:2]) < BLOCKS_AT:
         return None
     key = f"depthwise_block:k{kw}s{attrs['strides'][1]}_{rows}x1"
