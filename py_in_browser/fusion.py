@@ -213,6 +213,12 @@ def where(cond: Value, a: Operand, b: Operand) -> Value:
     return _emit("where", cond, a, b)
 
 
+def relu6(x: Value) -> Value:
+    """min(max(x, 0), 6) as maxima (a NaN passes): TensorFlow's Relu6, which backends that fuse
+    a convolution's activation into its kernel recognise as RELU6."""
+    return -maximum(-maximum(x, 0.0), -6.0)
+
+
 def trace(fn: Callable[..., Value], count: int) -> Program:
     """The program fn builds from `count` symbolic inputs."""
     builder = _Builder()
@@ -240,6 +246,9 @@ def _live_steps(program: Program) -> Program:
         for index, (op, args) in enumerate(program)
         if index in live
     )
+
+
+RELU6: Program = trace(relu6, 1)
 
 
 # ---- gradients: a fused program's VJP is fused programs too ------------------------------------

@@ -1,7 +1,7 @@
 """depthwise_conv2d at the hand model's sizes on every backend of Chromium and Firefox: the
 112 x 112 x 24 first layer (3x3, an R-texture filter on webgl2), a 28 x 28 x 144 5x5 layer (an
-RGBA-packed filter) and a 5x5 one at stride 2, each one draw or dispatch of the whole-texel or
-vec4 kernel, against the op-case table's numpy reference (plain loops, computed in the page, once
+RGBA-packed filter) and a 5x5 one at stride 2, each one dispatch of the vec4 kernel on webgpu and
+on webgl2 one block draw of 4 neighbouring pixels per fragment and its interleave, against the op-case table's numpy reference (plain loops, computed in the page, once
 per browser); the forward times are printed for the notes (never asserted: the machine is
 shared). One page per browser, switched between backends with pib.init."""
 
@@ -21,8 +21,12 @@ LAYERS = [
     ((1, 28, 28, 144), (5, 5, 144, 1), 1, "depthwise_cols:5x1"),
     ((1, 56, 56, 96), (5, 5, 96, 1), 2, "depthwise_cols:5x2"),
 ]
-# webgl2 runs each on its whole-texel kernel (the draw sent).
-WEBGL2_KERNEL = "depthwise_conv2d4"
+# webgl2 runs each as blocks of 4 pixels (rewrites.depthwise_blocked): the draws sent.
+WEBGL2_KERNELS = {
+    (3, 1): ["depthwise_block:k3s1_4x1", "block_interleave:4x1"],
+    (5, 1): ["depthwise_block:k5s1_4x1", "block_interleave:4x1"],
+    (5, 2): ["depthwise_block:k5s2_4x1", "block_interleave:4x1"],
+}
 
 RUN_LAYERS = """
 import json, time
@@ -114,9 +118,10 @@ def test_hand_model_layers_match_numpy_in_one_kernel(
     results = engine.run(f"LAYERS = {LAYERS!r}\n{RUN_LAYERS}")
     for (x_shape, w_shape, strides, webgpu_kernel), result in zip(LAYERS, results, strict=True):
         assert result["shape_ok"] and result["error"] <= 1e-5, (x_shape, w_shape, result)
-        kernel = {"webgpu": webgpu_kernel, "webgl2": WEBGL2_KERNEL}.get(backend)
-        if kernel is not None:
-            assert result["kernels"] == [kernel], result["kernels"]
+        if backend == "webgpu":
+            assert result["kernels"] == [webgpu_kernel], result["kernels"]
+        if backend == "webgl2":
+            assert result["kernels"] == WEBGL2_KERNELS[(w_shape[1], strides)], result["kernels"]
         print(
             f"{browser_name}-{backend} depthwise {x_shape} x {w_shape}/{strides}: {result['ms']:.1f} ms"
         )

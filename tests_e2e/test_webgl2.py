@@ -254,7 +254,7 @@ def test_tensors_wider_than_max_texture_size_are_relaid_out(engine_page: EngineP
 # (op, input shapes, attrs, block program at 8 draw buffers): rows (M, or the output width) a
 # multiple of 4; 8 columns per block at 8 buffers where N (CO) is a multiple of 8, else 4;
 # inputs of 1024+ elements or with 4k channels are RGBA, which whole-texel kernels need; 1 to 3
-# input channels at column stride 1 read texel windows (c<n>), including left of the input.
+# input channels read texel windows (c<n>, c<n>s<stride>), including left of the input.
 BLOCK_CASES: list[tuple[str, tuple[tuple[int, ...], ...], dict[str, Any], str]] = [
     ("matmul", ((2, 8, 12), (2, 12, 16)), {"transpose_b": False}, "matmul_block:nn_4x2"),
     ("matmul", ((2, 8, 12), (2, 16, 12)), {"transpose_b": True}, "matmul_block:nt_4x2"),
@@ -269,6 +269,12 @@ BLOCK_CASES: list[tuple[str, tuple[tuple[int, ...], ...], dict[str, Any], str]] 
     (
         "conv2d",
         ((1, 12, 32, 3), (3, 3, 3, 16)),
+        {"pads": ((1, 1), (1, 1)), "strides": (2, 2)},
+        "conv2d_block:c3s2_4x2",
+    ),
+    (
+        "conv2d",
+        ((1, 12, 32, 5), (3, 3, 5, 16)),
         {"pads": ((1, 1), (1, 1)), "strides": (2, 2)},
         "conv2d_block:scalar_4x2",
     ),

@@ -14,8 +14,8 @@ import pytest
 import py_in_browser as pib
 from py_in_browser import fusion, layers, replay, runtime
 from py_in_browser.backends import KERNELS, cpu
-from py_in_browser.backends.cpu_simd import loader
-from py_in_browser.backends.cpu_simd.kernels import ELEMENTWISE_MIN_SIZE
+from py_in_browser.backends.cpu_simd import epilogues, loader, recording
+from py_in_browser.backends.cpu_simd.kernels import ELEMENTWISE_MIN_SIZE, REPLAYED
 from py_in_browser.events import runtime_events
 from py_in_browser.testing import graph_models
 from py_in_browser.testing.op_cases import CASES, OpCase, check_forward, tape_gradients
@@ -92,15 +92,26 @@ def test_gemm_reads_strided_views(simd: WasmSimd) -> None:
     _close(out, _reference(a, b, False, False))
 
 
-@pytest.mark.parametrize("relu", [False, True])
+def _bias_then(kernels: Any, y: np.ndarray, bias: np.ndarray, activation: int) -> np.ndarray:
+    """What an eager step computes after a layer's product: y + bias, then the activation
+    (epilogues.ACTIVATIONS' code; 0: none), each a separate fused call."""
+    out = kernels.fused(epilogues.ADD, [y, np.broadcast_to(bias, y.shape)])
+    if activation:
+        out = kernels.fused(epilogues.ACTIVATIONS[activation], [out])
+    assert out is not None
+    return out
+
+
+@pytest.mark.parametrize("activation", [0, *epilogues.ACTIVATIONS])
 @pytest.mark.parametrize(("m", "n", "k"), GEMM_SHAPES)
-def test_gemm_epilogue_gives_the_bits_of_gemm_then_bias_add_and_relu(
-    simd: WasmSimd, m: int, n: int, k: int, relu: bool
+def test_gemm_epilogue_gives_the_bits_of_gemm_then_bias_add_and_activation(
+    simd: WasmSimd, m: int, n: int, k: int, activation: int
 ) -> None:
-    """The call a recording merges a layer's matmul, bias add and relu into (epilogues.py) gives
-    the bits of the three calls an eager step makes; a NaN in A and an infinite bias included."""
+    """The call a recording merges a layer's matmul, bias add and relu or relu6 into
+    (epilogues.py) gives the bits of the calls an eager step makes; a NaN in A, values past the
+    relu6 clip and an infinite bias included."""
     rng = np.random.default_rng(m * 1000 + n * 10 + k + 1)
-    a = rng.standard_normal((m, k)).astype(np.float32)
+    a = rng.standard_normal((m, k)).astype(np.float32) * 4
     b = rng.standard_normal((k, n)).astype(np.float32)
     bias = rng.standard_normal(n).astype(np.float32)
     if k:
@@ -109,14 +120,36 @@ def test_gemm_epilogue_gives_the_bits_of_gemm_then_bias_add_and_relu(
     kernels = simd.kernels
     c = kernels.gemm(a, b, False, False)
     assert c is not None
-    want = kernels.fused(
-        (("add", (("input", 0), ("input", 1))),), [c, np.broadcast_to(bias, c.shape)]
-    )
-    if relu:
-        assert want is not None
-        want = kernels.fused((("relu", (("input", 0),)),), [want])
+    want = _bias_then(kernels, c, bias, activation)
     got = kernels.empty((m, n))
-    kernels._run("gemm_epilogue", 1, m, n, k, a, m * k, 0, b, k * n, 0, bias, int(relu), got,
+    kernels._run("gemm_epilogue", 1, m, n, k, a, m * k, 0, b, k * n, 0, bias, activation, got,
+                 kernels._work)  # fmt: skip
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(("m", "n", "k"), GEMM_SHAPES)
+def test_gemm_residual_gives_the_bits_of_gemm_then_skip_add_then_bias(
+    simd: WasmSimd, m: int, n: int, k: int
+) -> None:
+    """A block's last 1x1 convolution, its skip connection and its bias (bias + (c + skip), in
+    the order the hand model adds them) merged into one call: the eager calls' bits."""
+    rng = np.random.default_rng(m * 1000 + n * 10 + k + 2)
+    batch = 2
+    a = rng.standard_normal((batch, m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    skip = rng.standard_normal((batch, m, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    if skip.size:
+        skip.flat[-1] = np.inf
+    bias[0] = np.nan
+    kernels = simd.kernels
+    c = kernels.gemm(a, np.broadcast_to(b, (batch, k, n)), False, False)
+    assert c is not None
+    summed = kernels.fused(epilogues.ADD, [c, skip])
+    assert summed is not None
+    want = kernels.fused(epilogues.ADD, [np.broadcast_to(bias, c.shape), summed])
+    got = kernels.empty((batch, m, n))
+    kernels._run("gemm_residual", batch, m, n, k, a, m * k, 0, b, 0, 0, skip, bias, got,
                  kernels._work)  # fmt: skip
     np.testing.assert_array_equal(got, want)
 
@@ -202,6 +235,35 @@ def test_depthwise_conv2d_gives_the_numpy_kernels_bits(
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("activation", [0, *epilogues.ACTIVATIONS])
+@pytest.mark.parametrize("multiplier", [1, 3])
+@pytest.mark.parametrize(("shape", "window", "strides", "pads"), WINDOWS)
+def test_depthwise_epilogue_gives_the_bits_of_depthwise_then_bias_add_and_activation(
+    simd: WasmSimd,
+    shape: tuple[int, ...],
+    window: Any,
+    strides: Any,
+    pads: Any,
+    multiplier: int,
+    activation: int,
+) -> None:
+    """A depthwise layer's convolution, bias add and relu or relu6 merged into one call (as a
+    recording merges them: epilogues.py) give the bits of the eager calls."""
+    rng = np.random.default_rng(sum(shape) + multiplier + activation)
+    x = rng.standard_normal(shape).astype(np.float32) * 4
+    w = rng.standard_normal((*window, shape[3], multiplier)).astype(np.float32)
+    bias = rng.standard_normal(shape[3] * multiplier).astype(np.float32)
+    x.flat[0], bias[-1] = np.nan, np.inf
+    kernels = simd.kernels
+    y = kernels.depthwise_conv2d(x, w, strides, pads)
+    assert y is not None
+    want = _bias_then(kernels, y, bias, activation)
+    got = kernels.empty(y.shape)
+    geometry = kernels._window(x.shape, window, strides, pads, y.shape[1:3])
+    kernels._run("depthwise_epilogue", geometry, multiplier, x, w, bias, activation, got)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("channels", [4, 24, 37])
 def test_depthwise_conv2d_of_hand_model_layers_matches_numpy(simd: WasmSimd, channels: int) -> None:
     """16, 4 and 1 channels per pass, 5x5 filters at stride 2; and the filter gradient's
@@ -252,6 +314,44 @@ def test_predictions_through_a_depthwise_backbone_replay_with_the_eager_bits() -
     assert none == 0 and count == 2  # the third and fourth predictions
     for got, want in zip(replayed, eager, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.usefixtures("with_simd")
+def test_a_hand_model_block_replays_as_three_merged_calls_with_the_eager_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One block of the hand model (graph_models.inverted_residual: its convolutions' bias adds
+    and relu6s, and the last one's skip connection and bias) replays as a gemm_epilogue, a
+    depthwise_epilogue and a gemm_residual call, nothing else, with the eager passes' bits."""
+    replayed: list[list[str]] = []
+    replay_recording = recording.replay
+
+    def spy(kernels: Any, taken: recording.Recording, *args: Any) -> Any:
+        words, names, at = taken.words, [], 0
+        while at < len(words):
+            names.append(REPLAYED[words[at]])
+            at += 2 + words[at + 1]
+        replayed.append(names)
+        return replay_recording(kernels, taken, *args)
+
+    monkeypatch.setattr(recording, "replay", spy)
+    x = np.random.default_rng(5).standard_normal((1, 12, 12, 8)).astype(np.float32) * 3
+
+    async def calls(replays: bool) -> list[np.ndarray]:
+        replay.ENABLED = replays
+        try:
+            gm = graph_models.inverted_residual(seed=2)
+            outs = [await gm(x) for _ in range(4)]
+            return [await out.numpy() for out in outs if isinstance(out, pib.Tensor)]
+        finally:
+            replay.ENABLED = True
+
+    eager = asyncio.run(calls(False))
+    assert not replayed
+    got = asyncio.run(calls(True))
+    assert replayed == [["gemm_epilogue", "depthwise_epilogue", "gemm_residual"]] * 2
+    for a, b in zip(got, eager, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize(("shape", "window", "strides", "pads"), WINDOWS)

@@ -344,6 +344,9 @@ def _windows_out_hw(shape: tuple[int, ...], window: Any, attrs: dict[str, Any]) 
 
 def _im2col(x: np.ndarray, window: Any, attrs: dict[str, Any], out_hw: Any) -> np.ndarray:
     """Rows (N*OH*OW, KH*KW*C) of every zero-padded window of x, taps in (i, j, c) order."""
+    pointwise = tuple(window) == (1, 1) and tuple(attrs["strides"]) == (1, 1)
+    if pointwise and not np.any(attrs["pads"]) and x.flags.c_contiguous:
+        return x.reshape(-1, x.shape[3])  # a 1x1 window's rows are the pixels: x itself, no copy
     cols = _simd("im2col", x, window, attrs["strides"], attrs["pads"], out_hw)
     if cols is None:
         win = _windows(_padded(x, attrs["pads"]), window, attrs["strides"], out_hw)

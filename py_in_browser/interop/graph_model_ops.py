@@ -118,7 +118,7 @@ def _op(*names: str) -> Callable[[Handler], Handler]:
 
 
 def _relu6(x: Tensor) -> Tensor:
-    return F.fused(lambda v: -fusion.maximum(-fusion.maximum(v, 0.0), -6.0), x)
+    return F.fused(fusion.relu6, x)
 
 
 def _elu(x: Tensor) -> Tensor:

@@ -201,3 +201,42 @@ def small_backbone(seed: int = 0, channels: int = 2) -> GraphModel:
     inputs: dict[str, tuple[tuple[int, ...], str]] = {"x": ((1, 6, 6, channels), "DT_FLOAT")}
     files = graph_model_files(nodes, weights, inputs, {"pooled": (1, channels)})
     return GraphModel(convert(read_graph(files)), "small_backbone")
+
+
+def inverted_residual(seed: int = 0, channels: int = 8, size: int = 12) -> GraphModel:
+    """A pib.GraphModel of one block of the hand model, written as its graph writes it (unfused
+    ops; the bias of the block's last convolution added after the skip connection, bias first):
+    x (1, size, size, channels) -> 1x1 conv to 2 * channels + bias -> relu6 -> depthwise 3x3
+    SAME + bias -> relu6 -> 1x1 conv back to channels -> + x -> bias + that -> "out" (its
+    output). Weights drawn from `seed`, biases included.
+
+    Example:
+        >>> from py_in_browser.testing import graph_models
+        >>> graph_models.inverted_residual().outputs
+        [{'name': 'out:0', 'shape': [None, 12, 12, 8], 'dtype': 'float32'}]
+    """
+    rng = np.random.default_rng(seed)
+    wide = 2 * channels
+    weights = {
+        "expand": rng.normal(0, 0.5, (1, 1, channels, wide)).astype(np.float32),
+        "expand_bias": rng.normal(0, 0.5, (wide,)).astype(np.float32),
+        "dw": rng.normal(0, 0.5, (3, 3, wide, 1)).astype(np.float32),
+        "dw_bias": rng.normal(0, 0.5, (wide,)).astype(np.float32),
+        "project": rng.normal(0, 0.5, (1, 1, wide, channels)).astype(np.float32),
+        "project_bias": rng.normal(0, 0.5, (channels,)).astype(np.float32),
+    }
+    conv = {"strides": [1, 1, 1, 1], "padding": "SAME", "dilations": [1, 1, 1, 1]}
+    nodes: list[Node] = [
+        ("e", "Conv2D", ["x", "expand"], conv),
+        ("eb", "AddV2", ["e", "expand_bias"], {}),
+        ("er", "Relu6", ["eb"], {}),
+        ("d", "DepthwiseConv2dNative", ["er", "dw"], conv),
+        ("db", "AddV2", ["d", "dw_bias"], {}),
+        ("dr", "Relu6", ["db"], {}),
+        ("p", "Conv2D", ["dr", "project"], conv),
+        ("skip", "AddN", ["p", "x"], {}),
+        ("out", "AddV2", ["project_bias", "skip"], {}),
+    ]
+    inputs: dict[str, tuple[tuple[int, ...], str]] = {"x": ((1, size, size, channels), "DT_FLOAT")}
+    files = graph_model_files(nodes, weights, inputs, {"out": (1, size, size, channels)})
+    return GraphModel(convert(read_graph(files)), "inverted_residual")

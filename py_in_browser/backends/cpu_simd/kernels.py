@@ -47,6 +47,8 @@ SIGNATURES: dict[str, tuple[str, str]] = {
     "replay": ("mimi", ""),
     "gemm_epilogue": ("iiiipiipiipioo", ""),
     "depthwise_conv2d": ("mippo", ""),
+    "gemm_residual": ("iiiipiipiippoo", ""),
+    "depthwise_epilogue": ("mipppio", ""),
 }
 # The calls a recorded step may contain, in the order of native/replay.c's CALL_* ids.
 REPLAYED = (
@@ -66,6 +68,8 @@ REPLAYED = (
     "select",
     "gemm_epilogue",
     "depthwise_conv2d",
+    "gemm_residual",
+    "depthwise_epilogue",
 )
 Pair = tuple[int, int]
 

@@ -233,6 +233,10 @@ class WebGL2Backend(Backend):
             blocked = rewrites.blocked(self, key, inputs, out, uniforms)
             if blocked is not None:
                 return blocked
+        if key == "depthwise_conv2d4":
+            blocked = rewrites.depthwise_blocked(self, inputs, attrs, out, uniforms)
+            if blocked is not None:
+                return blocked
         if op == "random_uniform" and self.memory.half:
             kernels.check_half_draw(attrs["bits"], self.memory.compensated)
         carried = inputs[1:] if op == "where" else inputs

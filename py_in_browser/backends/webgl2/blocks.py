@@ -19,12 +19,17 @@ from __future__ import annotations
 
 # Block shapes (rows, texel columns), best first; one fits every WebGL2 device (4 draw buffers).
 SHAPES = ((4, 2), (4, 1))
+# And for convolutions, whose output rows may be 14 or 7 pixels wide (a MobileNet's last
+# stages, most of its multiply-adds): 7 pixels where the device has 8 draw buffers, else 2.
+CONV_SHAPES = (*SHAPES, (7, 1), (2, 2))
 
 
-def shape_for(rows: int, columns: int, draw_buffers: int) -> tuple[int, int] | None:
+def shape_for(
+    rows: int, columns: int, draw_buffers: int, convolution: bool = False
+) -> tuple[int, int] | None:
     """The first block shape tiling `rows` x `columns` outputs within the draw buffers (rows:
     a product's M, a convolution's output width, so that no block spans two matrices/rows)."""
-    for block_rows, cols in SHAPES:
+    for block_rows, cols in CONV_SHAPES if convolution else SHAPES:
         if (
             block_rows * cols <= draw_buffers
             and rows % block_rows == 0
@@ -158,8 +163,9 @@ def conv2d_source(
     pixel i of row g), and writes rows / 2 pooled pixels x `cols` texels at the pooled output's
     block index (see _conv_loops)."""
     groups = 2 if pool else 1
-    if variant.startswith("c"):
-        tap = _window_tap(int(variant[1:]), rows, cols, groups)
+    if variant.startswith("c"):  # c<n> or c<n>s<column stride>
+        channels, _, stride = variant[1:].partition("s")
+        tap = _window_tap(int(channels), rows, cols, groups, int(stride or 1))
     else:
         tap = _texel_tap(variant, rows, cols, groups)
     loops = _conv_loops(rows, cols, tap, pool)
@@ -285,32 +291,43 @@ def _conv_loops(rows: int, cols: int, tap: str, pool: bool = False) -> str:
     )
 
 
-def _window_tap(channels: int, rows: int, cols: int, groups: int) -> str:
+def window_texels(channels: int, rows: int, stride: int) -> int:
+    """How many texels the c<n> variant's window of one tap spans: its pixels' elements, from
+    o (0 to 3) into the first texel on."""
+    used = ((rows - 1) * stride + 1) * channels  # window elements the block reads after o
+    return -(-used // 4) + 1
+
+
+# The most texels a c<n> window may fetch per tap (a first layer at column stride 2: 7).
+MAX_WINDOW_TEXELS = 8
+
+
+def _window_tap(channels: int, rows: int, cols: int, groups: int, stride: int = 1) -> str:
     """The c<n> variant's tap: per row group g, pixel i's channel ci is element
-    o<g> + i * n + ci of the 16-element window of texels q<g>_0..q<g>_3 from texel
+    o<g> + i * stride * n + ci of the window of texels q<g>_0, q<g>_1, ... from texel
     floor(f<g> / 4), f<g> the group's first pixel's flat index and o<g> = f<g> % 4; s<g>_<j>
     holds window elements o<g> + 4j .. o<g> + 4j + 3 (selected by o<g>, no dynamic indexing).
     Pixels outside the input read 0 (their window elements belong to other rows or lie left of
     or past the texture, whose fetches are clamped to texel 0 or read as robust out-of-range
     fetches)."""
-    used = rows * channels  # window elements the block reads after o
-    if used + 3 > 16:
-        raise ValueError(f"conv2d_block:c{channels}: {rows} pixels span {used + 3} > 16 elements")
+    texels = window_texels(channels, rows, stride)
+    if texels > MAX_WINDOW_TEXELS:
+        raise ValueError(f"conv2d_block:c{channels}: {rows} pixels span {texels} texels")
     windows = ""
     for g in range(groups):
         fetches = "".join(
             f"      vec4 q{g}_{k} = texelFetch(u_x0, px{g}, 0);\n"
             + (
                 f"      if (t{g} + {k} >= 0) px{g} = advance(px{g}, ivec2(1, 0), wx);\n"
-                if k < 3
+                if k < texels - 1
                 else ""
             )
-            for k in range(4)
+            for k in range(texels)
         )
         shifts = "".join(
             f"      vec4 s{g}_{j} = o{g} < 2 ? (o{g} == 0 ? q{g}_{j} : vec4(q{g}_{j}.yzw, q{g}_{j + 1}.x))\n"
             f"                     : (o{g} == 2 ? vec4(q{g}_{j}.zw, q{g}_{j + 1}.xy) : vec4(q{g}_{j}.w, q{g}_{j + 1}.xyz));\n"
-            for j in range(-(-used // 4))
+            for j in range(texels - 1)
         )
         windows += (
             f"      int f{g} = (xrow{g} + iw) * {channels};\n"
@@ -324,7 +341,7 @@ def _window_tap(channels: int, rows: int, cols: int, groups: int) -> str:
         for g in range(groups)
         for i in range(rows)
         for ci in range(channels)
-        for k in [i * channels + ci]
+        for k in [i * stride * channels + ci]
     )
     fetch_w = _filter_fetches(channels, cols).replace("        ", "      ")
     update = "".join(
@@ -340,11 +357,20 @@ def _window_tap(channels: int, rows: int, cols: int, groups: int) -> str:
     )
 
 
-def interleave_source(rows: int, cols: int, relu: bool = False, aligned: bool = False) -> str:
+# What an interleave may apply to the block's texels: relu (NaN passes, as the relu kernel) or
+# relu6 (fusion.RELU6's maxima: a NaN passes, as the fused kernel computes it).
+INTERLEAVE_ACTIVATIONS = {
+    "": "v",
+    "relu": "mix(max(v, vec4(0.0)), v, is_nan4(v))",
+    "relu6": "-max_nan4(-max_nan4(v, vec4(0.0)), vec4(-6.0))",
+}
+
+
+def interleave_source(rows: int, cols: int, activation: str = "", aligned: bool = False) -> str:
     """Program "block_interleave:<rows>x<cols>": output texel (row r, texel column c; u_cols4
     texel columns) from target (r % rows) * cols + c % cols, texel (r / rows) * (u_cols4 /
     cols) + c / cols. Samplers cannot be indexed by a varying value in GLSL ES 3.00, hence the
-    chain of fetches. With relu (".relu"), relu of it (NaN passes, as the relu kernel).
+    chain of fetches. With an activation (".relu", ".relu6": INTERLEAVE_ACTIVATIONS), that of it.
     "block_interleave:aligned_<rows>x<cols>" (`aligned`): the output has one matrix row per
     texture row and the targets one block row each (u_cols4 / cols texels wide), so the
     fragment's position is (c, r) and that texel sits at (c / cols, r / rows): no integer
@@ -354,7 +380,7 @@ def interleave_source(rows: int, cols: int, relu: bool = False, aligned: bool = 
         f"  if (t == {t}) return texelFetch(u_x{t}, q, 0);\n" for t in range(rows * cols - 1)
     )
     last = rows * cols - 1
-    result = "mix(max(v, vec4(0.0)), v, is_nan4(v))" if relu else "v"
+    result = INTERLEAVE_ACTIVATIONS[activation]
     if aligned:
         # Both block sides are powers of two (SHAPES): shifts and masks, not divisions.
         assert rows & (rows - 1) == 0 and cols & (cols - 1) == 0, (rows, cols)
@@ -375,3 +401,87 @@ def interleave_source(rows: int, cols: int, relu: bool = False, aligned: bool = 
         f"{place}{chain}  return texelFetch(u_x{last}, q, 0);\n}}\n"
         f"vec4 value4(int texel) {{\n  vec4 v = block_texel(texel);\n  return {result};\n}}\n"
     )
+
+
+# Neighbouring output pixels per fragment of a blocked depthwise convolution, best first: 7
+# serves the 14- and 7-pixel rows of a MobileNet's last stages where the device has 8 draw
+# buffers.
+DEPTHWISE_ROWS = (4, 7, 2)
+# Filter widths a depthwise block compiles in (its window's taps and input texels are unrolled).
+MAX_DEPTHWISE_WINDOW = 7
+
+
+def depthwise_rows(width: int, draw_buffers: int) -> int | None:
+    """The pixels per fragment of a blocked depthwise convolution whose output rows are
+    `width` pixels wide (a block never spans two rows), or None where no block fits."""
+    return next((r for r in DEPTHWISE_ROWS if r <= draw_buffers and width % r == 0), None)
+
+
+def depthwise_source(window: int, stride: int, rows: int, bias: bool = False) -> str:
+    """Program "depthwise_block:k<window>s<stride>_<rows>x1" (an RGBA NHWC input of channels
+    a multiple of 4 and HWC1 filters of either layout, as depthwise_conv2d4.frag): the block is `rows`
+    neighbouring output pixels of one output row x one texel of channels, target texel index
+    (first pixel / rows) * (C / 4) + texel column, as conv2d_source's blocks. The filter's
+    width and column stride are compiled in: per filter row, its `window` texels are fetched
+    once for all the pixels, and the (rows - 1) * stride + window input texels the pixels' taps
+    cover once each, where one texel per pixel and tap (and a filter texel each) was fetched.
+    Each pixel sums its taps in depthwise_conv2d4.frag's order, padded taps multiplying a zero
+    in (0 * Inf is NaN, as numpy)."""
+    span = (rows - 1) * stride + window
+    filters = "".join(f"    vec4 w{k} = filter_tap(pw, tap_step, ww);\n" for k in range(window))
+    columns = ""
+    for j in range(span):
+        columns += (
+            f"    vec4 x{j} = vec4(0.0);\n"
+            f"    if (row_inside && left + {j} >= 0 && left + {j} < u_x.z) {{\n"
+            f"      x{j} = texelFetch(u_x0, px, 0);\n"
+            "      px = advance(px, pixel_step, wx);\n    }\n"
+        )
+        columns += "".join(
+            f"    c{i}_0 += x{j} * w{j - i * stride};\n"
+            for i in range(rows)
+            if 0 <= j - i * stride < window
+        )
+    body = (
+        "  int index = p.y * u_out.x + p.x;\n"
+        "  if (index * 4 >= u_out_size) return;  // past the last texel of a squarish target\n"
+        "  int c4n = u_x.w / 4;\n  int c4 = index % c4n;\n"
+        f"  int pix = (index / c4n) * {rows};\n"
+        "  int ow = pix % u_o.y;\n  int t = pix / u_o.y;\n  int oh = t % u_o.x;\n  int n = t / u_o.x;\n"
+        "  int wx = u_l0.x;\n  int ww = u_l1.x;\n"
+        "  ivec2 pixel_step = texel_step(c4n, wx);\n"
+        "  // The filter elements of tap (0, 0): texel c4 (RGBA), or R texels from 4 * c4 on.\n"
+        "  bool w_rgba = u_l1.y == 4;\n"
+        "  ivec2 tap_step = texel_step(w_rgba ? c4n : u_x.w, ww);\n"
+        "  ivec2 pw = texel_at(w_rgba ? c4 : 4 * c4, ww);\n"
+        "  int left = ow * u_stride.y - u_pad.y;\n"
+        "  for (int kh = 0; kh < u_w.x; ++kh) {\n"
+        "    int ih = oh * u_stride.x - u_pad.x + kh;\n"
+        "    bool row_inside = ih >= 0 && ih < u_x.y;\n"
+        "    int first = ((n * u_x.y + max(ih, 0)) * u_x.z + max(left, 0)) * c4n + c4;\n"
+        "    ivec2 px = texel_at(first, wx);  // moves one pixel per input column inside\n"
+        f"{filters}{columns}  }}\n"
+    )
+    return _block(rows, 1, CONV_UNIFORMS + FILTER_TAP, body, "c4" if bias else None)
+
+
+# The 4 filter elements of a depthwise tap from its texel (RGBA filter) or its 4 R texels, and
+# the cursor moved to the next tap (as depthwise_conv2d4.frag reads them).
+FILTER_TAP = """vec4 filter_tap(inout ivec2 pw, ivec2 tap_step, int ww) {
+  vec4 w;
+  if (u_l1.y == 4) {
+    w = texelFetch(u_x1, pw, 0);
+  } else {
+    ivec2 q = pw;
+    w.x = texelFetch(u_x1, q, 0).r;
+    q = advance(q, ivec2(1, 0), ww);
+    w.y = texelFetch(u_x1, q, 0).r;
+    q = advance(q, ivec2(1, 0), ww);
+    w.z = texelFetch(u_x1, q, 0).r;
+    q = advance(q, ivec2(1, 0), ww);
+    w.w = texelFetch(u_x1, q, 0).r;
+  }
+  pw = advance(pw, tap_step, ww);
+  return w;
+}
+"""

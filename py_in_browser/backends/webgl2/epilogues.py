@@ -4,7 +4,9 @@ A Dense or Conv2D layer computes y = x @ w (or conv2d), then y + bias, then relu
 over the output. Blocked products draw into several targets and interleave them into y (blocks.py);
 here, when y + bias comes next (bias: one value per output column, broadcast over the rows), the
 block draw is queued again with the bias added as it writes its targets, and their interleave
-is y + bias; relu of an interleave's output is another interleave, with relu applied. The draws
+is y + bias; relu of an interleave's output is another interleave, with relu applied, and so is
+relu6 (fusion.RELU6, TensorFlow's Relu6 as graph models run it). Depthwise convolutions drawn
+as blocks (rewrites.depthwise_blocked) take their bias and activation the same way. The draws
 made redundant are marked: dead_draws drops those whose results nothing reads at the next flush
 or when a recording ends (y unread and freed: neither add's nor relu's gradient reads y). Where
 something does read them, both run: the same numbers, one pass more. In a forward pass
@@ -27,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ... import fusion
 from .. import OutSpec
 from . import kernels, shaders, wire
 from .textures import Handle, TexturePool
@@ -50,6 +53,7 @@ class Blocked:
     relu: bool
     stamps: tuple[tuple[int, int], ...]  # (texture id, pool generation) of the block inputs
     bias: Handle | None = None  # the bias fused in (its stamp is among the stamps)
+    relu6: bool = False  # relu6 applied by the interleave (then nothing more fuses in)
 
 
 @dataclass
@@ -164,13 +168,17 @@ def fuse(
         return None
     if isinstance(record, Product):
         return fuse_product(memory, queue, op, inputs, attrs, out, record)
-    if op not in ("add", "relu", "max_pool2d"):
+    if op == "fused" and isinstance(record, Blocked):
+        if len(inputs) != 1 or attrs["program"] != fusion.RELU6:
+            return None  # of the fused programs, blocks apply TensorFlow's relu6 only
+        op = "relu6"
+    if op not in ("add", "relu", "relu6", "max_pool2d"):
         return None  # the block and split-sum epilogues know relu only
     if isinstance(record, Summed):
         return fuse_sum(memory, queue, op, inputs, out, record)
     if op == "max_pool2d":
         return pooled(memory, queue, record, attrs, out) if forward_only else None
-    if record.relu:
+    if record.relu or record.relu6:
         return None
     if op == "add":
         if record.biased or not is_column_bias(inputs[0], inputs[1], out):
@@ -191,7 +199,7 @@ def fuse(
         for target in targets:
             memory.share(target)
         block = record.block
-        key = f"{record.interleave_key}.relu"
+        key = f"{record.interleave_key}.{op}"
     handle = memory.allocate(out.shape, out.dtype, False)
     interleave = queue.draw(key, handle, targets, record.interleave_uniforms, record.label, False)
     queue.mark_droppable(record.interleave)  # y (add) or y + bias (relu): read only if needed
@@ -216,6 +224,7 @@ def fuse(
             if op == "add"
             else record.stamps,
             bias=inputs[1] if op == "add" else record.bias,
+            relu6=op == "relu6",
         ),
     )
     return handle
@@ -235,7 +244,7 @@ def pooled(
     _, oh, ow, co = out.in_shapes[0]
     plain = tuple(attrs["pool_size"]) == (2, 2) and tuple(attrs["strides"]) == (2, 2)
     plain = plain and all(tuple(p) == (0, 0) for p in attrs["pads"])
-    if record.label != "conv2d" or not plain or oh % 2 or ow % 2 or rows % 2:
+    if record.label != "conv2d" or record.relu6 or not plain or oh % 2 or ow % 2 or rows % 2:
         return None
     bias = [record.bias] if record.biased and record.bias is not None else []
     if record.biased and not bias:

@@ -251,19 +251,59 @@ def blocked(
     rows, columns = out.shape[-2], out.shape[-1]  # matmul: M, N; conv2d: OW, CO
     a, b = out.in_shapes  # K: a's last dim, or its second last for a^T; KH * KW * CI
     inner = math.prod(b[:-1]) if label != "matmul" else a[-2] if variant == "tn" else a[-1]
-    shape = blocks.shape_for(rows, columns, backend.draw_buffers)
+    shape = blocks.shape_for(rows, columns, backend.draw_buffers, label == "conv2d")
     if shape is None or math.prod(out.shape) * inner < BLOCKS_AT:
         return None
     block_rows, cols = shape
     block = (math.prod(out.shape[:-1]) // block_rows, columns // cols)
-    # The matmul block kernel addresses its targets by texture row and column.
+    # The matmul block kernel addresses its targets by texture row and column; the aligned
+    # interleave shifts by the block's sides (powers of two).
     aligned = choose_layout(block, backend.memory.max_side).width * 4 * cols == columns
+    aligned = aligned and block_rows & (block_rows - 1) == 0
     if label == "matmul" and not aligned:
         return None
     if variant == "scalar" and window_channels(a[-1], block_rows, uniforms):
-        variant = f"c{a[-1]}"  # a first layer on images: input windows, not single elements
-    targets = [backend.memory.allocate(block, out.dtype, False) for _ in range(block_rows * cols)]
+        # A first layer on images: input windows, not single elements.
+        stride = int(next(values for name, _, values in uniforms if name == "u_stride")[1])
+        variant = f"c{a[-1]}" + (f"s{stride}" if stride != 1 else "")
     key = f"{program}:{variant}_{block_rows}x{cols}"
+    return _draw_blocks(backend, key, inputs, uniforms, label, out, (block_rows, cols), aligned)
+
+
+def depthwise_blocked(
+    backend: Drawing, inputs: list[Handle], attrs: dict[str, Any], out: OutSpec,
+    uniforms: list[kernels.Uniform],
+) -> Handle | None:  # fmt: skip
+    """A whole-texel depthwise convolution (depthwise_conv2d4) as blocks of
+    neighbouring output pixels (blocks.depthwise_source: each input and filter texel fetched
+    once per block, not once per pixel and tap), then an interleave; a bias and relu or relu6
+    after it join them as after a convolution's blocks (epilogues.py)."""
+    (_, kw, _, _), width = out.in_shapes[1], out.shape[2]
+    rows = blocks.depthwise_rows(width, backend.draw_buffers)
+    if rows is None or kw > blocks.MAX_DEPTHWISE_WINDOW:
+        return None  # (a filter gradient's whole-image window stays with the texel kernel)
+    if math.prod(out.shape) * math.prod(out.in_shapes[1][:2]) < BLOCKS_AT:
+        return None
+    key = f"depthwise_block:k{kw}s{attrs['strides'][1]}_{rows}x1"
+    return _draw_blocks(backend, key, inputs, uniforms, "depthwise_conv2d", out, (rows, 1), False)
+
+
+def _draw_blocks(
+    backend: Drawing,
+    key: str,
+    inputs: list[Handle],
+    uniforms: list[kernels.Uniform],
+    label: str,
+    out: OutSpec,
+    shape: tuple[int, int],
+    aligned: bool,
+) -> Handle:
+    """Block program `key` drawn into rows * cols targets of `shape`'s blocks, then their
+    interleave into the output; the targets live on with the output (epilogues.Blocked)."""
+    block_rows, cols = shape
+    columns = out.shape[-1]
+    block = (math.prod(out.shape[:-1]) // block_rows, columns // cols)
+    targets = [backend.memory.allocate(block, out.dtype, False) for _ in range(block_rows * cols)]
     block_draw = backend.queue.draw(key, targets[0], inputs, uniforms, label, False, targets[1:])
     handle = backend.memory.allocate(out.shape, out.dtype, False)
     # One matrix row per texture row in the output and one block row in each target: the
@@ -413,9 +453,10 @@ def input_gradient_as_conv(
 
 def window_channels(channels: int, block_rows: int, uniforms: list[kernels.Uniform]) -> bool:
     """Whether a scalar conv block may read its input as texel windows (blocks.conv2d_source's
-    c<n> variant): 1 to 3 input channels, column stride 1, the block's pixels in 16 elements."""
-    stride = next(values for name, _, values in uniforms if name == "u_stride")
-    return 1 <= channels <= 3 and stride[1] == 1 and block_rows * channels + 3 <= 16
+    c<n> variant): 1 to 3 input channels, the block's pixels within MAX_WINDOW_TEXELS texels."""
+    stride = int(next(values for name, _, values in uniforms if name == "u_stride")[1])
+    texels = blocks.window_texels(channels, block_rows, stride)
+    return 1 <= channels <= 3 and texels <= blocks.MAX_WINDOW_TEXELS
 
 
 def matmul_padded(

@@ -356,16 +356,20 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _concat(int(arg)), int(arg)
     if kind in ("strided", "rows", "random_uniform", "image_rgb", "flip_filter"):
         return _frag(kind), 1
-    # "nn_4x2", "4x2.relu", "aligned_4x2.relu"
-    if kind in ("matmul_block", "conv2d_block", "block_interleave"):
-        # ".bias", ".maxpool", ".maxpool.bias" (blocks), ".relu" (interleave)
+    # "nn_4x2", "4x2.relu", "aligned_4x2.relu6", "k5s1_4x1.bias"
+    if kind in ("matmul_block", "conv2d_block", "depthwise_block", "block_interleave"):
+        # ".bias", ".maxpool", ".maxpool.bias" (blocks), ".relu", ".relu6" (interleave)
         arg, _, epilogue = arg.partition(".")
         variant, _, shape = arg.rpartition("_")
         rows, cols = (int(d) for d in shape.split("x"))
         if kind == "block_interleave":
-            source = blocks.interleave_source(rows, cols, epilogue == "relu", variant == "aligned")
+            source = blocks.interleave_source(rows, cols, epilogue, variant == "aligned")
             return source, rows * cols
         bias = epilogue.endswith("bias")
+        if kind == "depthwise_block":  # variant "k<window>s<stride>"
+            window, _, stride = variant[1:].partition("s")
+            source = blocks.depthwise_source(int(window), int(stride), rows, bias)
+            return source, 3 if bias else 2
         if kind == "conv2d_block":
             pool = epilogue.startswith("maxpool")
             return blocks.conv2d_source(variant, rows, cols, bias, pool), 3 if bias else 2

@@ -94,8 +94,8 @@ static void pixel_any(const window_t *g, int m, const float *x, const float *w, 
   }
 }
 
-EXPORT void depthwise_conv2d(const window_t *g, int m, const float *x, const float *w,
-                             float *out) {
+static void depthwise(const window_t *g, int m, const float *x, const float *w, float *out,
+                      const epilogue_t *e) {
   int offsets[MAX_TAPS];
   int *table = g->kh * g->kw <= MAX_TAPS ? offsets : 0;
   for (int b = 0; b < g->n; b++)
@@ -103,9 +103,23 @@ EXPORT void depthwise_conv2d(const window_t *g, int m, const float *x, const flo
       for (int ox = 0; ox < g->ow; ox++, out += g->c * m) {
         if (m != 1) {
           pixel_any(g, m, x, w, b, oy, ox, out);
-          continue;
+        } else {
+          if (table) tap_offsets(g, b, oy, ox, table);
+          pixel_m1(g, table, x, w, b, oy, ox, out);
         }
-        if (table) tap_offsets(g, b, oy, ox, table);
-        pixel_m1(g, table, x, w, b, oy, ox, out);
+        if (e) apply_epilogue(e, out, 0, e->bias, g->c * m);  // the pixel is still in cache
       }
+}
+
+EXPORT void depthwise_conv2d(const window_t *g, int m, const float *x, const float *w,
+                             float *out) {
+  depthwise(g, m, x, w, out, 0);
+}
+
+// depthwise_conv2d, then out + bias (one float per output channel) and the activation `act`
+// (simd.h's ACT_*): the calls a recording merges (epilogues.py), only ever made by a replay.
+EXPORT void depthwise_epilogue(const window_t *g, int m, const float *x, const float *w,
+                               const float *bias, int act, float *out) {
+  epilogue_t e = {0, bias, 0, act};
+  depthwise(g, m, x, w, out, &e);
 }

@@ -145,27 +145,6 @@ static void gemm_rows(int m, int n, int k, const float *a, int trans_a, const fl
   }
 }
 
-// What a recording merged into a gemm from the elementwise ops after it (epilogues.py): C + bias
-// (one value per column), then relu when asked. The same instructions as fused.c's add and relu,
-// in the same operand order, so the merged call gives the bits of the separate ones; applied to
-// a tile of C right after its last k block is summed, while it is still in cache.
-typedef struct {
-  const float *bias;
-  int relu;
-} epilogue_t;
-
-static void apply_epilogue(const epilogue_t *e, float *c, const float *bias, int count) {
-  int q = 0;
-  for (; q + 4 <= count; q += 4) {
-    v128_t v = wasm_f32x4_add(wasm_v128_load(c + q), wasm_v128_load(bias + q));
-    wasm_v128_store(c + q, e->relu ? wasm_f32x4_max(v, wasm_f32x4_splat(0.0f)) : v);
-  }
-  for (; q < count; q++) {
-    v128_t v = wasm_f32x4_add(wasm_f32x4_splat(c[q]), wasm_f32x4_splat(bias[q]));
-    c[q] = wasm_f32x4_extract_lane(e->relu ? wasm_f32x4_max(v, wasm_f32x4_splat(0.0f)) : v, 0);
-  }
-}
-
 static void gemm_one(int m, int n, int k, const float *a, int trans_a, const float *b, int trans_b,
                      float *c, float *work, const epilogue_t *e) {
   float *packed_b = work, *packed_a = work + KC * NC;
@@ -175,7 +154,8 @@ static void gemm_one(int m, int n, int k, const float *a, int trans_a, const flo
     else
       gemm_rows(m, n, k, a, trans_a, b, trans_b, c);
     if (e)
-      for (int i = 0; i < m; i++) apply_epilogue(e, c + (long)i * n, e->bias, n);
+      for (int i = 0; i < m; i++)
+        apply_epilogue(e, c + (long)i * n, residual_at(e, (long)i * n), e->bias, n);
     return;
   }
   // An untransposed A of short rows (at most one k block: a convolution's im2col, a small
@@ -201,9 +181,11 @@ static void gemm_one(int m, int n, int k, const float *a, int trans_a, const flo
             else
               micro_kernel(kc, a + (long)(i0 + ir) * k + p0, k, 1, packed_b + jr * kc, tile, n,
                            rows, cols, p0 > 0);
-            if (e && last)
-              for (int r = 0; r < rows; r++)
-                apply_epilogue(e, tile + r * n, e->bias + j0 + jr, cols);
+            if (e && last)  // the tile is summed: its epilogue runs while it is in cache
+              for (int r = 0; r < rows; r++) {
+                long at = (long)(i0 + ir + r) * n + j0 + jr;
+                apply_epilogue(e, c + at, residual_at(e, at), e->bias + j0 + jr, cols);
+              }
           }
         }
       }
@@ -222,12 +204,23 @@ EXPORT void gemm(int batch, int m, int n, int k, const float *a, int a_step, int
     gemm_one(m, n, k, a + i * a_step, trans_a, b + i * b_step, trans_b, c + i * m * n, work, 0);
 }
 
-// gemm, then C + bias (n floats) and relu when `relu` (epilogue_t): the calls a recording merges
-// (epilogues.py), only ever made by a replay.
+// gemm, then C + bias (n floats) and the activation `act` (simd.h's ACT_*): the calls a
+// recording merges (epilogues.py), only ever made by a replay.
 EXPORT void gemm_epilogue(int batch, int m, int n, int k, const float *a, int a_step, int trans_a,
-                          const float *b, int b_step, int trans_b, const float *bias, int relu,
+                          const float *b, int b_step, int trans_b, const float *bias, int act,
                           float *c, float *work) {
-  epilogue_t e = {bias, relu};
+  epilogue_t e = {0, bias, 0, act};
   for (int i = 0; i < batch; i++)
     gemm_one(m, n, k, a + i * a_step, trans_a, b + i * b_step, trans_b, c + i * m * n, work, &e);
+}
+
+// gemm, then bias + (C + residual): a convolution whose bias is added after its block's skip
+// connection (how TensorFlow's optimizer leaves MobileNet-style blocks), merged by a recording.
+EXPORT void gemm_residual(int batch, int m, int n, int k, const float *a, int a_step, int trans_a,
+                          const float *b, int b_step, int trans_b, const float *residual,
+                          const float *bias, float *c, float *work) {
+  for (int i = 0; i < batch; i++) {
+    epilogue_t e = {residual + i * m * n, bias, 1, ACT_NONE};
+    gemm_one(m, n, k, a + i * a_step, trans_a, b + i * b_step, trans_b, c + i * m * n, work, &e);
+  }
 }

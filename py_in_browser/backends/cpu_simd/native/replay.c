@@ -23,11 +23,16 @@ void max_rows(int, int, const float *, float *);
 void compare(int, int, int, const void *, int, const void *, int, unsigned char *);
 void select(int, int, const unsigned char *, int, const void *, int, const void *, int, void *);
 void depthwise_conv2d(const window_t *, int, const float *, const float *, float *);
+void gemm_residual(int, int, int, int, const float *, int, int, const float *, int, int,
+                   const float *, const float *, float *, float *);
+void depthwise_epilogue(const window_t *, int, const float *, const float *, const float *, int,
+                        float *);
 
 enum {
   CALL_GEMM, CALL_IM2COL, CALL_COL2IM, CALL_MAX_POOL2D, CALL_MAX_POOL2D_GRAD, CALL_AVG_POOL2D,
   CALL_AVG_POOL2D_GRAD, CALL_FUSED, CALL_COPY, CALL_COPY_STRIDED, CALL_SUM_ROWS, CALL_MAX_ROWS,
-  CALL_COMPARE, CALL_SELECT, CALL_GEMM_EPILOGUE, CALL_DEPTHWISE_CONV2D,
+  CALL_COMPARE, CALL_SELECT, CALL_GEMM_EPILOGUE, CALL_DEPTHWISE_CONV2D, CALL_GEMM_RESIDUAL,
+  CALL_DEPTHWISE_EPILOGUE,
 };
 
 #define P(k) ((void *)a[k])
@@ -54,6 +59,13 @@ EXPORT void replay(const int *copies, int count, const int *words, int length) {
       case CALL_COMPARE: compare(a[0], a[1], a[2], P(3), a[4], P(5), a[6], P(7)); break;
       case CALL_SELECT: select(a[0], a[1], P(2), a[3], P(4), a[5], P(6), a[7], P(8)); break;
       case CALL_DEPTHWISE_CONV2D: depthwise_conv2d(P(0), a[1], P(2), P(3), P(4)); break;
+      case CALL_DEPTHWISE_EPILOGUE:
+        depthwise_epilogue(P(0), a[1], P(2), P(3), P(4), a[5], P(6));
+        break;
+      case CALL_GEMM_RESIDUAL:
+        gemm_residual(a[0], a[1], a[2], a[3], P(4), a[5], a[6], P(7), a[8], a[9], P(10), P(11),
+                      P(12), P(13));
+        break;
       default:  // CALL_GEMM_EPILOGUE
         gemm_epilogue(a[0], a[1], a[2], a[3], P(4), a[5], a[6], P(7), a[8], a[9], P(10), a[11],
                       P(12), P(13));

@@ -20,3 +20,51 @@ static inline int tap_pixel(const window_t *g, int b, int oy, int ox, int i, int
   if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) return -1;
   return (b * g->h + iy) * g->w + ix;
 }
+
+// What a recording merged into a kernel from the elementwise calls run right after it on its
+// result (cpu_simd/epilogues.py): a residual added (out + residual), a bias added (one value per
+// column: out + bias, or bias + out where the step added it in that order), then an activation.
+// Each is the instruction fused.c runs for that call, with the same operands in the same order
+// (relu6 is the importer's program -max(-max(v, 0), -6)), so the merged call gives the bits of
+// the separate ones while making one pass over the output instead of several.
+enum { ACT_NONE, ACT_RELU, ACT_RELU6 };
+typedef struct {
+  const float *residual;  // laid out as the output, or 0
+  const float *bias;      // one float per column, or 0
+  int bias_first, act;
+} epilogue_t;
+
+static inline v128_t epilogue_lanes(const epilogue_t *e, v128_t v, v128_t residual, v128_t bias) {
+  v128_t zero = wasm_f32x4_splat(0.0f);
+  if (e->residual) v = wasm_f32x4_add(v, residual);
+  if (e->bias) v = e->bias_first ? wasm_f32x4_add(bias, v) : wasm_f32x4_add(v, bias);
+  if (e->act == ACT_RELU) return wasm_f32x4_max(v, zero);
+  if (e->act == ACT_RELU6) {
+    v128_t clipped = wasm_f32x4_neg(wasm_f32x4_max(v, zero));
+    return wasm_f32x4_neg(wasm_f32x4_max(clipped, wasm_f32x4_splat(-6.0f)));
+  }
+  return v;
+}
+
+// The residual of output `at`, where the epilogue has one.
+static inline const float *residual_at(const epilogue_t *e, long at) {
+  return e->residual ? e->residual + at : 0;
+}
+
+// `count` consecutive outputs: `residual` at the same offset as `out` (when e has one), `bias`
+// at the columns of out[0..count).
+static inline void apply_epilogue(const epilogue_t *e, float *out, const float *residual,
+                                  const float *bias, int count) {
+  v128_t none = wasm_f32x4_splat(0.0f);
+  int q = 0;
+  for (; q + 4 <= count; q += 4) {
+    v128_t r = e->residual ? wasm_v128_load(residual + q) : none;
+    v128_t b = e->bias ? wasm_v128_load(bias + q) : none;
+    wasm_v128_store(out + q, epilogue_lanes(e, wasm_v128_load(out + q), r, b));
+  }
+  for (; q < count; q++) {
+    v128_t r = wasm_f32x4_splat(e->residual ? residual[q] : 0.0f);
+    v128_t b = wasm_f32x4_splat(e->bias ? bias[q] : 0.0f);
+    out[q] = wasm_f32x4_extract_lane(epilogue_lanes(e, wasm_f32x4_splat(out[q]), r, b), 0);
+  }
+}

@@ -1,0 +1,162 @@
+"""The hand model's layers as WebGL2 blocks: depthwise convolutions drawn as blocks of
+neighbouring pixels (blocks.depthwise_source) with a layer's bias and relu6 fused into the block
+and interleave draws, and a first layer at column stride 2 reading its RGB input as texel
+windows; against numpy and the unblocked kernels (Firefox: test_webgl2_firefox.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pytest
+
+from py_in_browser.backends import KERNELS, cpu  # noqa: F401  (registers the numpy kernels)
+from py_in_browser.testing import graph_models
+from tests_e2e.engine_page import EnginePage
+from tests_e2e.test_webgl2 import F32_RTOL, SENT_COMMANDS, _conv2d
+
+DEPTHWISE = (
+    SENT_COMMANDS
+    + """
+from py_in_browser import fusion
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+rng = np.random.default_rng(7)
+x = (rng.standard_normal((1, 8, 16, 8)) * 4).astype(np.float32)
+w = rng.standard_normal((5, 5, 8, 1)).astype(np.float32)
+x2 = rng.standard_normal((1, 14, 28, 12)).astype(np.float32)  # stride 2: 14-pixel output rows
+w2 = rng.standard_normal((3, 3, 12, 1)).astype(np.float32)
+b, b2 = rng.standard_normal((8,)).astype(np.float32), rng.standard_normal((12,)).astype(np.float32)
+x[0, 0, 0, 0], x[0, 4, 9, 3], w2[2, 2, 5, 0] = np.nan, np.inf, -np.inf
+def layers():
+    xs, ws, bs = pib.tensor(x), pib.tensor(w), pib.tensor(b)
+    x2s, w2s, b2s = pib.tensor(x2), pib.tensor(w2), pib.tensor(b2)
+    return [
+        pib.fused(fusion.relu6, pib.depthwise_conv2d(xs, ws, padding="same") + bs),
+        pib.depthwise_conv2d(x2s, w2s, strides=2, padding="same") + b2s,
+        pib.depthwise_conv2d(xs, ws, padding="same"),
+    ]
+unblocked = [await t.numpy() for t in layers()]
+eager = len(sent)
+threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
+try:
+    got = [await t.numpy() for t in layers()]
+finally:
+    webgl2_rewrites.BLOCKS_AT = threshold
+    backend.queue.engine.run = engine_run
+{"got": got, "unblocked": unblocked, "x": x, "w": w, "x2": x2, "w2": w2, "b": b, "b2": b2,
+ "draw_buffers": backend.draw_buffers,
+ "draws": [command[1] for command in sent[eager:] if command[0] == "draw"]}
+"""
+)
+
+
+def _depthwise(x: np.ndarray, w: np.ndarray, strides: Any, pads: Any) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return KERNELS[("cpu", "depthwise_conv2d")]([x, w], {"strides": strides, "pads": pads})
+
+
+def _relu6(v: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(v), v, np.clip(v, 0, 6))
+
+
+def check_depthwise_blocks(engine_page: EnginePage) -> None:
+    """depthwise (+ bias, relu6) as one block draw (the bias added as it writes its targets)
+    and one interleave (relu6 applied), the unfused draws left out; 5x5 at stride 1 and 3x3 at
+    stride 2 with NaN and infinities, against numpy and the unblocked kernel."""
+    result = engine_page.run(DEPTHWISE)
+    x, w, x2, w2, b, b2 = (
+        np.asarray(result[n], np.float32) for n in ("x", "w", "x2", "w2", "b", "b2")
+    )
+    raw = _depthwise(x, w, (1, 1), ((2, 2), (2, 2)))
+    want = [_relu6(raw + b), _depthwise(x2, w2, (2, 2), ((0, 1), (0, 1))) + b2, raw]
+    for got, unblocked, expected in zip(result["got"], result["unblocked"], want, strict=True):
+        got, unblocked = np.asarray(got, np.float32), np.asarray(unblocked, np.float32)
+        np.testing.assert_allclose(got, expected, rtol=F32_RTOL, atol=1e-4)
+        np.testing.assert_allclose(got, unblocked, rtol=F32_RTOL, atol=1e-5)
+        assert np.isnan(got).any() and np.isinf(expected).any() == np.isinf(got).any()
+    rows = 7 if result["draw_buffers"] >= 7 else 2
+    draws = result["draws"]
+    assert [d for d in draws if "_block:" in d] == [
+        "depthwise_block:k5s1_4x1.bias",  # relu6(dw + b): the unbiased block goes
+        f"depthwise_block:k3s2_{rows}x1.bias",
+        "depthwise_block:k5s1_4x1",  # raw
+    ], draws
+    assert draws.count("block_interleave:4x1.relu6") == 1
+    assert f"block_interleave:{rows}x1" in draws
+    assert not [d for d in draws if d.startswith(("fused", "binary", "depthwise_conv2d"))], draws
+
+
+def test_depthwise_layers_run_as_blocks_with_their_bias_and_relu6(engine_page: EnginePage) -> None:
+    check_depthwise_blocks(engine_page)
+
+
+@pytest.fixture(scope="module")
+def page_query() -> str:
+    return "?backend=webgl2"
+
+
+def test_a_hand_model_block_matches_the_cpu_backend(engine_page: EnginePage) -> None:
+    """graph_models.inverted_residual (1x1 conv + bias + relu6, depthwise + bias + relu6, 1x1
+    conv, skip, bias) on webgl2 with blocks (as the hand model's large layers run) within
+    float32 rounding of the cpu backend."""
+    got = engine_page.run(
+        """
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+from py_in_browser.testing import graph_models
+x = np.random.default_rng(3).standard_normal((1, 12, 12, 8)).astype(np.float32)
+threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
+try:
+    out = await (await graph_models.inverted_residual(seed=4)(x)).numpy()
+finally:
+    webgl2_rewrites.BLOCKS_AT = threshold
+out
+"""
+    )
+    x = np.random.default_rng(3).standard_normal((1, 12, 12, 8)).astype(np.float32)
+    with ThreadPoolExecutor(1) as thread:  # Playwright's loop runs in this one
+        want = thread.submit(asyncio.run, _on_cpu(x)).result()
+    np.testing.assert_allclose(np.asarray(got, np.float32), want, rtol=F32_RTOL, atol=1e-4)
+
+
+async def _on_cpu(x: np.ndarray) -> np.ndarray:
+    out = await graph_models.inverted_residual(seed=4)(x)
+    assert not isinstance(out, list)
+    return await out.numpy()
+
+
+FIRST_LAYER = (
+    SENT_COMMANDS
+    + """
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+rng = np.random.default_rng(8)
+x = rng.uniform(0, 1, (2, 16, 32, 3)).astype(np.float32)  # RGB images
+w = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)
+xs, ws = pib.tensor(x), pib.tensor(w)
+unblocked = await pib.conv2d(xs, ws, strides=2, padding="same").numpy()
+eager = len(sent)
+threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
+try:
+    got = await pib.conv2d(xs, ws, strides=2, padding="same").numpy()
+finally:
+    webgl2_rewrites.BLOCKS_AT = threshold
+    backend.queue.engine.run = engine_run
+{"got": got, "unblocked": unblocked, "x": x, "w": w,
+ "draws": [command[1] for command in sent[eager:] if command[0] == "draw"]}
+"""
+)
+
+
+def test_a_first_layer_at_stride_2_reads_its_images_as_texel_windows(
+    engine_page: EnginePage,
+) -> None:
+    """The hand model's first layer (3x3, 3 channels, stride 2, SAME) as conv blocks reading 7
+    texels per tap (the block's 4 pixels' 21 elements) instead of one element at a time."""
+    result = engine_page.run(FIRST_LAYER)
+    x, w = np.asarray(result["x"], np.float32), np.asarray(result["w"], np.float32)
+    want = _conv2d(x, w, (2, 2), ((0, 1), (0, 1)))
+    got = np.asarray(result["got"], np.float32)
+    np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-4)
+    np.testing.assert_allclose(got, np.asarray(result["unblocked"]), rtol=F32_RTOL, atol=1e-5)
+    assert [d for d in result["draws"] if "_block:" in d] == ["conv2d_block:c3s2_4x2"]
