@@ -4,6 +4,9 @@ import { restoreBytecode, saveBytecode } from "./bytecode-cache.js";
 import { primeCodeCache } from "./code-cache.js";
 import { probeGPU, releaseProbedContext } from "./gpu-probe.js";
 import { fetchBundle, installBundle } from "./package-bundle.js";
+import { fromHttpCache } from "./http-cache.js";
+import { compileRuntime, runtimeWasmURL } from "./runtime-loader.js";
+import { RuntimeParts } from "./runtime-parts.js";
 import {
   buildVersion,
   chooseSnapshot,
@@ -75,15 +78,6 @@ async function fetchEngineBundle(engine) {
   }
 }
 
-// Whether every download of a stage came from the browser's HTTP cache (resource timing: nothing
-// transferred), so a second visit shows what it reused; null when a file was not fetched. The
-// first fetch of a URL counts.
-function fromHttpCache(urls) {
-  const entries = urls.map((url) => performance.getEntriesByName(new URL(url, self.location.href).href)[0]);
-  if (entries.some((entry) => entry === undefined)) return null;
-  return entries.every((entry) => entry.transferSize === 0 && entry.decodedBodySize > 0);
-}
-
 // The page stage: from the page's navigation to the worker's first stage (the page's scripts, the
 // worker's module graph, its boot message), on the clock page and worker share; with it the stages
 // add up to the page's ready_ms.
@@ -101,12 +95,17 @@ async function stage(name, work) {
 }
 
 // `described`: /api/engine's answer as the page was served with it, or null; `pageOrigin`: the
-// page's performance.timeOrigin.
-async function boot({ backend, engine: described, pageOrigin }) {
-  const environmentPromise = probeGPU();
+// page's performance.timeOrigin; `workerCreated`: when the page created this worker (ms since
+// its navigation).
+async function boot({ backend, engine: described, pageOrigin, workerCreated }) {
+  const parts = new RuntimeParts(pageOrigin);
+  parts.spans.worker = [Math.round(workerCreated), parts.now()]; // its scripts loading, until this boot
+  const environmentPromise = parts.time("gpu_probe", probeGPU());
   const ownSnapshot = openSnapshot();
   const storedVerdicts = openVerdicts();
   const engine = described ?? (await (await fetchOk("/api/engine")).json());
+  const compiled = parts.time("wasm", compileRuntime(engine.runtime_url));
+  compiled.catch(() => {}); // Pyodide compiles it itself then (runtime-loader.js)
   // The bundles download while the runtime compiles and starts Python, not after it.
   const numpyBundle = fetchBundle(engine.numpy_bundle_url);
   const engineBundle = fetchEngineBundle(engine);
@@ -114,10 +113,10 @@ async function boot({ backend, engine: described, pageOrigin }) {
   engineBundle.catch(() => {});
   // What the stored snapshot and bytecode must have been made from: this runtime and these sources.
   const version = buildVersion(engine);
-  const stored = chooseSnapshot(ownSnapshot, serverSnapshotURL(engine), version);
+  const stored = parts.time("snapshot", chooseSnapshot(ownSnapshot, serverSnapshotURL(engine), version));
   pageStage(pageOrigin);
   const { pyodide, snapshot } = await stage("runtime", () =>
-    startRuntime({ indexURL: engine.runtime_url, bundles: [numpyBundle, engineBundle], stored }),
+    startRuntime({ indexURL: engine.runtime_url, bundles: [numpyBundle, engineBundle], stored, compiled, parts }),
   );
   // A restored runtime has both packages installed and imported already.
   const restored = snapshot === "loaded";
@@ -148,10 +147,12 @@ async function boot({ backend, engine: described, pageOrigin }) {
   const chosen = await stage("init", () => runner.boot(backend ?? null, verdicts));
   releaseProbedContext();
   sys.dont_write_bytecode = true; // init imports a few modules too
+  // Per stage, whether its downloads came from the HTTP cache: the runtime's is its wasm, 10 of
+  // its 14 MB (Pyodide fetches the rest itself).
   const httpCache = {
-    runtime: fromHttpCache(["pyodide.asm.wasm", "pyodide.asm.js", "python_stdlib.zip"].map((f) => engine.runtime_url + f)),
-    numpy: fromHttpCache([engine.numpy_bundle_url]),
-    engine: fromHttpCache([engine.bundle_url]),
+    runtime: fromHttpCache([runtimeWasmURL(engine.runtime_url)], engine.served_at),
+    numpy: fromHttpCache([engine.numpy_bundle_url], engine.served_at),
+    engine: fromHttpCache([engine.bundle_url], engine.served_at),
   };
   const snapshotSource = snapshot === "loaded" ? (await stored).source : null;
   // A snapshot that failed to restore is replaced too; the server's is kept in the browser, which
@@ -164,6 +165,7 @@ async function boot({ backend, engine: described, pageOrigin }) {
     environment,
     python: runner.python_version(),
     httpCache,
+    runtimeParts: parts.spans,
     bytecode,
     storeBytecode,
     snapshot,
