@@ -31,12 +31,18 @@ from tests_e2e.test_app import (
     LEARNING_RATE,
     TRAIN_PER_CLASS,
 )
-from tests_e2e.webkit import WebKitBrowser, WebKitPage, launch_webkit
+from tests_e2e.webkit import SAFARI_FEATURES, WebKitBrowser, WebKitPage, launch_webkit
 
 pytestmark = pytest.mark.webkit
 
 # WebKit's own fake camera; WebDriver sessions grant it without a prompt.
 MOCK_CAMERA = ["--enable-mock-capture-devices=true", "--enable-media-stream=true"]
+# A machine without a camera: capture on, WebKit's mock devices off, and this Xvfb has none of its
+# own, so getUserMedia fails as it does there (OverconstrainedError). A denied permission cannot
+# be had: WebKitWebDriver's sessions grant every capture request.
+NO_CAMERA = ["--enable-media-stream=true", "--enable-mock-capture-devices=false"]
+# WebKit's IndexedDB switched off: a page that may store nothing, as in some private windows.
+NO_INDEXEDDB = "!IndexedDBAPI"
 XOR = {"epochs": 20}
 TRAIN = f"from py_in_browser.testing import workloads\nawait workloads.run_xor(**{XOR!r})"
 NOTHING_CACHED = {"runtime": False, "numpy": False, "engine": False}
@@ -143,6 +149,38 @@ def test_collect_train_predict_save_and_restore(
     assert live_labels(page) == sorted(CLASSES)
 
 
+def upload(page: WebKitPage, card: int, paths: list[Path]) -> None:
+    """Uploads the images at `paths` into class card `card` and waits until it counts them."""
+    cards = page.driver().find_elements(By.CSS_SELECTOR, ".class-card")
+    cards[card].find_element(By.CSS_SELECTOR, "input.upload").send_keys("\n".join(map(str, paths)))
+    page.wait_for_function(f"() => {CLASS_COUNT}({card}) === {len(paths)}")
+
+
+def test_without_a_camera_or_indexeddb_the_app_says_so_and_still_works(
+    server_url: str, tmp_path: Path
+) -> None:
+    """No camera and no IndexedDB: the page says both, the engine still gets ready (the
+    server's snapshot restored, nothing kept for the next visit), and uploaded images are
+    collected in the tab's memory."""
+    with launch_webkit(features=[*SAFARI_FEATURES, NO_INDEXEDDB], settings=NO_CAMERA) as browser:
+        page = browser.new_page()
+        open_app(page, f"{server_url}/")
+        page.wait_for_function("() => !document.getElementById('camera-message').hidden")
+        camera = page.evaluate("() => document.getElementById('camera-message').textContent")
+        banners = page.evaluate("() => document.getElementById('banners').textContent")
+        startup = page.evaluate("() => window.pib.startup")
+        paths = []
+        for i, image in enumerate(gesture_set(3, seed=5)["disc"]):
+            paths.append(tmp_path / f"disc-{i}.png")
+            paths[-1].write_bytes(png(image))
+        upload(page, 0, paths)
+    assert "No camera was found" in camera and "upload images instead" in camera, camera
+    assert "does not let the page store data here (a private window?)" in banners, banners
+    assert "kept in this tab's memory only" in banners, banners
+    assert (startup["snapshot"], startup["snapshot_source"]) == ("loaded", "server"), startup
+    assert (startup["bytecode"], startup["snapshot_store"]) == ("unavailable", None), startup
+
+
 def test_accessibility_scan_finds_nothing_serious(app_page: WebKitPage) -> None:
     app_page.evaluate(
         """() => new Promise((resolve, reject) => {
@@ -159,6 +197,25 @@ def test_accessibility_scan_finds_nothing_serious(app_page: WebKitPage) -> None:
             .map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`)"""
     )
     assert violations == []
+
+
+def test_status_panel_and_capabilities_say_webkits_gpu_name_is_a_stand_in(
+    app_page: WebKitPage, server_url: str
+) -> None:
+    """WebKit names every GPU "Apple GPU", the llvmpipe rasteriser under this Xvfb too: the app
+    on webgl2 says the name is a stand-in that may hide a software GPU, not that it is hardware."""
+    # A window of its own: a second load of the app in the first one found no WebGL2 in its worker.
+    page = app_page.browser.new_page()
+    open_app(page, f"{server_url}/?backend=webgl2")
+    page.wait_for_function("() => document.querySelectorAll('#status-list dd').length > 1")
+    gpu = page.evaluate("() => document.querySelectorAll('#status-list dd')[1].textContent")
+    capabilities = page.evaluate("() => window.pib.runPython('pib.capabilities()')")
+    page.close()
+    print(f"\nwebkit webgl2 status panel, GPU: {gpu}")
+    assert capabilities["renderer"] == "Apple GPU", capabilities
+    assert capabilities["renderer_masked"] is True and capabilities["software_renderer"] is None
+    assert gpu.startswith("Apple GPU: a name the browser shows in place of the real GPU's"), gpu
+    assert "may be a software GPU" in gpu, gpu
 
 
 def visit(browser: WebKitBrowser, url: str, then: str | None = None) -> tuple[Any, Any]:
