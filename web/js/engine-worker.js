@@ -4,12 +4,13 @@ import { restoreBytecode, saveBytecode } from "./bytecode-cache.js";
 import { primeCodeCache } from "./code-cache.js";
 import { probeGPU, releaseProbedContext } from "./gpu-probe.js";
 import { fetchBundle, installBundle } from "./package-bundle.js";
-import { fromHttpCache } from "./http-cache.js";
+import { fromHttpCache, noteStamp } from "./http-cache.js";
 import { compileRuntime, runtimeWasmURL } from "./runtime-loader.js";
 import { RuntimeParts } from "./runtime-parts.js";
 import {
   buildVersion,
   chooseSnapshot,
+  downloadSnapshot,
   keepSnapshot,
   openSnapshot,
   serverSnapshotURL,
@@ -97,23 +98,71 @@ async function stage(name, work) {
 // `described`: /api/engine's answer as the page was served with it, or null; `pageOrigin`: the
 // page's performance.timeOrigin; `workerCreated`: when the page created this worker (ms since
 // its navigation).
-async function boot({ backend, engine: described, pageOrigin, workerCreated }) {
+// What the page downloads for this worker (engine-downloads.js): each message, by URL, as it
+// arrives (it may come before boot asks for it).
+const fromPage = new Map();
+function arrival(url) {
+  if (!fromPage.has(url)) {
+    let resolve;
+    const promise = new Promise((settle) => {
+      resolve = settle;
+    });
+    fromPage.set(url, { promise, resolve });
+  }
+  return fromPage.get(url);
+}
+
+// What the worker takes from the page, as startEngineDownloads answered it ({module, downloads},
+// or null when the page started none): the runtime's module and the downloads' bytes, each noted
+// for http_cache (http-cache.js) and timed in `parts` as the page timed it; what the page failed
+// to get (or did not start) the worker gets itself.
+function handOver(pageDownloads, parts) {
+  const { module: wasmURL, downloads } = pageDownloads ?? { module: null, downloads: [] };
+  const taken = ({ url, stamp, span }, part) => {
+    noteStamp(url, stamp);
+    parts.spans[part] = span.map(Math.round);
+  };
+  return {
+    async module(indexURL) {
+      const handed = wasmURL === null ? null : await arrival(wasmURL).promise;
+      if (handed?.module) {
+        taken(handed, "wasm");
+        return handed.module;
+      }
+      return parts.time("wasm", compileRuntime(indexURL));
+    },
+    // The bytes at `url` as `part`, else what `fetchItself()` answers.
+    async bytes(url, part, fetchItself) {
+      const absolute = new URL(url, self.location.href).href;
+      const handed = downloads.includes(absolute) ? await arrival(absolute).promise : null;
+      if (!handed?.bytes) return fetchItself();
+      taken(handed, part);
+      return new Uint8Array(handed.bytes);
+    },
+  };
+}
+
+// `pageDownloads`: what the page downloads for the worker (engine-downloads.js), or null.
+async function boot({ backend, engine: described, pageOrigin, workerCreated, pageDownloads }) {
   const parts = new RuntimeParts(pageOrigin);
   parts.spans.worker = [Math.round(workerCreated), parts.now()]; // its scripts loading, until this boot
   const environmentPromise = parts.time("gpu_probe", probeGPU());
   const ownSnapshot = openSnapshot();
   const storedVerdicts = openVerdicts();
   const engine = described ?? (await (await fetchOk("/api/engine")).json());
-  const compiled = parts.time("wasm", compileRuntime(engine.runtime_url));
+  const page = handOver(pageDownloads, parts);
+  const compiled = page.module(engine.runtime_url);
   compiled.catch(() => {}); // Pyodide compiles it itself then (runtime-loader.js)
   // The bundles download while the runtime compiles and starts Python, not after it.
-  const numpyBundle = fetchBundle(engine.numpy_bundle_url);
-  const engineBundle = fetchEngineBundle(engine);
+  const numpyURL = engine.numpy_bundle_url;
+  const numpyBundle = page.bytes(numpyURL, "numpy_download", () => fetchBundle(numpyURL));
+  const engineBundle = page.bytes(engine.bundle_url, "engine_download", () => fetchEngineBundle(engine));
   numpyBundle.catch(() => {}); // awaited below; a failure surfaces there, not as an unhandled rejection
   engineBundle.catch(() => {});
   // What the stored snapshot and bytecode must have been made from: this runtime and these sources.
   const version = buildVersion(engine);
-  const stored = parts.time("snapshot", chooseSnapshot(ownSnapshot, serverSnapshotURL(engine), version));
+  const download = (url) => page.bytes(url, "snapshot_download", () => downloadSnapshot(url));
+  const stored = parts.time("snapshot", chooseSnapshot(ownSnapshot, serverSnapshotURL(engine), version, download));
   pageStage(pageOrigin);
   const { pyodide, snapshot } = await stage("runtime", () =>
     startRuntime({ indexURL: engine.runtime_url, bundles: [numpyBundle, engineBundle], stored, compiled, parts }),
@@ -224,6 +273,8 @@ self.onmessage = ({ data }) => {
   } else if (data.type === "visibility") {
     hidden = data.hidden;
     runner?.set_hidden(hidden);
+  } else if (data.type === "runtime-module" || data.type === "download") {
+    arrival(data.url).resolve(data);
   } else if (data.type === "bitmap") {
     self.pibBitmaps.get(data.name)?.close(); // a frame nobody took is replaced by the newer one
     self.pibBitmaps.set(data.name, data.bitmap);

@@ -9,9 +9,19 @@
 
 const stamps = new Map(); // absolute URL -> the server's stamp on its response (ms), or NaN
 
-// Notes when the server sent `response`; the worker's own downloads pass through here.
+// When the server sent `response` (ms, NaN without a stamp).
+export function stampOf(response) {
+  return Number(response.headers.get("X-Served-At") ?? NaN);
+}
+
+// Notes when the server sent the download of `url` (stampOf its response); the engine's downloads
+// pass through here, the page's (engine-downloads.js) by message.
+export function noteStamp(url, stamp) {
+  stamps.set(new URL(url, self.location.href).href, stamp);
+}
+
 export function noteResponse(response) {
-  stamps.set(response.url, Number(response.headers.get("X-Served-At") ?? NaN));
+  noteStamp(response.url, stampOf(response));
 }
 
 // Whether every one of `urls` came from the HTTP cache on a page the server served at

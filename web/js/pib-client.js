@@ -1,4 +1,5 @@
 // window.pib on the page: starts the engine worker and forwards runPython calls to it (API.md).
+import { startEngineDownloads } from "./engine-downloads.js";
 
 const BACKENDS = ["webgpu", "webgl2", "cpu"];
 
@@ -118,7 +119,10 @@ export function startEngine({ onStage = () => {} } = {}) {
     // The page's time origin (its navigation) lets the worker time the page stage on the clock
     // both share; when the page created the worker starts the worker's part of it.
     const engine = described ? JSON.parse(described) : null;
-    worker.postMessage({ type: "boot", backend: requested, engine, pageOrigin: performance.timeOrigin, workerCreated });
+    // Begun here, not once the worker's own scripts have loaded (engine-downloads.js).
+    const pageDownloads = engine ? startEngineDownloads(engine, worker) : null;
+    const origin = performance.timeOrigin;
+    worker.postMessage({ type: "boot", backend: requested, engine, pageOrigin: origin, workerCreated, pageDownloads });
     // The worker cannot see the page's visibility: tell it, so fit pauses on hidden tabs.
     const tellVisibility = () => worker?.postMessage({ type: "visibility", hidden: document.hidden });
     document.addEventListener("visibilitychange", tellVisibility);

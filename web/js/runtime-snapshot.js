@@ -48,17 +48,23 @@ export function openSnapshot() {
   return openEntry(SNAPSHOT_CACHE);
 }
 
+// The snapshot the server offers at `url`: its bytes, or null when it has none (any longer).
+export async function downloadSnapshot(url) {
+  const response = await fetch(url);
+  return response.ok ? new Uint8Array(await response.arrayBuffer()) : null;
+}
+
 // The snapshot to restore for `version` (a promise for startRuntime): the browser's own (`local`,
 // openSnapshot's promise) when it was made for this build, else the server's at `serverURL` (null
-// when it has none), else the local entry's state. The server's, once restored, replaces a stale
-// local entry (keepSnapshot).
-export async function chooseSnapshot(local, serverURL, version) {
+// when it has none; `download` gets its bytes, downloadSnapshot's way), else the local entry's
+// state. The server's, once restored, replaces a stale local entry (keepSnapshot).
+export async function chooseSnapshot(local, serverURL, version, download = downloadSnapshot) {
   const expected = snapshotVersion(version);
   const own = checkEntry(await local, expected);
   if (own.state === "loaded" || !serverURL) return { ...own, source: "browser" };
-  const response = await fetch(serverURL);
-  if (!response.ok) return own;
-  const served = checkEntry({ state: "found", ...unframe(new Uint8Array(await response.arrayBuffer())) }, expected);
+  const bytes = await download(serverURL);
+  if (bytes === null) return own;
+  const served = checkEntry({ state: "found", ...unframe(bytes) }, expected);
   if (served.state !== "loaded") return own;
   return { ...served, source: "server" };
 }
