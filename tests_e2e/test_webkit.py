@@ -186,6 +186,32 @@ def test_without_a_camera_or_indexeddb_the_app_says_so_and_still_works(
     assert (startup["bytecode"], startup["snapshot_store"]) == ("unavailable", None), startup
 
 
+# Writes of samples fail as writes over the site's quota do (the QuotaExceededError DOMException
+# test_app_storage.py raises in Chromium) while `full`: WebKit's quota cannot be lowered for one
+# origin from WebDriver, which runs no script before the page's either, so the page's put is
+# swapped in place, and back.
+QUOTA = """(full) => {
+  const store = IDBObjectStore.prototype;
+  store.originalPut ??= store.put;
+  store.put = full ? function (...args) {
+    if (this.name === "frames") throw new DOMException("The quota has been exceeded.", "QuotaExceededError");
+    return store.originalPut.apply(this, args);
+  } : store.originalPut;
+}"""
+
+
+def test_a_full_quota_says_so_and_goes_on_in_memory(app_page: WebKitPage, tmp_path: Path) -> None:
+    app_page.evaluate(QUOTA, True)
+    try:
+        upload(app_page, 0, disc_images(tmp_path, 3))
+        app_page.evaluate("() => window.gestureTrainer.store.flush()")
+        banners = app_page.evaluate("() => document.getElementById('banners').textContent")
+    finally:
+        app_page.evaluate(QUOTA, False)
+    assert "storage for this site is full" in banners, banners
+    assert "the samples stored so far stay" in banners, banners
+
+
 def test_accessibility_scan_finds_nothing_serious(app_page: WebKitPage) -> None:
     app_page.evaluate(
         """() => new Promise((resolve, reject) => {
