@@ -107,8 +107,9 @@ def side(visits: list[dict[str, Any]]) -> SideResult:
 
 def stage_text(visits: list[dict[str, Any]]) -> str:
     """'page 450 + runtime 900 + numpy 0 + engine 10 + init 50 ms (HTTP cache: runtime, numpy,
-    engine; bytecode loaded)' for the last visit: where the time went (the stages add up to its
-    ready time) and what it reused."""
+    engine; bytecode loaded; parts, ms from navigation: ...)' for the last visit: where the time
+    went (the stages add up to its ready time), what it reused and, for ours, the runtime stage's
+    parts."""
     last = visits[-1]
     if "error" in last:
         return str(last["error"])
@@ -118,5 +119,14 @@ def stage_text(visits: list[dict[str, Any]]) -> str:
     reused = [name for name, hit in (last.get("http_cache") or {}).items() if hit]
     return (
         f"{stages} ms (HTTP cache: {', '.join(reused) or 'nothing'}; snapshot {last['snapshot']}; "
-        f"bytecode {last['bytecode']})"
+        f"bytecode {last['bytecode']}){parts_text(last.get('runtime_parts'))}"
     )
+
+
+def parts_text(parts: dict[str, list[int | None]] | None) -> str:
+    """'; parts, ms from navigation: worker 40-90, wasm 95-600, ...': where the stages' time went
+    (web/js/runtime-parts.js; spans overlap), or '' for a page that does not report them."""
+    if not parts:
+        return ""
+    spans = ", ".join(f"{name} {start}-{end}" for name, (start, end) in parts.items())
+    return f"; parts, ms from navigation: {spans}"

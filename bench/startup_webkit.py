@@ -25,6 +25,24 @@ from server.background import background_dev_server
 from tests_e2e.webkit import WebKitBrowser, WebKitError, launch_webkit
 
 STAGES = ("page", "runtime", "numpy", "engine", "init")
+# The parts of start-up each visit times (web/js/runtime-parts.js), in the order they begin.
+PARTS = (
+    "worker",
+    "gpu_probe",
+    "wasm",
+    "snapshot_download",
+    "numpy_download",
+    "engine_download",
+    "snapshot",
+    "script",
+    "restore",
+    "instantiate",
+    "link",
+    "libraries",
+    "files",
+    "relink",
+    "fresh",
+)
 READY = startup_visits.ready_script(startup_visits.READY_PROMISE["ours"])
 
 
@@ -68,17 +86,35 @@ def _median(visits: list[dict[str, Any]], key: str | None) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _part_median(visits: list[dict[str, Any]], part: str) -> float | None:
+    """The median length of runtime part `part` (web/js/runtime-parts.js) over the visits that
+    timed it."""
+    spans = [(v.get("runtime_parts") or {}).get(part) for v in visits if "error" not in v]
+    lengths = [end - start for start, end in (s for s in spans if s and s[1] is not None)]
+    return statistics.median(lengths) if lengths else None
+
+
+def _row(label: str, ours: float | None, theirs: float | None) -> str:
+    ratio = f"{theirs / ours:.2f}x" if ours and theirs is not None else "-"
+    shown = [f"{v:>9.0f}" if v is not None else f"{'-':>9}" for v in (ours, theirs)]
+    return f"{'':<14}{label:<12} {shown[0]} {shown[1]}  {ratio}"
+
+
 def side_by_side(chromium: dict[str, Any], webkit: dict[str, Any]) -> list[str]:
     """Lines of medians per stage and of the ready time: Chromium, WebKit and their ratio, for
     first and second visits."""
     lines = []
     for kind, title in (("cold", "first visit"), ("warm", "second visit")):
-        lines.append(f"{title}: {'stage':<8} {'chromium':>9} {'webkit':>9}  webkit/chromium")
+        lines.append(f"{title}: {'stage':<12} {'chromium':>9} {'webkit':>9}  webkit/chromium")
         for key in (*STAGES, None):
-            ours, theirs = _median(chromium[kind], key), _median(webkit[kind], key)
-            ratio = f"{theirs / ours:.2f}x" if ours and theirs is not None else "-"
-            shown = [f"{v:>9.0f}" if v is not None else f"{'failed':>9}" for v in (ours, theirs)]
-            lines.append(f"{'':<14}{key or 'ready':<8} {shown[0]} {shown[1]}  {ratio}")
+            lines.append(
+                _row(key or "ready", _median(chromium[kind], key), _median(webkit[kind], key))
+            )
+        lines.append(f"{'':<14}the parts' lengths (they overlap: web/js/runtime-parts.js)")
+        for part in PARTS:
+            ours, theirs = _part_median(chromium[kind], part), _part_median(webkit[kind], part)
+            if ours is not None or theirs is not None:
+                lines.append(_row(part, ours, theirs))
         for name, visits in (("chromium", chromium[kind]), ("webkit", webkit[kind])):
             lines.append(f"  {name} last {title}: {startup_visits.stage_text(visits)}")
     return lines

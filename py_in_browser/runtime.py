@@ -132,7 +132,9 @@ def get_backend() -> str:
 
 def capabilities() -> dict[str, Any]:
     """What the active backend offers: its name, device limits and supported dtypes (GPU
-    backends add their adapter, storage details and software_renderer), and "selection": how
+    backends add their adapter, storage details and software_renderer; webgl2's
+    renderer_masked is True where the browser reports a stand-in for the GPU's name, WebKit's
+    "Apple GPU", behind which a software renderer cannot be told apart), and "selection": how
     init chose it (mode "measured" or "forced", and per candidate its status "chosen",
     "slower" or "rejected", the reason, self-test and probe-step milliseconds; "unavailable":
     for each backend that was no candidate here, why, e.g. {"webgl2": "getContext('webgl2')

@@ -45,7 +45,7 @@ from server.settings import (
     WEB_LIBRARIES,
     Paths,
 )
-from server.static import IMMUTABLE, REVALIDATE, resolve_inside, serve_file
+from server.static import IMMUTABLE, REVALIDATE, resolve_inside, serve_file, served_at
 from server.web_libraries import library_folder, web_library_problems
 
 # Cross-origin isolation (SharedArrayBuffer, precise timers) needs COOP + COEP on every response.
@@ -149,13 +149,16 @@ def create_app(paths: Paths | None = None, registry: RegistryConfig | None = Non
             return ensure_engine_bundle(paths)
 
     def engine_description() -> dict[str, str | None]:
-        """The current engine build: its bundle, the runtime's and numpy's, and its snapshot."""
+        """The current engine build: its bundle, the runtime's and numpy's, and its snapshot; and
+        the moment it was described (a page carries it as the moment it was served)."""
         bundle = engine_bundle()
         return {
             "bundle_url": f"/engine/{bundle.digest}/{BUNDLE_NAME}",
             "digest": bundle.digest,
             "runtime_url": RUNTIME_URL,
             "numpy_bundle_url": NUMPY_BUNDLE_URL,
+            # now (server/static.py's SERVED_AT): downloads stamped earlier came from a cache
+            "served_at": served_at(),
             # null when set-up made no snapshot of this build (no Chromium, or sources edited since)
             "snapshot_url": snapshot_url(paths, bundle.digest) if offer_snapshot else None,
             # the same, made without JSPI, for browsers that lack it (WebKit)

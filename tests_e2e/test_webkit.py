@@ -31,14 +31,32 @@ from tests_e2e.test_app import (
     LEARNING_RATE,
     TRAIN_PER_CLASS,
 )
-from tests_e2e.webkit import WebKitBrowser, WebKitPage, launch_webkit
+from tests_e2e.webkit import SAFARI_FEATURES, WebKitBrowser, WebKitPage, launch_webkit
 
 pytestmark = pytest.mark.webkit
 
 # WebKit's own fake camera; WebDriver sessions grant it without a prompt.
 MOCK_CAMERA = ["--enable-mock-capture-devices=true", "--enable-media-stream=true"]
+# A machine without a camera: capture on, WebKit's mock devices off, and this Xvfb has none of its
+# own, so getUserMedia fails as it does there (OverconstrainedError). A denied permission cannot
+# be had: WebKitWebDriver's sessions grant every capture request.
+NO_CAMERA = ["--enable-media-stream=true", "--enable-mock-capture-devices=false"]
+# WebKit's IndexedDB switched off: a page that may store nothing, as in some private windows.
+NO_INDEXEDDB = "!IndexedDBAPI"
 XOR = {"epochs": 20}
 TRAIN = f"from py_in_browser.testing import workloads\nawait workloads.run_xor(**{XOR!r})"
+NOTHING_CACHED = {"runtime": False, "numpy": False, "engine": False}
+# What a visit that restores a snapshot times of its start-up (web/js/runtime-parts.js).
+RESTORED_PARTS = (
+    "worker",
+    "wasm",
+    "snapshot",
+    "script",
+    "instantiate",
+    "link",
+    "restore",
+    "relink",
+)
 STORED = "() => [window.pib.startup.snapshot_store, window.pib.startup.bytecode_store].every((s) => s !== 'storing')"
 
 
@@ -131,6 +149,69 @@ def test_collect_train_predict_save_and_restore(
     assert live_labels(page) == sorted(CLASSES)
 
 
+def disc_images(tmp_path: Path, count: int) -> list[Path]:
+    """`count` synthetic "disc" gestures as PNG files under `tmp_path`."""
+    paths = [tmp_path / f"disc-{i}.png" for i in range(count)]
+    for path, image in zip(paths, gesture_set(count, seed=5)["disc"], strict=True):
+        path.write_bytes(png(image))
+    return paths
+
+
+def upload(page: WebKitPage, card: int, paths: list[Path]) -> None:
+    """Uploads the images at `paths` into class card `card` and waits until it counts them."""
+    before = page.evaluate(f"() => {CLASS_COUNT}({card})")
+    cards = page.driver().find_elements(By.CSS_SELECTOR, ".class-card")
+    cards[card].find_element(By.CSS_SELECTOR, "input.upload").send_keys("\n".join(map(str, paths)))
+    page.wait_for_function(f"() => {CLASS_COUNT}({card}) === {before + len(paths)}")
+
+
+def test_without_a_camera_or_indexeddb_the_app_says_so_and_still_works(
+    server_url: str, tmp_path: Path
+) -> None:
+    """No camera and no IndexedDB: the page says both, the engine still gets ready (the
+    server's snapshot restored, nothing kept for the next visit), and uploaded images are
+    collected in the tab's memory."""
+    with launch_webkit(features=[*SAFARI_FEATURES, NO_INDEXEDDB], settings=NO_CAMERA) as browser:
+        page = browser.new_page()
+        open_app(page, f"{server_url}/")
+        page.wait_for_function("() => !document.getElementById('camera-message').hidden")
+        camera = page.evaluate("() => document.getElementById('camera-message').textContent")
+        banners = page.evaluate("() => document.getElementById('banners').textContent")
+        startup = page.evaluate("() => window.pib.startup")
+        upload(page, 0, disc_images(tmp_path, 3))
+    assert "No camera was found" in camera and "upload images instead" in camera, camera
+    assert "does not let the page store data here (a private window?)" in banners, banners
+    assert "kept in this tab's memory only" in banners, banners
+    assert (startup["snapshot"], startup["snapshot_source"]) == ("loaded", "server"), startup
+    assert (startup["bytecode"], startup["snapshot_store"]) == ("unavailable", None), startup
+
+
+# Writes of samples fail as writes over the site's quota do (the QuotaExceededError DOMException
+# test_app_storage.py raises in Chromium) while `full`: WebKit's quota cannot be lowered for one
+# origin from WebDriver, which runs no script before the page's either, so the page's put is
+# swapped in place, and back.
+QUOTA = """(full) => {
+  const store = IDBObjectStore.prototype;
+  store.originalPut ??= store.put;
+  store.put = full ? function (...args) {
+    if (this.name === "frames") throw new DOMException("The quota has been exceeded.", "QuotaExceededError");
+    return store.originalPut.apply(this, args);
+  } : store.originalPut;
+}"""
+
+
+def test_a_full_quota_says_so_and_goes_on_in_memory(app_page: WebKitPage, tmp_path: Path) -> None:
+    app_page.evaluate(QUOTA, True)
+    try:
+        upload(app_page, 0, disc_images(tmp_path, 3))
+        app_page.evaluate("() => window.gestureTrainer.store.flush()")
+        banners = app_page.evaluate("() => document.getElementById('banners').textContent")
+    finally:
+        app_page.evaluate(QUOTA, False)
+    assert "storage for this site is full" in banners, banners
+    assert "the samples stored so far stay" in banners, banners
+
+
 def test_accessibility_scan_finds_nothing_serious(app_page: WebKitPage) -> None:
     app_page.evaluate(
         """() => new Promise((resolve, reject) => {
@@ -147,6 +228,25 @@ def test_accessibility_scan_finds_nothing_serious(app_page: WebKitPage) -> None:
             .map((v) => `${v.id}: ${v.help} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`)"""
     )
     assert violations == []
+
+
+def test_status_panel_and_capabilities_say_webkits_gpu_name_is_a_stand_in(
+    app_page: WebKitPage, server_url: str
+) -> None:
+    """WebKit names every GPU "Apple GPU", the llvmpipe rasteriser under this Xvfb too: the app
+    on webgl2 says the name is a stand-in that may hide a software GPU, not that it is hardware."""
+    # A window of its own: a second load of the app in the first one found no WebGL2 in its worker.
+    page = app_page.browser.new_page()
+    open_app(page, f"{server_url}/?backend=webgl2")
+    page.wait_for_function("() => document.querySelectorAll('#status-list dd').length > 1")
+    gpu = page.evaluate("() => document.querySelectorAll('#status-list dd')[1].textContent")
+    capabilities = page.evaluate("() => window.pib.runPython('pib.capabilities()')")
+    page.close()
+    print(f"\nwebkit webgl2 status panel, GPU: {gpu}")
+    assert capabilities["renderer"] == "Apple GPU", capabilities
+    assert capabilities["renderer_masked"] is True and capabilities["software_renderer"] is None
+    assert gpu.startswith("Apple GPU: a name the browser shows in place of the real GPU's"), gpu
+    assert "may be a software GPU" in gpu, gpu
 
 
 def visit(browser: WebKitBrowser, url: str, then: str | None = None) -> tuple[Any, Any]:
@@ -184,11 +284,22 @@ def test_visits_restore_the_servers_snapshot_then_their_own_from_indexeddb(
         environment = browser.pages[0].evaluate("() => window.pib.environment")
     print(f"webkit first visit {first}\nwebkit second visit {second}")
     assert (first["snapshot"], first["snapshot_source"]) == ("loaded", "server"), first
+    parts = first["runtime_parts"]
+    assert set(RESTORED_PARTS) <= set(parts), parts
+    # The page begins compiling the runtime and downloading the server's snapshot and the bundles
+    # before the worker has booted (engine-downloads.js), not once its scripts are in.
+    booted = parts["worker"][1]
+    for part in ("wasm", "snapshot_download", "numpy_download", "engine_download"):
+        assert parts[part][0] < booted, (part, parts)
     assert first["snapshot_store"] == "stored", first
     assert (first["bytecode"], first["bytecode_store"]) == ("absent", "stored"), first
     np.testing.assert_allclose(got["losses"], xor_in_cpython()["losses"], rtol=0, atol=1e-5)
     assert (second["snapshot"], second["snapshot_source"]) == ("loaded", "browser"), second
     assert second["bytecode"] == "loaded", second
+    # WebKitWebDriver's sessions keep no HTTP cache for a worker's downloads: the second visit
+    # downloads them again, and says so (WebKit's resource timing, with every size 0 and no entry
+    # for the module scripts it reuses, cannot tell; web/js/http-cache.js).
+    assert second["http_cache"] == first["http_cache"] == NOTHING_CACHED, (first, second)
     webgl2 = environment["webgl2"]
     assert not webgl2["available"] and "AllowWebGLInWorkers" in webgl2["reason"], webgl2
     assert (backend, selection["mode"], selection["chosen"]) == ("cpu", "measured", "cpu")

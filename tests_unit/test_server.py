@@ -96,7 +96,18 @@ def test_pages_carry_the_engine_description_the_api_gives(client: TestClient, pa
     html = client.get(path).text
     found = re.search(r'<script type="application/json" id="pib-engine">(.*?)</script>', html)
     assert found is not None, html
-    assert json.loads(found[1]) == client.get("/api/engine").json()
+    copy, answer = json.loads(found[1]), client.get("/api/engine").json()
+    # Each names the moment it was served (the page's first), as files do (next test).
+    assert int(copy.pop("served_at")) <= int(answer.pop("served_at"))
+    assert copy == answer
+
+
+def test_files_are_stamped_with_when_they_were_sent(client: TestClient) -> None:
+    """A download stamped before the page asking for it was served is a copy from the browser's
+    HTTP cache (web/js/http-cache.js): a fresh one is stamped later than the page."""
+    described = int(client.get("/api/engine").json()["served_at"])
+    for path in (f"{RUNTIME_PREFIX}/pyodide.asm.wasm", "/js/pib-client.js"):
+        assert described <= int(client.get(path).headers["x-served-at"]), path
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,13 @@ import { restoreBytecode, saveBytecode } from "./bytecode-cache.js";
 import { primeCodeCache } from "./code-cache.js";
 import { probeGPU, releaseProbedContext } from "./gpu-probe.js";
 import { fetchBundle, installBundle } from "./package-bundle.js";
+import { fromHttpCache, noteStamp } from "./http-cache.js";
+import { compileRuntime, runtimeWasmURL } from "./runtime-loader.js";
+import { RuntimeParts } from "./runtime-parts.js";
 import {
   buildVersion,
   chooseSnapshot,
+  downloadSnapshot,
   keepSnapshot,
   openSnapshot,
   serverSnapshotURL,
@@ -75,15 +79,6 @@ async function fetchEngineBundle(engine) {
   }
 }
 
-// Whether every download of a stage came from the browser's HTTP cache (resource timing: nothing
-// transferred), so a second visit shows what it reused; null when a file was not fetched. The
-// first fetch of a URL counts.
-function fromHttpCache(urls) {
-  const entries = urls.map((url) => performance.getEntriesByName(new URL(url, self.location.href).href)[0]);
-  if (entries.some((entry) => entry === undefined)) return null;
-  return entries.every((entry) => entry.transferSize === 0 && entry.decodedBodySize > 0);
-}
-
 // The page stage: from the page's navigation to the worker's first stage (the page's scripts, the
 // worker's module graph, its boot message), on the clock page and worker share; with it the stages
 // add up to the page's ready_ms.
@@ -101,23 +96,76 @@ async function stage(name, work) {
 }
 
 // `described`: /api/engine's answer as the page was served with it, or null; `pageOrigin`: the
-// page's performance.timeOrigin.
-async function boot({ backend, engine: described, pageOrigin }) {
-  const environmentPromise = probeGPU();
+// page's performance.timeOrigin; `workerCreated`: when the page created this worker (ms since
+// its navigation).
+// What the page downloads for this worker (engine-downloads.js): each message, by URL, as it
+// arrives (it may come before boot asks for it).
+const fromPage = new Map();
+function arrival(url) {
+  if (!fromPage.has(url)) {
+    let resolve;
+    const promise = new Promise((settle) => {
+      resolve = settle;
+    });
+    fromPage.set(url, { promise, resolve });
+  }
+  return fromPage.get(url);
+}
+
+// What the worker takes from the page, as startEngineDownloads answered it ({module, downloads},
+// or null when the page started none): the runtime's module and the downloads' bytes, each noted
+// for http_cache (http-cache.js) and timed in `parts` as the page timed it; what the page failed
+// to get (or did not start) the worker gets itself.
+function handOver(pageDownloads, parts) {
+  const { module: wasmURL, downloads } = pageDownloads ?? { module: null, downloads: [] };
+  const taken = ({ url, stamp, span }, part) => {
+    noteStamp(url, stamp);
+    parts.spans[part] = span.map(Math.round);
+  };
+  return {
+    async module(indexURL) {
+      const handed = wasmURL === null ? null : await arrival(wasmURL).promise;
+      if (handed?.module) {
+        taken(handed, "wasm");
+        return handed.module;
+      }
+      return parts.time("wasm", compileRuntime(indexURL));
+    },
+    // The bytes at `url` as `part`, else what `fetchItself()` answers.
+    async bytes(url, part, fetchItself) {
+      const absolute = new URL(url, self.location.href).href;
+      const handed = downloads.includes(absolute) ? await arrival(absolute).promise : null;
+      if (!handed?.bytes) return fetchItself();
+      taken(handed, part);
+      return new Uint8Array(handed.bytes);
+    },
+  };
+}
+
+// `pageDownloads`: what the page downloads for the worker (engine-downloads.js), or null.
+async function boot({ backend, engine: described, pageOrigin, workerCreated, pageDownloads }) {
+  const parts = new RuntimeParts(pageOrigin);
+  parts.spans.worker = [Math.round(workerCreated), parts.now()]; // its scripts loading, until this boot
+  const environmentPromise = parts.time("gpu_probe", probeGPU());
   const ownSnapshot = openSnapshot();
   const storedVerdicts = openVerdicts();
   const engine = described ?? (await (await fetchOk("/api/engine")).json());
+  const page = handOver(pageDownloads, parts);
+  const compiled = page.module(engine.runtime_url);
+  compiled.catch(() => {}); // Pyodide compiles it itself then (runtime-loader.js)
   // The bundles download while the runtime compiles and starts Python, not after it.
-  const numpyBundle = fetchBundle(engine.numpy_bundle_url);
-  const engineBundle = fetchEngineBundle(engine);
+  const numpyURL = engine.numpy_bundle_url;
+  const numpyBundle = page.bytes(numpyURL, "numpy_download", () => fetchBundle(numpyURL));
+  const engineBundle = page.bytes(engine.bundle_url, "engine_download", () => fetchEngineBundle(engine));
   numpyBundle.catch(() => {}); // awaited below; a failure surfaces there, not as an unhandled rejection
   engineBundle.catch(() => {});
   // What the stored snapshot and bytecode must have been made from: this runtime and these sources.
   const version = buildVersion(engine);
-  const stored = chooseSnapshot(ownSnapshot, serverSnapshotURL(engine), version);
+  const download = (url) => page.bytes(url, "snapshot_download", () => downloadSnapshot(url));
+  const stored = parts.time("snapshot", chooseSnapshot(ownSnapshot, serverSnapshotURL(engine), version, download));
   pageStage(pageOrigin);
   const { pyodide, snapshot } = await stage("runtime", () =>
-    startRuntime({ indexURL: engine.runtime_url, bundles: [numpyBundle, engineBundle], stored }),
+    startRuntime({ indexURL: engine.runtime_url, bundles: [numpyBundle, engineBundle], stored, compiled, parts }),
   );
   // A restored runtime has both packages installed and imported already.
   const restored = snapshot === "loaded";
@@ -148,10 +196,12 @@ async function boot({ backend, engine: described, pageOrigin }) {
   const chosen = await stage("init", () => runner.boot(backend ?? null, verdicts));
   releaseProbedContext();
   sys.dont_write_bytecode = true; // init imports a few modules too
+  // Per stage, whether its downloads came from the HTTP cache: the runtime's is its wasm, 10 of
+  // its 14 MB (Pyodide fetches the rest itself).
   const httpCache = {
-    runtime: fromHttpCache(["pyodide.asm.wasm", "pyodide.asm.js", "python_stdlib.zip"].map((f) => engine.runtime_url + f)),
-    numpy: fromHttpCache([engine.numpy_bundle_url]),
-    engine: fromHttpCache([engine.bundle_url]),
+    runtime: fromHttpCache([runtimeWasmURL(engine.runtime_url)], engine.served_at),
+    numpy: fromHttpCache([engine.numpy_bundle_url], engine.served_at),
+    engine: fromHttpCache([engine.bundle_url], engine.served_at),
   };
   const snapshotSource = snapshot === "loaded" ? (await stored).source : null;
   // A snapshot that failed to restore is replaced too; the server's is kept in the browser, which
@@ -164,6 +214,7 @@ async function boot({ backend, engine: described, pageOrigin }) {
     environment,
     python: runner.python_version(),
     httpCache,
+    runtimeParts: parts.spans,
     bytecode,
     storeBytecode,
     snapshot,
@@ -222,6 +273,8 @@ self.onmessage = ({ data }) => {
   } else if (data.type === "visibility") {
     hidden = data.hidden;
     runner?.set_hidden(hidden);
+  } else if (data.type === "runtime-module" || data.type === "download") {
+    arrival(data.url).resolve(data);
   } else if (data.type === "bitmap") {
     self.pibBitmaps.get(data.name)?.close(); // a frame nobody took is replaced by the newer one
     self.pibBitmaps.set(data.name, data.bitmap);

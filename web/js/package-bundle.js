@@ -5,6 +5,7 @@
 // Writing a bundle's files from JS takes a few milliseconds, and Python's import loads each
 // library when a module needs it (synchronous compilation is allowed in a worker).
 import { unframe } from "./framed.js";
+import { noteResponse } from "./http-cache.js";
 
 // Every .py file gets this mtime on every visit: bytecode compiled on an earlier visit
 // (bytecode-cache.js) is accepted only when its recorded source mtime matches.
@@ -16,6 +17,7 @@ const FILE_MODE = 0o100666;
 export async function fetchBundle(url) {
   const response = await fetch(url);
   if (!response.ok) throw new Error(`${url}: HTTP ${response.status} ${await response.text()}`);
+  noteResponse(response);
   return new Uint8Array(await response.arrayBuffer());
 }
 

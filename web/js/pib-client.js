@@ -1,4 +1,5 @@
 // window.pib on the page: starts the engine worker and forwards runPython calls to it (API.md).
+import { startEngineDownloads } from "./engine-downloads.js";
 
 const BACKENDS = ["webgpu", "webgl2", "cpu"];
 
@@ -28,7 +29,8 @@ export function startEngine({ onStage = () => {} } = {}) {
     python: null,
     stages: {},
     // Once ready: ready_ms (navigation to ready), stages (ms each), http_cache (per stage,
-    // whether its downloads came from the browser's HTTP cache), snapshot (the runtime's memory
+    // whether its downloads came from the browser's HTTP cache), runtime_parts (runtime-parts.js:
+    // each part of start-up's [start, end] ms since navigation), snapshot (the runtime's memory
     // snapshot, numpy and the engine imported) and bytecode (numpy's and the engine's): "loaded" from an earlier visit, or
     // "absent", "stale", "unavailable" or "failed: ..."; snapshot_source: where a loaded snapshot
     // came from, "server" (made at set-up) or "browser" (an earlier visit's); build: the engine
@@ -66,6 +68,7 @@ export function startEngine({ onStage = () => {} } = {}) {
       reject(failure);
       return;
     }
+    const workerCreated = performance.now();
     worker = new Worker(new URL("./engine-worker.js", import.meta.url), { type: "module" });
     worker.onmessage = ({ data }) => {
       if (data.type === "stage") {
@@ -78,6 +81,7 @@ export function startEngine({ onStage = () => {} } = {}) {
           ready_ms: Math.round(performance.now()),
           stages,
           http_cache: data.httpCache,
+          runtime_parts: data.runtimeParts,
           snapshot: data.snapshot,
           snapshot_source: data.snapshotSource,
           build: data.build,
@@ -113,9 +117,12 @@ export function startEngine({ onStage = () => {} } = {}) {
     // sparing the worker a round trip to /api/engine; pages without it leave the worker to ask.
     const described = document.getElementById("pib-engine")?.textContent;
     // The page's time origin (its navigation) lets the worker time the page stage on the clock
-    // both share.
+    // both share; when the page created the worker starts the worker's part of it.
     const engine = described ? JSON.parse(described) : null;
-    worker.postMessage({ type: "boot", backend: requested, engine, pageOrigin: performance.timeOrigin });
+    // Begun here, not once the worker's own scripts have loaded (engine-downloads.js).
+    const pageDownloads = engine ? startEngineDownloads(engine, worker) : null;
+    const origin = performance.timeOrigin;
+    worker.postMessage({ type: "boot", backend: requested, engine, pageOrigin: origin, workerCreated, pageDownloads });
     // The worker cannot see the page's visibility: tell it, so fit pauses on hidden tabs.
     const tellVisibility = () => worker?.postMessage({ type: "visibility", hidden: document.hidden });
     document.addEventListener("visibilitychange", tellVisibility);

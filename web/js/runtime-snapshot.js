@@ -14,6 +14,7 @@ import { unframe } from "./framed.js";
 import { askWorker } from "./one-shot-worker.js";
 import { bundleFiles, installBundle } from "./package-bundle.js";
 import { compileLibraries, relinkLibraries } from "./shared-libraries.js";
+import { importRuntime } from "./runtime-loader.js";
 import { checkEntry, openEntry, writeEntry } from "./startup-cache.js";
 
 export const SNAPSHOT_CACHE = "pib-runtime-snapshot";
@@ -47,27 +48,35 @@ export function openSnapshot() {
   return openEntry(SNAPSHOT_CACHE);
 }
 
+// The snapshot the server offers at `url`: its bytes, or null when it has none (any longer).
+export async function downloadSnapshot(url) {
+  const response = await fetch(url);
+  return response.ok ? new Uint8Array(await response.arrayBuffer()) : null;
+}
+
 // The snapshot to restore for `version` (a promise for startRuntime): the browser's own (`local`,
 // openSnapshot's promise) when it was made for this build, else the server's at `serverURL` (null
-// when it has none), else the local entry's state. The server's, once restored, replaces a stale
-// local entry (keepSnapshot).
-export async function chooseSnapshot(local, serverURL, version) {
+// when it has none; `download` gets its bytes, downloadSnapshot's way), else the local entry's
+// state. The server's, once restored, replaces a stale local entry (keepSnapshot).
+export async function chooseSnapshot(local, serverURL, version, download = downloadSnapshot) {
   const expected = snapshotVersion(version);
   const own = checkEntry(await local, expected);
   if (own.state === "loaded" || !serverURL) return { ...own, source: "browser" };
-  const response = await fetch(serverURL);
-  if (!response.ok) return own;
-  const served = checkEntry({ state: "found", ...unframe(new Uint8Array(await response.arrayBuffer())) }, expected);
+  const bytes = await download(serverURL);
+  if (bytes === null) return own;
+  const served = checkEntry({ state: "found", ...unframe(bytes) }, expected);
   if (served.state !== "loaded") return own;
   return { ...served, source: "server" };
 }
 
-// The libraries a snapshot relinks, compiled from the bundles as soon as they arrive.
-async function compileFromBundles(libraries, bundles) {
+// The libraries a snapshot relinks, compiled from the bundles as soon as they arrive (part
+// "libraries" of `parts`, until the last is compiled).
+async function compileFromBundles(libraries, bundles, parts) {
   const files = new Map();
   for (const bytes of await Promise.all(bundles)) for (const [name, contents] of bundleFiles(bytes)) files.set(name, contents);
   const compiled = compileLibraries(libraries, files);
   for (const module of compiled) module.catch(() => {}); // awaited by relinkLibraries, if it gets there
+  parts.time("libraries", Promise.all(compiled)).catch(() => {});
   return compiled;
 }
 
@@ -88,19 +97,29 @@ function restorableImage(entry) {
 
 // {pyodide, snapshot}: snapshot "loaded" when restored, else why not ("absent", "stale",
 // "unavailable", or "failed: ..." when restoring threw and the runtime started afresh).
-// `build` ({indexURL, bundles, stored}) names the Pyodide build, the packages' bundles (promises
-// of their bytes) and the snapshot (chooseSnapshot's promise). A restored runtime has the packages
-// installed and imported; otherwise the caller does both.
-export async function startRuntime({ indexURL, bundles, stored }) {
-  const { loadPyodide } = await import(`${indexURL}pyodide.mjs`);
+// `build` ({indexURL, bundles, stored, compiled, parts}) names the Pyodide build, the packages'
+// bundles (promises of their bytes), the snapshot (chooseSnapshot's promise) and the runtime's
+// module (runtime-loader.js's compileRuntime promise); the parts are timed in `parts`
+// (runtime-parts.js). A restored runtime has the packages installed and imported; otherwise the
+// caller does both.
+export async function startRuntime({ indexURL, bundles, stored, compiled, parts }) {
+  const loadPyodide = await parts.time("script", importRuntime(indexURL, compiled, parts));
+  // The shared libraries compile (off this thread) from the moment the bundles and the snapshot's
+  // record of them are here, while the runtime starts.
+  const libraries = stored.then((entry) => entry.state === "loaded" && compileFromBundles(entry.header.libraries, bundles, parts));
+  libraries.catch(() => {}); // awaited below, if restoring gets there
   try {
-    // loadPyodide awaits the image only after it has started downloading and compiling the
-    // runtime, so both happen while the snapshot arrives.
-    const pyodide = await loadPyodide({ indexURL, _loadSnapshot: stored.then(restorableImage) });
-    const { libraries } = (await stored).header;
-    const compiled = compileFromBundles(libraries, bundles);
-    for (const bytes of await Promise.all(bundles)) installBundle(pyodide, bytes, libraries.sitePackages);
-    await relinkLibraries(pyodide, libraries, await compiled);
+    // loadPyodide awaits the image only after it has loaded its scripts, so both happen while the
+    // snapshot arrives.
+    const image = stored.then(restorableImage);
+    const pyodide = await parts.time("restore", loadPyodide({ indexURL, _loadSnapshot: image }));
+    const described = (await stored).header.libraries;
+    const compiledLibraries = await libraries;
+    const bundleBytes = await Promise.all(bundles);
+    parts.run("files", () => {
+      for (const bytes of bundleBytes) installBundle(pyodide, bytes, described.sitePackages);
+    });
+    await parts.time("relink", relinkLibraries(pyodide, described, compiledLibraries));
     // Every restore starts from the same state: reseed Python's random module if it is loaded
     // (through proxies, not runPython: compiling source first runs the parser, ~5 ms cold).
     const modules = pyodide.pyimport("sys").modules;
@@ -111,7 +130,7 @@ export async function startRuntime({ indexURL, bundles, stored }) {
     return { pyodide, snapshot: "loaded" };
   } catch (error) {
     const why = error instanceof NotRestoring ? error.state : `failed: ${error.message ?? error}`;
-    return { pyodide: await loadPyodide({ indexURL }), snapshot: why };
+    return { pyodide: await parts.time("fresh", loadPyodide({ indexURL })), snapshot: why };
   }
 }
 

@@ -36,6 +36,12 @@ HALF_MIN_EPSILON = HALF_SMALLEST_NORMAL**0.5
 
 # What a software renderer's WEBGL_debug_renderer_info string contains.
 SOFTWARE_RENDERERS = ("SwiftShader", "llvmpipe", "softpipe", "Software Rasterizer")
+# Renderer names a browser reports in place of the real GPU's: WebKit answers "Apple GPU" for
+# every GPU, a software rasteriser (WebKitGTK on llvmpipe) included, and without
+# WEBGL_debug_renderer_info only the browser's own name is given. Behind them the GPU may be
+# hardware or software; WebKit offers no other tell (it even makes contexts that
+# failIfMajorPerformanceCaveat asks it to refuse on software).
+MASKED_RENDERERS = ("Apple GPU", "WebKit WebGL", "Mozilla")
 
 
 class WebGL2Backend(Backend):
@@ -124,6 +130,11 @@ class WebGL2Backend(Backend):
         renderer = str(self.probed.get("renderer") or "")
         return next((name for name in SOFTWARE_RENDERERS if name.lower() in renderer.lower()), None)
 
+    def renderer_masked(self) -> bool:
+        """Whether the browser hides the GPU's name (MASKED_RENDERERS): then nobody can tell
+        whether it is a software renderer, and software_renderer() says None for want of one."""
+        return str(self.probed.get("renderer") or "") in MASKED_RENDERERS
+
     def warm_draws(self) -> None:
         """Sends the programs a typical first training step draws (first_step.py) to be linked
         now and drawn once in background(), so that the GPU process builds their pipelines
@@ -181,6 +192,7 @@ class WebGL2Backend(Backend):
             timer_query=self.probed.get("timer_query"),
             renderer=self.probed.get("renderer"),
             software_renderer=self.software_renderer(),
+            renderer_masked=self.renderer_masked(),
         )
         return caps
 

@@ -38,6 +38,7 @@ function gpuText(status, environment) {
   const name = backend === "webgpu" ? [probe.vendor, probe.architecture].filter(Boolean).join(" ") : probe.renderer;
   const renderer = status.capabilities?.software_renderer;
   const software = Boolean(renderer) || probe.fallback || SOFTWARE_GPU.test(`${name} ${probe.description ?? ""}`);
+  if (!software && status.capabilities?.renderer_masked) return `${name}: a name the browser shows in place of the real GPU's, so it may be a software GPU that runs on the CPU`;
   if (!software) return name || "a hardware GPU the browser does not name";
   const which = renderer ? ` (${renderer})` : "";
   return `${name ? `${name}: ` : ""}a software GPU${which} that runs on the CPU, so training is slow`;
