@@ -68,8 +68,9 @@ def test_the_test_model_covers_every_public_layer_class() -> None:
         and issubclass(cls, layers.Layer)
         and not cls.__name__.startswith("_")
     } - {layers.Layer}
-    # A Pretrained layer wraps a graph model loaded from its own files; the model file does not
-    # reference a backbone yet, so saving one is refused by name (test below), not silently wrong.
+    # A Pretrained layer wraps a graph model loaded from its own files: a model file holds the
+    # head after it and names the backbone (save(backbone=...), interop/backbones.py), so a
+    # Sequential holding the layer itself is refused by name (test below), not silently wrong.
     saveable = public - {layers.Pretrained}
     assert saveable == {spec.cls for spec in layer_configs.LAYER_SPECS}
     assert saveable == {type(layer) for layer in every_layer_model().layers}

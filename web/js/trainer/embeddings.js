@@ -11,12 +11,12 @@
 // embedded then from its stored pixels.
 import { embeddingRange } from "./storage.js";
 
-// A 32-bit seed per sample (FNV-1a of "classId/seq"): its augmented views are the same whenever
-// and wherever it is embedded.
-function seedOf(classId, seq) {
+// A 32-bit seed per sample, from its stored pixels (FNV-1a of the SAMPLE_SIZE² RGBA bytes): its
+// augmented views are the same whenever, wherever and in whichever class it is embedded.
+export function seedOf(rgba) {
   let hash = 0x811c9dc5;
-  for (const char of `${classId}/${seq}`) {
-    hash ^= char.charCodeAt(0);
+  for (let i = 0; i < rgba.length; i += 1) {
+    hash ^= rgba[i];
     hash = Math.imul(hash, 0x01000193) >>> 0;
   }
   return hash;
@@ -38,6 +38,7 @@ export class EmbeddingQueue {
     this.queued = new Set(); // "classId/seq" of the jobs
     this.added = 0; // jobs since the queue was last empty (the progress bar's total)
     this.failures = [];
+    this.ms = []; // the worker's time for each embedded sample (with its views), in order
     this.running = null;
     this.idleWaiters = [];
   }
@@ -55,20 +56,27 @@ export class EmbeddingQueue {
     return this.jobs.length + (this.running ? 1 : 0);
   }
 
+  // Seconds the queued jobs will take at the pace of the last few, or null before the first.
+  get secondsLeft() {
+    const recent = this.ms.slice(-8);
+    if (!recent.length) return null;
+    return (this.pending * recent.reduce((sum, ms) => sum + ms, 0)) / recent.length / 1000;
+  }
+
   has(classId, seq) {
     return this.done.has(keyOf(classId, seq));
   }
 
   // Queues sample (classId, seq) for embedding from `bitmap` (a Promise of an ImageBitmap;
-  // `mirror`: flip it first, as a camera frame is shown).
-  add(classId, seq, bitmap, mirror) {
+  // `mirror`: flip it first, as a camera frame is shown), its views drawn from `seed` (seedOf).
+  add(classId, seq, bitmap, mirror, seed) {
     const key = keyOf(classId, seq);
     if (this.done.has(key) || this.queued.has(key)) {
       bitmap.then((b) => b.close(), () => {});
       return;
     }
     this.queued.add(key);
-    this.jobs.push({ classId, seq, bitmap, mirror });
+    this.jobs.push({ classId, seq, bitmap, mirror, seed });
     this.added += 1;
     this.onProgress(this);
     this.running ??= this.run();
@@ -86,7 +94,8 @@ export class EmbeddingQueue {
           bitmap.close(); // removed while it waited
           continue;
         }
-        const { embedding, rows } = await this.engine.embed(bitmap, job.mirror, seedOf(job.classId, job.seq));
+        const { embedding, rows, ms } = await this.engine.embed(bitmap, job.mirror, job.seed);
+        this.ms.push(ms);
         if (this.queued.has(key)) await this.keep(job.classId, job.seq, embedding, rows);
       } catch (error) {
         this.failures.push(`${key}: ${error.message ?? error}`);

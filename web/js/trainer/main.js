@@ -2,7 +2,7 @@
 // keep the model. window.pib (API.md) is here as on the console.
 import { startEngine } from "../pib-client.js";
 import { TrainingCharts } from "./charts.js";
-import { EmbeddingQueue } from "./embeddings.js";
+import { EmbeddingQueue, seedOf } from "./embeddings.js";
 import { TrainerEngine } from "./engine.js";
 import { Camera, centreSquare, imageFileSample, sampleBitmap, videoFrame } from "./frames.js";
 import { Gallery } from "./gallery.js";
@@ -25,7 +25,7 @@ const BACKBONE_SIDE = 224;
 const HAND_PRESENT = 0.5;
 // What each model kind trains with unless the person changes it.
 const MODE_DEFAULTS = {
-  transfer: { epochs: "30", learningRate: "0.01" },
+  transfer: { epochs: "30", learningRate: "0.003" },
   scratch: { epochs: "20", learningRate: "0.003" },
 };
 const $ = (id) => document.getElementById(id);
@@ -132,7 +132,7 @@ function addSample(classId, rgba, square = null, mirror = false) {
   app.strips.get(classId).added(seq, rgba);
   renderCount(classId);
   if (app.mode === "transfer" && app.embeddings) {
-    app.embeddings.add(classId, seq, square ?? sampleBitmap(rgba), square ? mirror : false);
+    app.embeddings.add(classId, seq, square ?? sampleBitmap(rgba), square ? mirror : false, seedOf(rgba));
   } else {
     square?.then((bitmap) => bitmap.close(), () => {});
   }
@@ -539,7 +539,7 @@ async function embedAll(refs) {
     }
     for (const [classId, seqs] of byClass) {
       const rows = await app.store.read(classId, seqs);
-      seqs.forEach((seq, i) => rows[i] && queue.add(classId, seq, sampleBitmap(rows[i]), false));
+      seqs.forEach((seq, i) => rows[i] && queue.add(classId, seq, sampleBitmap(rows[i]), false, seedOf(rows[i])));
     }
   }
   await queue.idle();
@@ -559,8 +559,10 @@ function showEmbedding(queue) {
   const total = Math.max(queue.added, pending);
   $("embed-progress").max = total;
   $("embed-progress").value = total - pending;
+  const left = queue.secondsLeft;
   $("embed-progress-text").textContent =
-    `The hand model is embedding new samples: ${total - pending} of ${total} done. ` +
+    `The hand model is embedding new samples: ${total - pending} of ${total} done` +
+    (left === null ? ". " : `, about ${formatSeconds(left)} left. `) +
     "You can keep recording; training starts once they are done.";
 }
 
