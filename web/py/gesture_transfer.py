@@ -68,7 +68,9 @@ def info() -> dict[str, Any]:
 def augmentation_params(seed: int, copies: int) -> np.ndarray:
     """affine_sample params (copies, 8) of `copies` augmented views, drawn from `seed` with
     gesture_trainer.AUGMENTATION's ranges (as RandomAugmentation draws them: zoom, a small turn,
-    shifts of the side, contrast around mid-grey and a brightness delta)."""
+    shifts of the side, contrast around mid-grey and a brightness delta). Every other view is
+    mirrored too: the other hand making the same gesture (a person may use either, and uploaded
+    images are not mirrored while live frames are)."""
     ranges = trainer.AUGMENTATION
     u = np.random.default_rng([trainer.SEED, seed]).uniform(-1.0, 1.0, size=(copies, 6))
     zoom = 1.0 + ranges["zoom"] * u[:, 0]
@@ -77,8 +79,9 @@ def augmentation_params(seed: int, copies: int) -> np.ndarray:
     delta = ranges["brightness"] * u[:, 4]
     gain = 1.0 + ranges["contrast"] * u[:, 5]
     cos, sin = zoom * np.cos(turn), zoom * np.sin(turn)
+    flip = np.where(np.arange(copies) % 2 == 1, -1.0, 1.0)  # x = a u + ...: negating a, d mirrors
     offset = 0.5 * (1.0 - gain) + delta
-    return np.stack([cos, -sin, shift_x, sin, cos, shift_y, gain, offset], axis=1).astype(
+    return np.stack([flip * cos, -sin, shift_x, flip * sin, cos, shift_y, gain, offset], 1).astype(
         np.float32
     )
 

@@ -805,7 +805,8 @@ async function loadFromFile(input) {
   try {
     await modelLoaded(await engine.loadFile(new Uint8Array(await file.arrayBuffer())), file.name);
   } catch (error) {
-    status.banner(`Could not load ${file.name}: ${firstLine(error)}`, "error");
+    // The error's own sentence, without the Python exception's dotted class name before it.
+    status.banner(`Could not load ${file.name}: ${firstLine(error).replace(/^[\w.]+Error: /, "")}`, "error");
   }
   input.value = "";
 }
