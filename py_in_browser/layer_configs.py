@@ -184,7 +184,12 @@ def layer_config(layer: L.Layer) -> dict[str, Any]:
     """{"class_name", "config"} of one layer, in Keras' form."""
     spec = SPEC_BY_CLASS.get(type(layer))
     if spec is None:
-        raise LayerConfigError(f"layer type {type(layer).__name__} cannot be saved")
+        hint = (
+            ": save the layers after it, naming the backbone (save(backbone=...))"
+            if type(layer) is L.Pretrained
+            else ""
+        )
+        raise LayerConfigError(f"layer type {type(layer).__name__} cannot be saved{hint}")
     config = {"name": layer.name, **COMMON, **spec.fixed, **spec.arguments(layer)}
     return {"class_name": spec.class_name, "config": config}
 

@@ -507,10 +507,13 @@ class Sequential:
         labels: list[str] | None = None,
         preprocessing: dict[str, Any] | None = None,
         description: str = "",
+        backbone: dict[str, Any] | None = None,
     ) -> bytes:
         """The engine's model file (see model_file.py for the format): one zip of the
         architecture as Keras-style layer configs, the weights (float32), and the class
         `labels`, `preprocessing` description and `description` an app needs to use it.
+        `backbone`: for a head trained on a pretrained backbone's features, the backbone it
+        reads (interop/backbones.py Backbone.reference()); the file holds the head alone.
 
         Example:
             >>> model = pib.Sequential([pib.layers.Dense(2, input_shape=(3,))])
@@ -520,7 +523,11 @@ class Sequential:
         """
         return await resilience.guarded(
             lambda: model_file.dumps(
-                self, labels=labels, preprocessing=preprocessing, description=description
+                self,
+                labels=labels,
+                preprocessing=preprocessing,
+                description=description,
+                backbone=backbone,
             ),
             self.device_state,
         )
@@ -532,13 +539,14 @@ class Sequential:
         labels: list[str] | None = None,
         preprocessing: dict[str, Any] | None = None,
         description: str = "",
+        backbone: dict[str, Any] | None = None,
     ) -> dict[str, str | bytes]:
         """The model as a TensorFlow.js Layers model: {"model.json": text,
         "group1-shard1of1.bin": bytes}, which tf.loadLayersModel reads (format:
         py_in_browser/interop/tfjs.py). quantize="float16" halves the weight bytes (as the TF.js
         converter's --quantize_float16; weights round to half precision). labels, preprocessing
         and description travel in model.json's userDefinedMetadata, so `pib.load_tfjs` gets the
-        same model file back. `py_in_browser.interop.tfjs.write_folder` writes the files to a
+        same model file back; so does `backbone` (see save). `py_in_browser.interop.tfjs.write_folder` writes the files to a
         folder (CPython), `tfjs.export_zip` zips them.
 
         Example:
@@ -550,7 +558,9 @@ class Sequential:
             >>> len((await model.export_tfjs(quantize="float16"))["group1-shard1of1.bin"])
             16
         """
-        blob = await self.save(labels=labels, preprocessing=preprocessing, description=description)
+        blob = await self.save(
+            labels=labels, preprocessing=preprocessing, description=description, backbone=backbone
+        )
         return tfjs.from_model_file(blob, quantize=quantize)
 
 

@@ -18,7 +18,12 @@ model.json  a JSON object:
                   preprocessing pib.data applies (preprocessing.py states the schema, version 1:
                   size [height, width], mirror, crop "centre" | "none", per-channel mean and
                   std over pixel bytes / 255); it is validated, and its size must be the
-                  input's height and width. Any other object is stored as given.
+                  input's height and width (the backbone's input's, when there is one).
+                  Any other object is stored as given.
+    backbone      (only in a head trained on a pretrained backbone's features) the backbone the
+                  model's input comes from: {"name", "version", "sha256", "output" (the node
+                  whose value is the input), "input_shape" (the backbone's)}; the file holds the
+                  head alone, interop/backbones.py finds the backbone again by these
     architecture  {"class_name": "Sequential", "config": {"name", "seed", "layers": [...]}}
                   with one {"class_name", "config"} per layer in Keras' config form (the form of
                   TF.js's modelTopology); the first layer's config carries "batch_input_shape"
@@ -103,6 +108,7 @@ async def dumps(
     labels: list[str] | None = None,
     preprocessing: dict[str, Any] | None = None,
     description: str = "",
+    backbone: dict[str, Any] | None = None,
 ) -> bytes:
     """The model file of a Sequential (built or buildable from its first layer's input_shape)."""
     model._require_built()
@@ -113,6 +119,7 @@ async def dumps(
         labels=labels,
         preprocessing=preprocessing,
         description=description,
+        backbone=backbone,
     )
 
 
@@ -123,6 +130,7 @@ def write(
     labels: list[str] | None = None,
     preprocessing: dict[str, Any] | None = None,
     description: str = "",
+    backbone: dict[str, Any] | None = None,
 ) -> bytes:
     """The file from a built model's layers and host weight arrays (get_weights order)."""
     try:
@@ -138,6 +146,7 @@ def write(
         labels=labels,
         preprocessing=preprocessing,
         description=description,
+        backbone=backbone,
     )
 
 
@@ -151,6 +160,7 @@ def encode(
     labels: list[str] | None = None,
     preprocessing: dict[str, Any] | None = None,
     description: str = "",
+    backbone: dict[str, Any] | None = None,
 ) -> bytes:
     """The file from its parts: layer configs in Keras' form and the weights by name (the
     converters build files this way, without creating a model). The architecture decides which
@@ -199,6 +209,8 @@ def encode(
         "param_count": sum(math.prod(shape) for _, shape in expected),
         "weights": manifest,
     }
+    if backbone is not None:  # absent otherwise: files without one keep their bytes
+        header["backbone"] = backbone
     header_bytes = json.dumps(header, allow_nan=False).encode()
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
@@ -226,6 +238,7 @@ class ModelHeader:
     layers: list[dict[str, Any]]
     param_count: int
     weights: list[dict[str, Any]]
+    backbone: dict[str, Any] | None = None
 
     @property
     def summary(self) -> ModelSummary:
@@ -243,6 +256,7 @@ class ModelHeader:
             "preprocessing": self.preprocessing,
             "param_count": self.param_count,
             "layer_count": len(self.layers),
+            **({"backbone": self.backbone} if self.backbone is not None else {}),
         }
 
 
@@ -330,6 +344,25 @@ def _check_preprocessing(value: Any, input_shape: Shape) -> dict[str, Any] | Non
             f"{list(input_shape)} (height, width, channels)"
         )
     return checked
+
+
+BACKBONE_KEYS = ("name", "version", "sha256", "output", "input_shape")
+MAX_BACKBONE_TEXT = 200
+
+
+def check_backbone(value: Any) -> dict[str, Any] | None:
+    """The header's "backbone" object (see the module docstring), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or sorted(value) != sorted(BACKBONE_KEYS):
+        raise ModelFileError(f"backbone must be an object with exactly {list(BACKBONE_KEYS)}")
+    for key in ("name", "version", "output"):
+        _text(value[key], f"backbone {key}", MAX_BACKBONE_TEXT, allow_empty=False)
+    sha256 = value["sha256"]
+    if not isinstance(sha256, str) or len(sha256) != 64 or set(sha256) - set("0123456789abcdef"):
+        raise ModelFileError("backbone sha256 must be 64 lowercase hex digits")
+    shape = _shape(value["input_shape"], "backbone input_shape")
+    return {**value, "input_shape": list(shape)}
 
 
 def _architecture(header: dict[str, Any], limits: Limits) -> tuple[str, int, list[Any]]:
@@ -478,17 +511,22 @@ def read(data: bytes, limits: Limits = DEFAULT_LIMITS) -> ModelFileContents:
         if not np.isfinite(array).all():
             raise ModelFileError(f"weight {name} holds NaN or Inf values")
         arrays.append(array.astype(np.float32))
+    backbone = check_backbone(header.get("backbone"))
     model_header = ModelHeader(
         name=_text(header.get("name"), "name", MAX_NAME_CHARS, allow_empty=False),
         description=_text(header.get("description"), "description", MAX_DESCRIPTION_CHARS),
         input_shape=input_shape,
         output_shape=output_shape,
         labels=check_labels(header.get("labels"), output_shape),
-        preprocessing=_check_preprocessing(header.get("preprocessing"), input_shape),
+        preprocessing=_check_preprocessing(
+            header.get("preprocessing"),
+            tuple(backbone["input_shape"]) if backbone is not None else input_shape,
+        ),
         seed=seed,
         layers=entries,
         param_count=param_count,
         weights=manifest,
+        backbone=backbone,
     )
     return ModelFileContents(model_header, layers, arrays)
 

@@ -89,7 +89,9 @@ class AppSession:
     origin: str
     requests: list[Request] = field(default_factory=list)
     console_errors: list[str] = field(default_factory=list)
-    query: str = ""  # e.g. "?backend=cpu"
+    # The app's tests of collection, storage and UI train from scratch (fast on every backend);
+    # tests_e2e/test_app_transfer.py tests the default mode, transfer learning.
+    query: str = "?mode=scratch"  # e.g. "?backend=cpu&mode=scratch"
 
     def open(self) -> None:
         self.page.goto(f"{self.origin}/{self.query}")
@@ -138,17 +140,17 @@ def upload_gestures(
     images: dict[str, list[np.ndarray]],
     before_upload: Callable[[int], None] | None = None,
 ) -> None:
-    """Names the classes after the shapes (adding the third) and uploads each class's images
-    (`before_upload(index)` runs right before the index-th class's upload)."""
+    """Names the three classes after `images`' keys (adding the third) and uploads each class's
+    images, in order (`before_upload(index)` runs right before the index-th class's upload)."""
     page.click("#add-class")
     page.wait_for_function("() => document.querySelectorAll('.class-card').length === 3")
     cards = page.locator(".class-card")
-    for index, kind in enumerate(CLASSES):
+    for index, kind in enumerate(images):
         card = cards.nth(index)
         card.locator(".class-name").fill(kind)
         card.locator(".class-name").press("Tab")
         files = [
-            {"name": f"{kind}-{i}.png", "mimeType": "image/png", "buffer": png(image)}
+            {"name": f"{kind}-{i:02d}.png", "mimeType": "image/png", "buffer": png(image)}
             for i, image in enumerate(images[kind])
         ]
         if before_upload is not None:

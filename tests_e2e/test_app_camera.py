@@ -58,7 +58,7 @@ def fake_camera_chromium(
 
 def open_app(browser: Browser, origin: str) -> Page:
     page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.goto(f"{origin}/")
+    page.goto(f"{origin}/?mode=scratch")
     page.wait_for_function("() => window.pib !== undefined")
     page.evaluate("() => { window.confirmDeletes = true; }")
     return page
@@ -136,7 +136,7 @@ def test_no_camera_says_so_and_uploads_still_work(chromium: Browser, server_url:
         " throw new DOMException('Permission denied', 'NotAllowedError'); };"
     )
     page = context.new_page()
-    page.goto(f"{server_url}/")
+    page.goto(f"{server_url}/?mode=scratch")
     page.wait_for_selector("#camera-message:not([hidden])")
     assert "permission was denied" in page.inner_text("#camera-message")
     assert page.is_visible("#camera-start")
@@ -172,7 +172,7 @@ def tiny_model_file() -> bytes:
 
 def test_firefox_collects_trains_and_predicts(firefox: Browser, server_url: str) -> None:
     plain = firefox.new_page()
-    plain.goto(f"{server_url}/?backend=webgpu")
+    plain.goto(f"{server_url}/?backend=webgpu&mode=scratch")
     # Firefox's own fake camera (media.navigator.streams.fake) drives the real getUserMedia path.
     plain.wait_for_function(
         "() => document.getElementById('preview').videoWidth > 0", timeout=60_000

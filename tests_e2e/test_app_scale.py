@@ -115,7 +115,7 @@ def app(precise_chromium: Browser, server_url: str) -> Iterator[AppSession]:
     session = new_app_session(precise_chromium, server_url)
     # The cpu backend: what is measured is the collection and the streaming, and SwiftShader's
     # WebGPU here takes 3-5x longer per epoch (one 5,000-per-class epoch: 124-139 s, cpu 25-36 s).
-    session.query = "?backend=cpu"
+    session.query = "?backend=cpu&mode=scratch"
     session.context.add_init_script(GENERATOR)
     session.context.add_init_script(LONG_TASKS)
     session.open()

@@ -93,6 +93,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("py_in_browser.interop.graph_model_ops",),
     ("py_in_browser.interop.graph_model_convert",),
     ("py_in_browser.interop.graph_model",),
+    # Which backbone a saved head reads, found again same-origin and checked by sha256.
+    ("py_in_browser.interop.backbones",),
     # Recovery from a lost GPU device: host checkpoints during fit, restored on a new backend.
     # pib.debug's fault injection sits beside it.
     ("py_in_browser.recovery", "py_in_browser.debug"),

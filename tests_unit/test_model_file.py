@@ -68,8 +68,9 @@ def test_the_test_model_covers_every_public_layer_class() -> None:
         and issubclass(cls, layers.Layer)
         and not cls.__name__.startswith("_")
     } - {layers.Layer}
-    # A Pretrained layer wraps a graph model loaded from its own files; the model file does not
-    # reference a backbone yet, so saving one is refused by name (test below), not silently wrong.
+    # A Pretrained layer wraps a graph model loaded from its own files: a model file holds the
+    # head after it and names the backbone (save(backbone=...), interop/backbones.py), so a
+    # Sequential holding the layer itself is refused by name (test below), not silently wrong.
     saveable = public - {layers.Pretrained}
     assert saveable == {spec.cls for spec in layer_configs.LAYER_SPECS}
     assert saveable == {type(layer) for layer in every_layer_model().layers}
@@ -278,3 +279,54 @@ def test_random_bytes_never_escape_as_another_error(good: bytes) -> None:
             data[index] = int(rng.integers(0, 256))
         with contextlib.suppress(ModelFileError):
             model_file.read_header(bytes(data))
+
+
+def test_a_head_names_its_backbone_and_every_export_carries_it() -> None:
+    from py_in_browser.interop import backbones, tfjs
+
+    backbone = backbones.HAND_LANDMARK_LITE
+    head = pib.Sequential([layers.Dense(3, activation="softmax", input_shape=(672,))], name="h")
+    head.build()
+    prep = backbone.preprocessing(mirror=True).to_dict()
+    data = run(head.save(labels=["a", "b", "c"], preprocessing=prep, backbone=backbone.reference()))
+    loaded, header = loads(data)
+    assert loaded.input_shape == (672,) and header.backbone == backbone.reference()
+    assert header.metadata()["backbone"] == backbone.reference()
+    assert header.input_shape == (672,) and header.preprocessing == prep  # sized for the backbone
+    # TF.js: the head alone, the backbone named in userDefinedMetadata, and read back.
+    files = tfjs.from_model_file(data)
+    meta = json.loads(files["model.json"])["userDefinedMetadata"]["py_in_browser"]
+    assert meta["backbone"] == backbone.reference()
+    assert model_file.read_header(tfjs.to_model_file(files)).backbone == backbone.reference()
+    # A file without a backbone has no such key (its bytes are as before).
+    plain = run(head.save())
+    assert "backbone" not in json.loads(zipfile.ZipFile(io.BytesIO(plain)).read("model.json"))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"sha256": "ABC"}, "64 lowercase hex"),
+        ({"name": ""}, "backbone name"),
+        ({"input_shape": [224, 0, 3]}, "backbone input_shape"),
+        ({"extra": 1}, "exactly"),
+    ],
+)
+def test_a_malformed_backbone_is_refused(change: dict, message: str) -> None:
+    from py_in_browser.interop import backbones
+
+    head = pib.Sequential([layers.Dense(2, input_shape=(672,))])
+    head.build()
+    with pytest.raises(ModelFileError, match=message):
+        run(head.save(backbone={**backbones.HAND_LANDMARK_LITE.reference(), **change}))
+
+
+def test_preprocessing_of_a_head_must_fit_its_backbone_input() -> None:
+    from py_in_browser.interop import backbones
+
+    backbone = backbones.HAND_LANDMARK_LITE
+    head = pib.Sequential([layers.Dense(2, input_shape=(672,))])
+    head.build()
+    wrong = {**backbone.preprocessing(mirror=False).to_dict(), "size": [64, 64]}
+    with pytest.raises(ModelFileError, match="does not match the input shape"):
+        run(head.save(preprocessing=wrong, backbone=backbone.reference()))

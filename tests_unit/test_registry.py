@@ -86,6 +86,17 @@ def test_publish_then_read_metadata_and_file(client: TestClient, file_bytes: byt
     assert restored.count_params() == created["param_count"]
 
 
+def test_a_head_on_a_backbone_is_published_naming_it(client: TestClient) -> None:
+    from py_in_browser.interop.backbones import HAND_LANDMARK_LITE
+
+    head = pib.Sequential([layers.Dense(3, activation="softmax", input_shape=(672,))])
+    head.build()
+    data = asyncio.run(head.save(backbone=HAND_LANDMARK_LITE.reference()))
+    created = publish(client, data).json()
+    assert created["backbone"] == HAND_LANDMARK_LITE.reference()
+    assert client.get(f"/api/models/{created['id']}").json()["backbone"] == created["backbone"]
+
+
 def test_conditional_get_answers_304(client: TestClient, file_bytes: bytes) -> None:
     url = publish(client, file_bytes).json()["file_url"]
     etag = client.get(url).headers["etag"]

@@ -236,7 +236,12 @@ def from_model_file(data: bytes, opset: int = OPSET) -> bytes:
     )
     proto.ir_version = helper.find_min_ir_version_for(list(proto.opset_import))
     # What the app needs beside the graph, as JSON text in the model's metadata_props.
-    extras = {"labels": header.labels, "preprocessing": header.preprocessing}
+    # A head trained on a backbone's features names the backbone its input comes from.
+    extras = {
+        "labels": header.labels,
+        "preprocessing": header.preprocessing,
+        "backbone": header.backbone,
+    }
     helper.set_model_props(proto, {k: json.dumps(v) for k, v in extras.items() if v is not None})
     onnx.checker.check_model(proto, full_check=True)
     return proto.SerializeToString()

@@ -8,7 +8,7 @@ A TF.js Layers model is two or more files, as tf.loadLayersModel reads them::
                  "weightsManifest": [{"paths": [shard file names], "weights": [{"name", "shape",
                                       "dtype", "quantization"?}]}],
                  "userDefinedMetadata": {"py_in_browser": {"seed", "labels", "preprocessing",
-                                                           "description"}}}
+                                                           "description", "backbone"?}}}
     shards      the weights back to back, in manifest order, little-endian.
 
 The layers are Keras' config form, which the engine's model file already uses (model_file.py), so
@@ -142,6 +142,8 @@ def from_model_file(data: bytes, *, quantize: str | None = None) -> dict[str, st
                 "labels": header.labels,
                 "preprocessing": header.preprocessing,
                 "description": header.description,
+                # A head trained on a backbone's features: the backbone its input comes from.
+                **({"backbone": header.backbone} if header.backbone is not None else {}),
             }
         },
     }
@@ -495,6 +497,7 @@ def to_model_file(files: Files) -> bytes:
         labels=ours.get("labels"),
         preprocessing=ours.get("preprocessing"),
         description=ours.get("description") or "",
+        backbone=ours.get("backbone"),
     )
 
 

@@ -31,6 +31,11 @@ class ModelInfo(BaseModel):
     param_count: int
     layer_count: int
     preprocessing: dict[str, Any] | None
+    backbone: dict[str, Any] | None = Field(
+        None,
+        description="a head trained on a pretrained backbone's features: the backbone its input "
+        "comes from (name, version, sha256, output, input_shape); null for a self-contained model",
+    )
     size: int = Field(description="bytes of the model file")
     sha256: str = Field(description="hex sha256 of the model file (also its ETag)")
     created_at: datetime
@@ -60,6 +65,7 @@ def _info(model: StoredModel) -> dict[str, Any]:
         "param_count": meta["param_count"],
         "layer_count": meta["layer_count"],
         "preprocessing": meta["preprocessing"],
+        "backbone": meta.get("backbone"),
         "size": model.size,
         "sha256": model.sha256,
         "created_at": datetime.fromtimestamp(model.created_at, UTC),

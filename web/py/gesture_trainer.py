@@ -81,6 +81,9 @@ class Session:
         self.labels: list[str] = []
         self.size = 0
         self.preprocessing: ImagePreprocessing | None = None
+        # A head on a pretrained backbone's features (web/py/gesture_transfer.py): the backbone
+        # it reads, as its model file names it (interop/backbones.py); None for a CNN.
+        self.backbone: dict[str, Any] | None = None
         self.bitmaps = {"samples": 0, "frames": 0}
 
 
@@ -136,16 +139,18 @@ async def samples_on_device(names: list[str], count: int, size: int) -> Any:
     return samples
 
 
-def held_out_split(labels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (train, held out): HELD_OUT of each class, at least one where a class has two."""
-    rng = np.random.default_rng(seed)
+def held_out_split(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (train, held out): the newest HELD_OUT of each class (the last added), at least
+    one where a class has two. Recorded frames come in bursts of near-copies: a random pick
+    would hold out copies of training frames, while the newest ones are the least like what the
+    model trained on."""
     train, held = [], []
     for cls in np.unique(labels):
-        members = rng.permutation(np.flatnonzero(labels == cls))
+        members = np.flatnonzero(labels == cls)
         count = round(len(members) * HELD_OUT)
         count = max(count, 1) if len(members) >= 2 else 0
-        held.extend(members[:count])
-        train.extend(members[count:])
+        train.extend(members[: len(members) - count])
+        held.extend(members[len(members) - count :])
     return np.array(sorted(train), dtype=np.int64), np.array(sorted(held), dtype=np.int64)
 
 
@@ -327,7 +332,7 @@ async def train(
     counts, each epoch's seconds and the memory peaks. `permit`: the server's training permit,
     when it requires one (training stays within it)."""
     y = np.asarray(labels, dtype=np.int32)
-    train_idx, held_idx = held_out_split(y, SEED)
+    train_idx, held_idx = held_out_split(y)
     training = build_model(len(class_names), size, learning_rate)
     training.build((size, size, 3))
     batch = batch_size or auto_batch_size(training, len(train_idx))
@@ -337,6 +342,7 @@ async def train(
     session.model = training
     session.labels, session.size = list(class_names), size
     session.preprocessing = live_preprocessing(size)
+    session.backbone = None
     steps = -(-len(train_idx) // batch)
     source = PageSamples(size)
     peaks = Peaks()
@@ -504,7 +510,7 @@ def training_config(
     """What `train` with these arguments will run, as POST /api/training/permits reads it: the
     model's summary, the samples it trains on (after the held-out split), epochs, the batch size
     (the automatic one when none is given), and that the samples are streamed."""
-    train_idx, _ = held_out_split(np.asarray(labels, dtype=np.int32), SEED)
+    train_idx, _ = held_out_split(np.asarray(labels, dtype=np.int32))
     model = build_model(len(class_names), size, learning_rate=1e-3)
     model.build((size, size, 3))
     summary = ModelSummary.of(model)
@@ -542,27 +548,39 @@ async def predict(name: str) -> dict[str, Any]:
 async def save() -> str:
     """The model file (model_file.py format) as base64, with labels and the live preprocessing."""
     data = await session.model.save(
-        labels=session.labels, preprocessing=session.preprocessing.to_dict()
+        labels=session.labels,
+        preprocessing=session.preprocessing.to_dict(),
+        backbone=session.backbone,
     )
     return base64.b64encode(data).decode()
 
 
 async def export_tfjs() -> str:
-    """The model as a zip of TF.js Layers files (model.json + shard), as base64."""
+    """The model as a zip of TF.js Layers files (model.json + shard), as base64. A head on a
+    backbone is exported alone; its metadata names the backbone its input comes from."""
     data = await tfjs.export_zip(
-        session.model, labels=session.labels, preprocessing=session.preprocessing.to_dict()
+        session.model,
+        labels=session.labels,
+        preprocessing=session.preprocessing.to_dict(),
+        backbone=session.backbone,
     )
     return base64.b64encode(data).decode()
 
 
 async def load(key: str) -> dict[str, Any]:
-    """Loads a model file put under `key`; its labels, input size and preprocessing become the
-    session's (files without the image preprocessing schema get the live one of their size)."""
-    model, header = loads(take_bytes(key))
+    """Loads a model file put under `key` (gesture_transfer.load takes those that name a
+    backbone too)."""
+    return use_loaded(*loads(take_bytes(key)))
+
+
+def use_loaded(model: Any, header: Any) -> dict[str, Any]:
+    """Makes a loaded image classifier the session's model: its labels, input size and
+    preprocessing (files without the image preprocessing schema get the live one of their
+    size)."""
     shape = list(header.input_shape)
     if len(shape) != 3 or shape[0] != shape[1] or shape[2] != 3:
         raise ValueError(f"not an image classifier for this app: input shape {shape}")
-    session.model, session.size = model, int(shape[0])
+    session.model, session.size, session.backbone = model, int(shape[0]), None
     session.labels = list(header.labels or [f"class {i}" for i in range(header.output_shape[-1])])
     stored = header.preprocessing
     if isinstance(stored, dict) and stored.get("schema") == SCHEMA:

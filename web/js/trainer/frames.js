@@ -73,14 +73,31 @@ export function videoFrame(video, size = SAMPLE_SIZE) {
   return drawSquare(video, video.videoWidth, video.videoHeight, size, true);
 }
 
-// An uploaded image file as a SAMPLE_SIZE sample (not mirrored: it is shown as it is).
-export async function imageFileSample(file) {
+// An uploaded image file as a SAMPLE_SIZE sample (not mirrored: it is shown as it is) and, with
+// `side`, its centre square at side x side as an ImageBitmap too ({rgba, square}).
+export async function imageFileSample(file, side = null) {
   const bitmap = await createImageBitmap(file);
   try {
-    return drawSquare(bitmap, bitmap.width, bitmap.height, SAMPLE_SIZE, false);
+    const rgba = drawSquare(bitmap, bitmap.width, bitmap.height, SAMPLE_SIZE, false);
+    return { rgba, square: side ? await centreSquare(bitmap, bitmap.width, bitmap.height, side) : null };
   } finally {
     bitmap.close();
   }
+}
+
+// The centre square of a width x height source (a video, a bitmap) at side x side, as an
+// ImageBitmap: the browser crops and resizes it off the main thread (a pretrained backbone's
+// input, from the best pixels there are; not mirrored).
+export function centreSquare(source, width, height, side) {
+  const square = Math.min(width, height);
+  const x = Math.floor((width - square) / 2);
+  const y = Math.floor((height - square) / 2);
+  return createImageBitmap(source, x, y, square, square, { resizeWidth: side, resizeHeight: side, resizeQuality: "medium" });
+}
+
+// A stored sample (SAMPLE_SIZE² RGBA) as an ImageBitmap.
+export function sampleBitmap(rgba) {
+  return createImageBitmap(new ImageData(rgba, SAMPLE_SIZE, SAMPLE_SIZE));
 }
 
 // Stored samples stacked top to bottom on one canvas (side wide, side x count tall), to be sent

@@ -2,8 +2,9 @@
 // keep the model. window.pib (API.md) is here as on the console.
 import { startEngine } from "../pib-client.js";
 import { TrainingCharts } from "./charts.js";
+import { EmbeddingQueue, seedOf } from "./embeddings.js";
 import { TrainerEngine } from "./engine.js";
-import { Camera, imageFileSample, videoFrame } from "./frames.js";
+import { Camera, centreSquare, imageFileSample, sampleBitmap, videoFrame } from "./frames.js";
 import { Gallery } from "./gallery.js";
 import { LongestTask } from "./longest-task.js";
 import { permitFor, trainingPolicy } from "./permit.js";
@@ -17,6 +18,16 @@ import { SampleStrip } from "./strip.js";
 const DEFAULT_CAP = 5000;
 const MODEL_FILE_NAME = "gesture-classifier.pibmodel";
 const TFJS_ZIP_NAME = "gesture-classifier-tfjs.zip";
+// The hand backbone's input side (web/py/gesture_transfer.py BACKBONE): samples are embedded
+// from their centre square at this size.
+const BACKBONE_SIDE = 224;
+// Landmarks are drawn when the hand model's score says a hand is there.
+const HAND_PRESENT = 0.5;
+// What each model kind trains with unless the person changes it.
+const MODE_DEFAULTS = {
+  transfer: { epochs: "30", learningRate: "0.003" },
+  scratch: { epochs: "20", learningRate: "0.003" },
+};
 const $ = (id) => document.getElementById(id);
 
 window.pib = startEngine();
@@ -38,7 +49,11 @@ const app = {
   store: new SampleStore(null, () => {}), // replaced once storage is open (restoreSession)
   strips: new Map(), // class id -> its SampleStrip
   cap: DEFAULT_CAP, // samples a class may hold (the server's max_samples_per_class)
-  model: null, // {labels, size} of the model in the engine
+  // "transfer": a head trained on the hand backbone's embeddings (each sample embedded once, when
+  // added); "scratch": a small CNN trained on the samples' pixels. ?mode=scratch|transfer.
+  mode: new URLSearchParams(location.search).get("mode") === "scratch" ? "scratch" : "transfer",
+  embeddings: null, // the EmbeddingQueue, once storage is open
+  model: null, // {labels, size, backbone} of the model in the engine
   training: false,
   recording: null, // {classId, button, fps, timer, started, frames}
   lastRecording: null, // {frames, seconds, fps, wantedFps}
@@ -92,6 +107,7 @@ async function deleteClass(classId) {
   if (!entry || !confirmDelete(`Delete the class “${entry.name}” and its ${app.store.count(classId)} samples?`)) return;
   app.classes = app.classes.filter((c) => c.id !== classId);
   await app.store.removeClass(classId);
+  await app.embeddings?.removeClass(classId);
   await app.storage?.delete("classes", classId);
   renderClasses();
 }
@@ -102,17 +118,32 @@ function confirmDelete(question) {
 }
 
 // Adds one sample (SAMPLE_SIZE² RGBA) to a class: the same small cost whatever the class holds
-// (samples.js queues the write, the strip redraws its few thumbnails). False at the cap.
-function addSample(classId, rgba) {
-  if (!app.strips.has(classId)) return false;
-  if (app.store.count(classId) >= app.cap) {
-    renderCount(classId);
+// (samples.js queues the write, the strip redraws its few thumbnails). False at the cap. In
+// transfer mode the sample is queued for embedding from `square` (a Promise of the best pixels:
+// the frame's or image's centre square at the backbone's input size; `mirror`: a camera frame,
+// flipped as the preview shows it) or, without one, from the stored sample.
+function addSample(classId, rgba, square = null, mirror = false) {
+  if (!app.strips.has(classId) || app.store.count(classId) >= app.cap) {
+    square?.then((bitmap) => bitmap.close(), () => {});
+    if (app.strips.has(classId)) renderCount(classId);
     return false;
   }
   const seq = app.store.add(classId, rgba);
   app.strips.get(classId).added(seq, rgba);
   renderCount(classId);
+  if (app.mode === "transfer" && app.embeddings) {
+    app.embeddings.add(classId, seq, square ?? sampleBitmap(rgba), square ? mirror : false, seedOf(rgba));
+  } else {
+    square?.then((bitmap) => bitmap.close(), () => {});
+  }
   return true;
+}
+
+// The best pixels of the camera's current frame for the backbone (transfer mode), or null.
+function frameSquare() {
+  if (app.mode !== "transfer") return null;
+  const video = camera.video;
+  return centreSquare(video, video.videoWidth, video.videoHeight, BACKBONE_SIDE);
 }
 
 // The path recording and uploads take, for tests that fill classes with samples they generate.
@@ -120,6 +151,7 @@ app.add = addSample;
 
 async function deleteSample(classId, seq) {
   await app.store.remove(classId, seq);
+  await app.embeddings?.remove(classId, seq);
   const strip = app.strips.get(classId);
   await strip?.show(strip.offset);
   renderCount(classId);
@@ -242,7 +274,7 @@ function startRecording(classId, button) {
   const recording = { classId, button, fps, started: performance.now(), frames: 0, timer: null };
   const capture = () => {
     if (app.recording !== recording) return;
-    if (!addSample(classId, videoFrame(camera.video))) {
+    if (!addSample(classId, videoFrame(camera.video), frameSquare(), true)) {
       stopRecording();
       return;
     }
@@ -277,14 +309,15 @@ async function uploadFiles(classId, input) {
   const upload = { count: 0, failed: 0, skipped: 0, seconds: 0, startedMs: started, marks: [] };
   app.lastUpload = upload;
   for (const file of files) {
-    let rgba;
+    let sample;
     try {
-      rgba = await imageFileSample(file);
+      sample = await imageFileSample(file, app.mode === "transfer" ? BACKBONE_SIDE : null);
     } catch {
       upload.failed += 1;
       continue;
     }
-    if (!addSample(classId, rgba)) {
+    const square = sample.square ? Promise.resolve(sample.square) : null;
+    if (!addSample(classId, sample.rgba, square, false)) {
       upload.skipped = files.length - upload.count - upload.failed;
       break;
     }
@@ -392,13 +425,14 @@ function showProgress(event) {
 // none, or false when it refused one (the reason is shown; nothing trains).
 async function askPermit(labels, classes, size) {
   try {
-    const config = await engine.trainingConfig({
+    const settings = {
       labels,
       classNames: classes.map((c) => c.name),
       size,
       epochs: Number($("epochs").value),
       batchSize: $("batch-size").value ? Number($("batch-size").value) : null,
-    });
+    };
+    const config = await (app.mode === "transfer" ? engine.headTrainingConfig(settings) : engine.trainingConfig(settings));
     return await permitFor(config);
   } catch (error) {
     $("train-progress-text").textContent = `Not trained: ${firstLine(error)}`;
@@ -424,35 +458,50 @@ async function train(event) {
       labels.push(index);
     }
   });
-  const permit = await askPermit(labels, classes, size);
-  if (permit === false) return;
   app.training = true;
   app.model = null;
   updateButtons();
   charts.reset();
   $("evaluation").hidden = true;
   $("train-progress").value = 0;
+  try {
+    if (app.mode === "transfer") await embedAll(refs);
+  } catch (error) {
+    app.training = false;
+    updateButtons();
+    $("train-progress-text").textContent = `Not trained: ${firstLine(error)}`;
+    status.banner(`Not trained: ${firstLine(error)}`, "error");
+    return;
+  }
+  const permit = await askPermit(labels, classes, size);
+  if (permit === false) {
+    app.training = false;
+    updateButtons();
+    return;
+  }
   longest.start(); // from the hand-over to the worker until training ends
   try {
-    const result = await engine.train({
-      refs,
-      read: (classId, seqs) => app.store.read(classId, seqs),
+    const settings = {
       labels,
       classNames: classes.map((c) => c.name),
-      size,
       epochs: Number($("epochs").value),
       learningRate: Number($("learning-rate").value),
       batchSize: $("batch-size").value ? Number($("batch-size").value) : null,
       permit,
-    });
-    app.model = { labels: classes.map((c) => c.name), size };
+    };
+    const result =
+      app.mode === "transfer"
+        ? await engine.trainHead({ ...settings, embeddings: await app.embeddings.read(refs) })
+        : await engine.train({ ...settings, refs, read: (classId, seqs) => app.store.read(classId, seqs), size });
+    app.model = { labels: classes.map((c) => c.name), size: result.backbone ? BACKBONE_SIDE : size, backbone: result.backbone ?? null };
     app.timings.model ??= performance.now();
     const tasks = longest.stop();
     app.lastTraining = { ...result, longestTaskMs: tasks.overallMs, longestTaskDuringStepsMs: tasks.sinceMarkMs };
     showEvaluation(result);
     $("train-progress-text").textContent =
       `${result.stopped ? "Stopped" : "Trained"} in ${formatSeconds(result.seconds)} on ${result.train_count} samples ` +
-      `(batch size ${result.batch_size}); ${result.held_out_count} held out.`;
+      (result.backbone ? `(their ${result.trained_rows} embeddings with the augmented views; ` : "(") +
+      `batch size ${result.batch_size}); ${result.held_out_count} held out.`;
     startPredicting();
   } catch (error) {
     longest.stop();
@@ -470,6 +519,51 @@ async function train(event) {
       `Page responsiveness during training: the longest main-thread task took ${Math.round(longestTaskMs)} ms ` +
       `(${Math.round(longestTaskDuringStepsMs ?? longestTaskMs)} ms once the steps ran; under 50 ms counts as none).`;
   }
+}
+
+// Transfer mode: waits until every sample of `refs` is embedded, first queueing those that are
+// not (restored from an earlier session, added in from-scratch mode, or whose job failed) from
+// their stored pixels, a few hundred at a time.
+async function embedAll(refs) {
+  const queue = app.embeddings;
+  await queue.restored;
+  const missing = refs.filter(([classId, seq]) => !queue.has(classId, seq));
+  $("train-progress-text").textContent = missing.length || queue.pending
+    ? "Waiting for the hand model to embed the samples (the progress is under the classes)…"
+    : "";
+  for (let start = 0; start < missing.length; start += 256) {
+    const byClass = new Map();
+    for (const [classId, seq] of missing.slice(start, start + 256)) {
+      if (!byClass.has(classId)) byClass.set(classId, []);
+      byClass.get(classId).push(seq);
+    }
+    for (const [classId, seqs] of byClass) {
+      const rows = await app.store.read(classId, seqs);
+      seqs.forEach((seq, i) => rows[i] && queue.add(classId, seq, sampleBitmap(rows[i]), false, seedOf(rows[i])));
+    }
+  }
+  await queue.idle();
+  const failed = refs.filter(([classId, seq]) => !queue.has(classId, seq)).length;
+  if (failed) {
+    throw new Error(`${failed} sample(s) could not be embedded (${queue.failures.at(-1) ?? "no stored pixels"}): delete them or try again`);
+  }
+}
+
+// The embedding queue's progress, under the classes; while training waits for it, in the
+// training text too.
+function showEmbedding(queue) {
+  const box = $("embed-status");
+  const pending = queue.pending;
+  box.hidden = pending === 0;
+  if (pending === 0) return;
+  const total = Math.max(queue.added, pending);
+  $("embed-progress").max = total;
+  $("embed-progress").value = total - pending;
+  const left = queue.secondsLeft;
+  $("embed-progress-text").textContent =
+    `The hand model is embedding new samples: ${total - pending} of ${total} done` +
+    (left === null ? ". " : `, about ${formatSeconds(left)} left. `) +
+    "You can keep recording; training starts once they are done.";
 }
 
 function firstLine(error) {
@@ -492,10 +586,14 @@ function showEvaluation(result) {
   advice.hidden = !low;
   if (low) {
     const fewest = Math.min(...trainableClasses().map((c) => app.store.count(c.id)));
-    advice.textContent =
-      `That is low: the model will often pick the wrong class. What helps: more samples per class (the smallest has ${fewest}; ` +
-      "a few hundred each is better), steady, even light, and the gesture inside the box on the preview, " +
-      "recorded at the distances and positions you will use it at. Then train again.";
+    advice.textContent = app.model.backbone
+      ? `That is low: the model will often pick the wrong class. What helps: more samples per class (the smallest has ${fewest}; ` +
+        "30 or more each, of different people, backgrounds and angles), steady, even light, and the hand inside the box on the preview " +
+        "and filling much of it (the hand model sees only that square), recorded at the distances and positions you will use it at. Then train again."
+      : `That is low: the model will often pick the wrong class. What helps: more samples per class (the smallest has ${fewest}; ` +
+        "a few hundred each is better), steady, even light, and the gesture inside the box on the preview, " +
+        "recorded at the distances and positions you will use it at. Then train again. " +
+        "The “Hand features (pretrained)” model needs far fewer samples for hand gestures.";
   }
   const table = $("confusion");
   const caption = document.createElement("caption");
@@ -608,19 +706,55 @@ function showPrediction(result, latencyMs) {
     item.querySelector(".bar-value").textContent = score === undefined ? "–" : `${Math.round(score * 100)}%`;
     item.classList.toggle("best", i === best.index);
   });
+  drawHand(result.hand);
   status.recovered();
   $("latency").textContent = `${latencyMs.toFixed(0)} ms per frame`;
   $("fps").textContent = `${prediction.frames.length} frames/s`;
 }
 app.prediction = prediction;
 
+// The hand model's 21 landmarks over the guide box (the square it saw, mirrored as the preview),
+// when its score says a hand is there; cleared otherwise.
+const BONES = [
+  [0, 1], [1, 2], [2, 3], [3, 4], [0, 5], [5, 6], [6, 7], [7, 8], [5, 9], [9, 10], [10, 11], [11, 12],
+  [9, 13], [13, 14], [14, 15], [15, 16], [13, 17], [0, 17], [17, 18], [18, 19], [19, 20],
+];
+function drawHand(hand) {
+  const canvas = $("landmarks");
+  const box = $("guide-box");
+  const side = Math.round(box.clientWidth);
+  if (canvas.width !== side || canvas.height !== side) canvas.width = canvas.height = side;
+  const context = canvas.getContext("2d");
+  context.clearRect(0, 0, side, side);
+  prediction.hand = hand ?? null;
+  if (!hand || hand.score < HAND_PRESENT) return;
+  const points = hand.landmarks.map(([x, y]) => [x * side, y * side]);
+  context.strokeStyle = "#4ade80";
+  context.fillStyle = "#f6c343";
+  context.lineWidth = 2;
+  for (const [a, b] of BONES) {
+    context.beginPath();
+    context.moveTo(...points[a]);
+    context.lineTo(...points[b]);
+    context.stroke();
+  }
+  for (const [x, y] of points) {
+    context.beginPath();
+    context.arc(x, y, 3, 0, 2 * Math.PI);
+    context.fill();
+  }
+}
+
 // ---- keep ----
 
 async function modelLoaded(info, source) {
-  app.model = { labels: info.labels, size: info.size };
+  app.model = { labels: info.labels, size: info.size, backbone: info.backbone ?? null };
   app.timings.model ??= performance.now();
-  $("input-size").value = String(info.size);
-  $("keep-message").textContent = `Loaded the model (${source}): classes ${info.labels.join(", ")}, input ${info.size} × ${info.size}.`;
+  if (!info.backbone) $("input-size").value = String(info.size);
+  const kind = info.backbone
+    ? `a head on the hand model ${info.backbone.name}, which sees ${info.size} × ${info.size}`
+    : `input ${info.size} × ${info.size}`;
+  $("keep-message").textContent = `Loaded the model (${source}): classes ${info.labels.join(", ")}, ${kind}.`;
   updateButtons();
   stopPredicting();
   await new Promise((resolve) => setTimeout(resolve));
@@ -671,7 +805,8 @@ async function loadFromFile(input) {
   try {
     await modelLoaded(await engine.loadFile(new Uint8Array(await file.arrayBuffer())), file.name);
   } catch (error) {
-    status.banner(`Could not load ${file.name}: ${firstLine(error)}`, "error");
+    // The error's own sentence, without the Python exception's dotted class name before it.
+    status.banner(`Could not load ${file.name}: ${firstLine(error).replace(/^[\w.]+Error: /, "")}`, "error");
   }
   input.value = "";
 }
@@ -682,6 +817,7 @@ async function clearAll() {
   await app.storage?.clear();
   app.classes = [];
   app.store.clear();
+  app.embeddings?.clear();
   $("load-browser").disabled = true;
   await addClass("Class 1");
   await addClass("Class 2");
@@ -704,6 +840,7 @@ async function restoreSession() {
     const [classes, saved] = await Promise.all([app.storage.all("classes"), app.storage.get("models", "last")]);
     classes.sort((a, b) => a.order - b.order);
     app.store = new SampleStore(app.storage, storageFallback);
+    app.embeddings = embeddingQueue(app.storage);
     await app.store.restore(classes.map((c) => c.id));
     app.classes = classes;
     const total = app.store.total();
@@ -716,6 +853,7 @@ async function restoreSession() {
   } catch (error) {
     app.storage = null;
     app.store = new SampleStore(null, storageFallback);
+    app.embeddings = embeddingQueue(null);
     storageFallback("no storage");
     console.warn(`IndexedDB unavailable: ${error.message}`);
   }
@@ -725,6 +863,29 @@ async function restoreSession() {
   }
   renderClasses();
   app.timings.restore.ms = performance.now() - started;
+}
+
+function embeddingQueue(storage) {
+  const queue = new EmbeddingQueue(engine, storage, showEmbedding);
+  queue.restored = queue.restore().catch((error) => {
+    status.banner(`The hand model is unavailable: ${firstLine(error)}. Choose “From scratch” to train without it.`, "error");
+  });
+  return queue;
+}
+
+// Transfer (the default) or from scratch: the Model select, ?mode=, and what each trains with.
+function setMode(mode) {
+  app.mode = mode;
+  $("model-kind").value = mode;
+  const transfer = mode === "transfer";
+  $("input-size").disabled = transfer;
+  $("model-hint").textContent = transfer
+    ? "A pretrained hand model (MediaPipe hand landmarks) turns each sample into features once, when it is added; " +
+      "only a small classifier on them is trained, in seconds. It sees the square in the box at 224 × 224. Best for hand gestures."
+    : "A small network learns from the samples' pixels alone, at the input size below: it needs a few hundred samples per class.";
+  const defaults = MODE_DEFAULTS[mode];
+  $("epochs").value = defaults.epochs;
+  $("learning-rate").value = defaults.learningRate;
 }
 
 // The server's cap on samples per class (limits.py max_samples_per_class).
@@ -747,6 +908,7 @@ async function refreshStatus() {
 
 function wire() {
   $("camera-start").addEventListener("click", startCamera);
+  $("model-kind").addEventListener("change", (event) => setMode(event.target.value));
   window.addEventListener("resize", placeGuideBox);
   $("add-class").addEventListener("click", () => addClass(`Class ${app.classes.length + 1}`));
   $("train-settings").addEventListener("submit", train);
@@ -766,6 +928,7 @@ function wire() {
 }
 
 wire();
+setMode(app.mode);
 window.addEventListener("pagehide", () => app.store.flush());
 charts.mount().catch((error) => status.banner(`Charts unavailable: ${error.message}`, "warning"));
 app.restored = restoreSession().then(readCap);

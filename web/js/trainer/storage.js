@@ -1,4 +1,5 @@
-// The trainer's local memory in IndexedDB: classes, samples (RGBA bytes) and the last saved model.
+// The trainer's local memory in IndexedDB: classes, samples (RGBA bytes), the samples' embeddings
+// by a pretrained backbone (web/js/trainer/embeddings.js) and the last saved model.
 // Nothing here ever leaves the browser.
 //
 // A sample is keyed [classId, seq] (seq: its number within the class, ascending as it was added),
@@ -6,9 +7,10 @@
 // with one delete, and a reload reads only the keys (getAllKeys), not the pixels.
 
 const DB_NAME = "pib-gesture-trainer";
-// Version 2 keys samples by [classId, seq] in "frames"; version 1 kept them by id in "samples".
-const VERSION = 2;
-const STORES = ["classes", "frames", "models"];
+// Version 3 adds "embeddings", keyed [backbone sha256, classId, seq]; version 2 keys samples by
+// [classId, seq] in "frames"; version 1 kept them by id in "samples".
+const VERSION = 3;
+const STORES = ["classes", "frames", "models", "embeddings"];
 
 function request(operation) {
   return new Promise((resolve, reject) => {
@@ -20,6 +22,13 @@ function request(operation) {
 // The key range of one class's samples (seq from `low` to `high`, both included).
 export function classRange(classId, low = 0, high = Number.MAX_SAFE_INTEGER) {
   return IDBKeyRange.bound([classId, low], [classId, high]);
+}
+
+// The key range of one backbone's embeddings: of one class (seq from `low` to `high`), or all.
+export function embeddingRange(backbone, classId = null, low = 0, high = Number.MAX_SAFE_INTEGER) {
+  return classId === null
+    ? IDBKeyRange.bound([backbone], [backbone, []]) // [] sorts after every string class id
+    : IDBKeyRange.bound([backbone, classId, low], [backbone, classId, high]);
 }
 
 // Version 1's samples ({id, classId, rgba}, in no particular order) move to "frames", numbered
@@ -58,8 +67,9 @@ export class Storage {
         db.createObjectStore("classes", { keyPath: "id" });
         db.createObjectStore("models", { keyPath: "id" });
       }
-      db.createObjectStore("frames", { keyPath: ["classId", "seq"] });
+      if (event.oldVersion < 2) db.createObjectStore("frames", { keyPath: ["classId", "seq"] });
       if (event.oldVersion === 1) migrateSamples(db, opening.transaction);
+      if (event.oldVersion < 3) db.createObjectStore("embeddings", { keyPath: ["backbone", "classId", "seq"] });
     };
     this.db = await request(opening);
     return this;
