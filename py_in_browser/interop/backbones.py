@@ -24,12 +24,29 @@ MODELS_PREFIX = "/models"  # server/settings.py MODELS_PREFIX: where the dev ser
 
 
 class BackboneError(ValueError):
-    """A backbone that cannot be found or is not the one a model was trained on."""
+    """A backbone that cannot be found or is not the one a model was trained on (`resolve`
+    raises it, naming the backbone and what is missing or different).
+
+    Example:
+        >>> from py_in_browser.interop import backbones
+        >>> issubclass(backbones.BackboneError, ValueError)
+        True
+    """
 
 
 @dataclass(frozen=True)
 class Backbone:
-    """A pretrained graph model a head can be trained on: what a model file names."""
+    """A pretrained graph model a head can be trained on: what a model file names (its
+    `reference()` is the header's "backbone" object).
+
+    Example:
+        >>> from py_in_browser.interop import backbones
+        >>> hand = backbones.HAND_LANDMARK_LITE
+        >>> hand.url, hand.input_shape
+        ('/models/handlandmark-lite/model.json', (224, 224, 3))
+        >>> sorted(hand.reference())
+        ['input_shape', 'name', 'output', 'sha256', 'version']
+    """
 
     name: str
     version: str
@@ -39,6 +56,7 @@ class Backbone:
 
     @property
     def url(self) -> str:
+        """Where the dev server serves it: MODELS_PREFIX/<name>/model.json, same-origin."""
         return f"{MODELS_PREFIX}/{self.name}/model.json"
 
     def reference(self) -> dict[str, Any]:
@@ -71,7 +89,15 @@ KNOWN = {b.name: b for b in (HAND_LANDMARK_LITE,)}
 
 def files_sha256(files: tfjs.Files) -> str:
     """The sha256 identifying a graph model's files: each file's name, a NUL and its bytes, in
-    name order (model.json and its shards alike, so a changed shard is another backbone)."""
+    name order (model.json and its shards alike, so a changed shard is another backbone).
+
+    Example:
+        >>> from py_in_browser.interop import backbones
+        >>> a = backbones.files_sha256({"model.json": "{}", "group1-shard1of1.bin": b"\\x00"})
+        >>> b = backbones.files_sha256({"model.json": "{}", "group1-shard1of1.bin": b"\\x01"})
+        >>> len(a), a == b
+        (64, False)
+    """
     digest = hashlib.sha256()
     for name in sorted(files):
         content = files[name]
@@ -83,7 +109,17 @@ def files_sha256(files: tfjs.Files) -> str:
 async def resolve(reference: dict[str, Any], base: str = "") -> GraphModel:
     """The backbone a model file's header names, loaded from `base` + /models/<name>/model.json
     (same-origin in the browser) after its sha256 is checked. BackboneError names what is
-    missing or different."""
+    missing or different.
+
+    Example:
+        >>> import tempfile
+        >>> from py_in_browser.interop import backbones
+        >>> reference = backbones.HAND_LANDMARK_LITE.reference()
+        >>> await backbones.resolve(reference, base=tempfile.mkdtemp())
+        Traceback (most recent call last):
+        ...
+        py_in_browser.interop.backbones.BackboneError: this model needs the backbone handlandmark-lite ...
+    """
     name, sha256 = reference["name"], reference["sha256"]
     url = f"{base}{MODELS_PREFIX}/{name}/model.json"
     try:
