@@ -12,25 +12,23 @@
 {{TILE_LOOP}}
 
 fn tile(group: u32, lid: u32) {
-  let tile_n = group % p.tiles_n;
-  let tile_m = (group / p.tiles_n) % p.tiles_m;
-  let batch = (group / (p.tiles_n * p.tiles_m)) % p.batches;
-  let split = group / (p.tiles_n * p.tiles_m * p.batches);
-  let k_begin = split * p.k_per_split;
-  let k_end = min(p.k, k_begin + p.k_per_split);
+  let at = tile_at(group);
+  let batch = at.batch;
+  let k_begin = at.k_begin;
+  let k_end = at.k_end;
   let n4 = p.n / 4u;
   let a_base = batch * (p.a_batch / 4u);
   let b_base = batch * (p.b_batch / 4u);
   let a_row4 = p.a_row / 4u;
   let a_col4 = p.a_col / 4u;
   let b_row4 = p.b_row / 4u;
-  let row = tile_m * 32u + (lid / 8u) * 4u;
-  let col4 = tile_n * 8u * {{VECS}}u + lid % 8u;
+  let row = at.m * 32u + (lid / 8u) * 4u;
+  let col4 = at.n * 8u * {{VECS}}u + lid % 8u;
   // Rows and columns past C's edge load clamped (in-bounds) operands; their values are not stored.
 {{CLAMP}}
 {{DECLARE}}
 {{LOOP}}
-  let c_base = (split * p.batches + batch) * p.m * n4;
+  let c_base = (at.c_slice + batch) * p.m * n4;
 {{STORE}}
 }
 
