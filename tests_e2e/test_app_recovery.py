@@ -84,11 +84,13 @@ def open_app(
     browser: Browser, server_url: str, backend: str, context: BrowserContext | None = None
 ) -> Page:
     """The app on `backend` with the canvas camera (in a new context unless given one), once its
-    engine says Ready."""
+    engine says Ready. From-scratch mode: its samples stay on the page until training, so a loss
+    lands in training, prediction, saving and loading here (test_app_transfer.py loses the GPU
+    while transfer mode embeds samples on the device)."""
     context = context or browser.new_context(viewport={"width": 1280, "height": 900})
     context.add_init_script(CANVAS_CAMERA)
     page = context.new_page()
-    page.goto(f"{server_url}/?backend={backend}")
+    page.goto(f"{server_url}/?backend={backend}&mode=scratch")
     page.wait_for_function("() => window.pib !== undefined")
     page.evaluate("() => window.pib.ready")
     page.wait_for_function(
