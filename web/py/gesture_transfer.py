@@ -8,8 +8,9 @@ a bitmap, `embed` mirrors and resizes it to the backbone's input on the device a
 backbone on it and on COPIES augmented copies (seeded per sample: affine_sample with
 gesture_trainer's AUGMENTATION ranges), and reads back only the embeddings, which the page keeps
 with the sample. `train_head` trains a small head on those cached embeddings (standardised, then
-one softmax Dense layer: seconds, even on cpu); the standardisation is folded into the Dense
-weights, so the head is one layer that the model file, TF.js and ONNX exports carry as it is. Live
+HIDDEN relu units and a softmax layer: seconds, even on cpu); the standardisation is folded into
+the first layer's weights, so the head is plain Dense layers that the model file, TF.js and ONNX
+exports carry as they are. Live
 prediction (`predict`) runs the backbone and the head on the device: the top classes are read
 back, and the hand model's 21 landmarks and hand score with them (64 numbers), which the page
 draws on the preview.
