@@ -355,7 +355,7 @@ class Sequential:
                 await state.sync()
             return result
 
-        return await resilience.guarded(step, state)
+        return await resilience.guarded(step, state, settle=False)
 
     def _build_state(self) -> None:
         """Makes the optimizer's slots of a built model before a training call, so that they

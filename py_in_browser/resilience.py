@@ -205,11 +205,17 @@ def _lost(state: DeviceState | None) -> bool:
 
 
 async def guarded(
-    call: Callable[[], Awaitable[T]], state: DeviceState | None = None, sync: bool = False
+    call: Callable[[], Awaitable[T]],
+    state: DeviceState | None = None,
+    sync: bool = False,
+    settle: bool = True,
 ) -> T:
     """Runs `call` (an engine call) with recovery: before it, a lost backend is recovered and
     `state` rebuilt; if a loss interrupts it, or happens while it runs, it runs again (up to
     RETRIES times). With `sync`, `state`'s host copies are brought up to date after it (fit).
+    With `settle`, device tensors it gives are handed back once their work ran on a live device
+    (Backend.settled); train_on_batch opts out: its loss tensor is not waited for by design
+    (steps pipeline), and a loss inside it is recovered for the model by the replay log.
     A guarded call inside another runs plainly: the outer one retries."""
     if _inside.get():
         return await call()
@@ -223,7 +229,8 @@ async def guarded(
                 result = await call()
                 if sync and state is not None and losable() and not _lost(state):
                     await state.sync()
-                await _settled(result)
+                if settle:
+                    await _settled(result)
             except Exception as exc:
                 if attempt == RETRIES or not await loss_behind(exc, before, state):
                     raise

@@ -253,9 +253,14 @@ class Trained:
     predictions: dict[str, dict[str, Any]]
 
 
+# The pages' console warnings (a failed training logs its whole traceback there).
+WARNINGS: list[str] = []
+
+
 def new_page(browser: Browser, server_url: str, backend: str) -> Page:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.add_init_script(INJECTOR)
+    context.on("console", lambda m: WARNINGS.append(m.text) if m.type == "warning" else None)
     return open_app(browser, server_url, backend, context)
 
 
@@ -284,7 +289,7 @@ def train(page: Page, losses: list[tuple[int, float]] | None = None) -> dict[str
     page.click("#train")
     page.wait_for_function(ENDED, timeout=TRAIN_TIMEOUT_MS)
     training: dict[str, Any] | None = page.evaluate("() => window.gestureTrainer.lastTraining")
-    assert training is not None, page.inner_text("#train-progress-text")
+    assert training is not None, WARNINGS[-1:] or page.inner_text("#train-progress-text")
     assert training["stopped"] is False, training
     return training
 

@@ -333,6 +333,9 @@ async def train(
     when it requires one (training stays within it)."""
     y = np.asarray(labels, dtype=np.int32)
     train_idx, held_idx = held_out_split(y)
+    # The new model's initial weights go to a live device: made on one the engine is still
+    # recovering (a loss while samples were collected), they would have no host copy to rebuild.
+    await resilience.ensure_ready()
     training = build_model(len(class_names), size, learning_rate)
     training.build((size, size, 3))
     batch = batch_size or auto_batch_size(training, len(train_idx))

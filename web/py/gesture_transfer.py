@@ -235,6 +235,9 @@ async def train_head(
     permits.check_training(config, permit, required=False)
     batch = config.batch_size
     gm = await backbone()
+    # As gesture_trainer.train: the head's initial weights go to a live device, never to one the
+    # engine is still recovering after a loss while samples were embedded.
+    await resilience.ensure_ready()
     head = new_head(classes, features, learning_rate)
     trainer.session.model = head  # gesture_trainer.stop() stops it
     steps = -(-len(x_train) // batch)
