@@ -328,7 +328,7 @@ async def counted(calls):
 def test_forward_passes_replay_with_the_eager_bits_in_one_js_call(engine_page: EnginePage) -> None:
     """predict (a device tensor, a host array, a broadcast view) and top_k record their passes
     and replay them from the third call of a signature: the same bits as eager passes with
-    replay off, one JS call each and a command list of a few words instead of every dispatch."""
+    replay off, two JS calls each (the replay, the guard's fence) and a command list of a few words instead of every dispatch."""
     engine_page.run(FORWARD_PASSES)
     eager, eager_cost = engine_page.run(
         "replay.ENABLED = False\n"
@@ -353,7 +353,10 @@ def test_forward_passes_replay_with_the_eager_bits_in_one_js_call(engine_page: E
         assert ranked == eager[1]
     calls, words, replays = engine_page.run("await counted(10)")
     assert replays == 10
-    assert calls <= 1.2, calls  # the replay's flush (and one last flush)
+    # The replay's flush and the guard's fence (resilience.guarded awaits Backend.settled before
+    # it hands device tensors back: a device lost inside the call is reported late on webgpu),
+    # and one last flush.
+    assert calls <= 2.2, calls
     assert eager_cost[2] == 0 and words < eager_cost[1] / 4, (words, eager_cost)
     print(f"per predict: replayed {calls:.1f} js calls {words:.0f} words; eager {eager_cost}")
 
@@ -413,6 +416,28 @@ def test_a_synchronous_read_says_to_await(engine_page: EnginePage) -> None:
     )
     can_block, result = got
     assert result == [1.0, 2.0] if can_block else "await t.numpy()" in result
+
+
+def test_a_predict_over_several_batches_replays_each_batchs_own_rows(
+    engine_page: EnginePage,
+) -> None:
+    """One predict call of three batches records twice and replays once without a read between
+    them: each batch's rows are its own, bit for bit as with replay off (the replay's input copy
+    once overtook the second recording's first run, which then gave the third batch's rows)."""
+    engine_page.run(FORWARD_PASSES)
+    same = engine_page.run(
+        """
+many = rng.uniform(-1, 1, (6, 8, 8, 3)).astype(np.float32)
+replay.ENABLED = False
+try:
+    eager = await (await model.predict(many, batch_size=2)).numpy()
+finally:
+    replay.ENABLED = True
+replayed = await (await model.predict(many, batch_size=2)).numpy()
+bool(np.array_equal(eager, replayed)) and not np.array_equal(eager[2:4], eager[4:6])
+"""
+    )
+    assert same is True
 
 
 def test_passes_recorded_on_a_lost_device_are_dropped_and_recorded_again(

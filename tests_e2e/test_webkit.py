@@ -91,7 +91,7 @@ def live_labels(page: WebKitPage) -> list[str]:
 def app_page(server_url: str) -> Iterator[WebKitPage]:
     with launch_webkit(settings=MOCK_CAMERA) as browser:
         page = browser.new_page()
-        open_app(page, f"{server_url}/")
+        open_app(page, f"{server_url}/?mode=scratch")  # transfer mode: test_app_transfer.py
         yield page
 
 
@@ -140,7 +140,8 @@ def test_collect_train_predict_save_and_restore(
     page.wait_for_function(
         "() => document.getElementById('keep-message').textContent.startsWith('Saved in this browser')"
     )
-    open_app(page, f"{server_url}/")  # a reload: samples and the model come back from IndexedDB
+    # A reload: samples and the model come back from IndexedDB.
+    open_app(page, f"{server_url}/?mode=scratch")
     counts = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".class-card .count")]
     assert counts == [f"{TRAIN_PER_CLASS} samples"] * 3, "the samples were not restored"
     assert page.evaluate(names) == list(CLASSES)
