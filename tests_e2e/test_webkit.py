@@ -310,3 +310,17 @@ def test_visits_restore_the_servers_snapshot_then_their_own_from_indexeddb(
         "webgl2": webgl2["reason"],
     }, selection
     assert "navigator.gpu is absent" in selection["unavailable"]["webgpu"], selection
+
+
+def test_reloads_keep_webgl2_in_the_worker_and_the_remembered_verdicts(server_url: str) -> None:
+    """WebKit with workers' WebGL2 on (as Safari has it): a reload right after ready still gets
+    WebGL2 in the engine's worker, so the GPU fingerprint holds and init reuses the self-test it
+    kept. The probe's context used to be lost on purpose, which made WebKit refuse the next page's
+    worker a context: every other reload self-tested again on a "changed" GPU."""
+    url = f"{server_url}/console?backend=cpu"
+    then = '[pib.capabilities()["selection"][k] for k in ("remembered", "unavailable")]'
+    with launch_webkit() as browser:
+        visits = [visit(browser, url, then)[1] for _ in range(3)]
+    print(f"\nwebkit reloads, [remembered, unavailable]: {visits}")
+    assert [remembered for remembered, _ in visits] == [False, True, True], visits
+    assert not any("webgl2" in unavailable for _, unavailable in visits), visits

@@ -69,8 +69,8 @@ function probeWebGL2() {
     float32_render: colorBufferFloat && float32Render,
     highp: high !== null && high.precision > 0,
   };
-  // Kept for the webgl2 backend to take (a context costs 10-40 ms to make); released once init
-  // has chosen (releaseProbedContext), since browsers cap live contexts.
+  // Kept for the webgl2 backend to take (a context costs 10-40 ms to make); let go once init has
+  // chosen (releaseProbedContext).
   self.pibProbedWebGL2 = canvas;
   return result;
 }
@@ -82,9 +82,11 @@ export async function probeGPU() {
   return environment;
 }
 
-// Loses the probe's WebGL2 context unless the webgl2 backend took it.
+// Lets go of the probe's WebGL2 context unless the webgl2 backend took it: the collector frees
+// it (a 1x1 canvas whose texture and framebuffer are deleted already; where browsers cap live
+// contexts, an unused one is the first they drop). Not WEBGL_lose_context: WebKit then refuses
+// the next page's worker a WebGL2 context for about 3 s, so a reload right after ready found no
+// WebGL2, and its changed GPU fingerprint (backend-verdicts.js) made init self-test again.
 export function releaseProbedContext() {
-  const canvas = self.pibProbedWebGL2;
   self.pibProbedWebGL2 = undefined;
-  canvas?.getContext("webgl2")?.getExtension("WEBGL_lose_context")?.loseContext();
 }
