@@ -440,6 +440,28 @@ bool(np.array_equal(eager, replayed)) and not np.array_equal(eager[2:4], eager[4
     assert same is True
 
 
+def test_a_write_after_a_dispatch_in_one_command_list_waits_for_it(
+    engine_page: EnginePage,
+) -> None:
+    """A buffer written again after a dispatch read it, with both in one command list: the
+    dispatch sees the first contents. queue.writeBuffer takes effect when bridge.js calls it, ahead
+    of the list's encoder, so a list whose write follows GPU work is submitted in two parts (a
+    replay's input write did overtake a recording's first run: a predict of three batches gave
+    the second batch the third's rows)."""
+    got = engine_page.run(
+        """
+from py_in_browser.runtime import current_backend
+backend = current_backend()
+t = pib.tensor([1.0, 2.0])
+first = pib.exp(t)
+backend.commands.write(t._handle().id, np.float32([3.0, 4.0]).tobytes())
+second = pib.exp(t)
+[(await first.numpy()).tolist(), (await second.numpy()).tolist()]
+"""
+    )
+    np.testing.assert_allclose(got, np.exp([[1.0, 2.0], [3.0, 4.0]]), rtol=1e-6)
+
+
 def test_passes_recorded_on_a_lost_device_are_dropped_and_recorded_again(
     engine_page: EnginePage,
 ) -> None:

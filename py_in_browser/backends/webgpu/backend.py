@@ -539,12 +539,9 @@ class WebGPUBackend(Backend):
         self, recording: Recording, arrays: list[np.ndarray], state_now: list[GpuHandle]
     ) -> list[GpuHandle]:
         """Runs a recorded step on new input arrays, reading the state from `state_now`; returns
-        fresh copies of the recorded outputs. One JS call (two when commands were pending)."""
-        # The replay's input writes and state copies must not overtake commands still in the
-        # open list: a predict over several batches left the second recording's own first run
-        # (and the copy of its output) there, and its output came out as the next batch's
-        # (the new replay's input copy landed first). Sending them first keeps Python's order.
-        self.flush()
+        fresh copies of the recorded outputs. One JS call. The input writes may follow commands
+        still in the open list that read the same buffers (the recording's own first run, in a
+        predict over several batches): bridge.js submits the work before a write first."""
         for handle, array in zip(recording.inputs, arrays, strict=True):
             data = device_bytes(array)
             if len(data) != handle.nbytes:

@@ -242,7 +242,8 @@ class Engine {
     const wordsView = wordsProxy.getBuffer("i32");
     const blobView = blobProxy.getBuffer("u8");
     try {
-      this.encode(wordsView.data, blobView.data, profiling && this.timestamps);
+      const words = wordsView.data;
+      for (let i = 0; i < words.length; ) i = this.encode(words, blobView.data, profiling && this.timestamps, i);
     } finally {
       wordsView.release();
       blobView.release();
@@ -283,16 +284,22 @@ class Engine {
   }
 
   // Encodes and submits the commands from words[start]; with `untilUncompiled`, stops before a
-  // dispatch of a kernel still compiling. Returns where it stopped.
+  // dispatch of a kernel still compiling. Stops, too, before a WRITE that follows GPU work: a
+  // queue.writeBuffer takes effect when it is called, ahead of everything in the encoder not yet
+  // submitted, so the work encoded before it goes out first (a buffer written, read, then written
+  // again in one list: a replay's inputs). Returns where it stopped.
   encode(words, blob, timed, start = 0, untilUncompiled = false) {
     const encoder = this.device.createCommandEncoder();
     const run = new Pass(encoder, timed ? this.device : null);
     const { CREATE, WRITE, PARAMS, DISPATCH, COPY, REPLAY, DESTROY } = this.op;
     let i = start;
+    let encoded = false; // GPU work in this encoder
     while (i < words.length) {
       const at = this.at[words[i]];
       if (!at) throw new Error(`bad command ${words[i]} at word ${i}`);
       if (untilUncompiled && i > start && this.uncompiledAt(words, i) !== undefined) break;
+      if (encoded && words[i] === WRITE) break;
+      encoded ||= words[i] === DISPATCH || words[i] === COPY || words[i] === REPLAY;
       switch (words[i]) {
         case CREATE:
           this.buffers.set(words[i + at.buffer], this.device.createBuffer({ size: words[i + at.capacity], usage: STORAGE }));
