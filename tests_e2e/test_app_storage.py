@@ -1,9 +1,11 @@
-"""The gesture trainer when IndexedDB fails it, in Chromium: a page without IndexedDB (as in
-some private windows) and a site whose storage quota runs out while samples are uploaded. Both
-say so in a banner, keep what was stored, and go on collecting in the tab's memory."""
+"""The gesture trainer's IndexedDB in Chromium: a page without IndexedDB (as in some private
+windows) and a site whose storage quota runs out while samples are uploaded (both say so in a
+banner, keep what was stored, and go on collecting in the tab's memory), and a database an earlier
+release made, upgraded in place."""
 
 from __future__ import annotations
 
+import numpy as np
 from playwright.sync_api import Browser, Page
 
 from tests_e2e.app_gestures import gesture_set, png
@@ -91,3 +93,74 @@ def test_a_full_quota_keeps_what_was_stored_and_goes_on(chromium: Browser, serve
     assert 0 < stored <= STORED, stored
     assert page.inner_text("#keep-message").startswith(f"Restored 2 classes and {stored} samples")
     session.context.close()
+
+
+# An earlier release's database: schema 2 (classes, frames keyed [classId, seq], models), without
+# schema 3's embeddings. Samples are 64x64 RGBA, as the app stores them (web/js/trainer/frames.js).
+SCHEMA_2 = """
+async (classes) => {
+  const db = await new Promise((resolve, reject) => {
+    const opening = indexedDB.open("pib-gesture-trainer", 2);
+    opening.onupgradeneeded = () => {
+      opening.result.createObjectStore("classes", { keyPath: "id" });
+      opening.result.createObjectStore("models", { keyPath: "id" });
+      opening.result.createObjectStore("frames", { keyPath: ["classId", "seq"] });
+    };
+    opening.onsuccess = () => resolve(opening.result);
+    opening.onerror = () => reject(opening.error);
+  });
+  const tx = db.transaction(["classes", "frames"], "readwrite");
+  classes.forEach(({ name, samples }, order) => {
+    tx.objectStore("classes").put({ id: `old-${order}`, name, order });
+    samples.forEach((rgba, seq) => tx.objectStore("frames").put({ classId: `old-${order}`, seq, rgba: new Uint8ClampedArray(rgba) }));
+  });
+  await new Promise((resolve) => { tx.oncomplete = resolve; });
+  db.close();
+}
+"""
+
+
+def rgba(image: np.ndarray) -> list[int]:
+    """A 64x64 RGB image as the app stores a sample: RGBA bytes, opaque."""
+    alpha = np.full((*image.shape[:2], 1), 255, np.uint8)
+    return np.concatenate([image, alpha], axis=2).ravel().tolist()
+
+
+def test_samples_stored_by_the_previous_schema_come_back_and_train_in_transfer_mode(
+    chromium: Browser, server_url: str
+) -> None:
+    """A person who collected samples before embeddings were kept (schema 2) opens the app in
+    its default transfer mode: the database is upgraded in place, the samples come back, and
+    training embeds them from their stored pixels, once, into the new store."""
+    per_class = 3
+    session = new_app_session(chromium, server_url)
+    session.page.goto(f"{server_url}/api/engine")  # the app's origin, before the app opens it
+    kinds = gesture_set(per_class, seed=22)
+    classes = [
+        {"name": kind, "samples": [rgba(image) for image in images]}
+        for kind, images in list(kinds.items())[:2]
+    ]
+    session.page.evaluate(SCHEMA_2, classes)
+    session.query = "?backend=cpu"  # the default mode: transfer
+    session.open()
+    page = session.page
+    page.evaluate("() => window.gestureTrainer.restored")
+    assert page.inner_text("#keep-message").startswith(
+        f"Restored 2 classes and {2 * per_class} samples"
+    )
+    page.evaluate("() => { window.gestureTrainer.lastTraining = null; }")
+    page.click("#train")
+    page.wait_for_function("() => window.gestureTrainer.lastTraining !== null", timeout=300_000)
+    training = page.evaluate("() => window.gestureTrainer.lastTraining")
+    stored = page.evaluate(
+        """async () => {
+            const db = window.gestureTrainer.storage.db;
+            const count = (store) => new Promise((resolve) => {
+                db.transaction(store).objectStore(store).count().onsuccess = (e) => resolve(e.target.result);
+            });
+            return { version: db.version, frames: await count("frames"), embeddings: await count("embeddings") };
+        }"""
+    )
+    session.context.close()
+    assert training["backbone"] is not None and training["train_count"] >= per_class, training
+    assert stored == {"version": 3, "frames": 2 * per_class, "embeddings": 2 * per_class}, stored
