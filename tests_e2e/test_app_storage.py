@@ -164,3 +164,22 @@ def test_samples_stored_by_the_previous_schema_come_back_and_train_in_transfer_m
     session.context.close()
     assert training["backbone"] is not None and training["train_count"] >= per_class, training
     assert stored == {"version": 3, "frames": 2 * per_class, "embeddings": 2 * per_class}, stored
+
+
+def test_the_chosen_model_kind_is_kept_across_reloads(chromium: Browser, server_url: str) -> None:
+    """From scratch, once chosen in the Model select, is still chosen after a reload without
+    ?mode=; ?mode= in the address wins over it."""
+    session = new_app_session(chromium, server_url)
+    session.query = "?backend=cpu"
+    session.open()
+    page = session.page
+    assert page.input_value("#model-kind") == "transfer"  # the default
+    page.select_option("#model-kind", "scratch")
+    page.reload()
+    page.wait_for_function("() => window.gestureTrainer !== undefined")  # main.js has run
+    assert page.input_value("#model-kind") == "scratch"
+    assert page.is_enabled("#input-size")
+    page.goto(f"{server_url}/?backend=cpu&mode=transfer")
+    page.wait_for_function("() => window.gestureTrainer !== undefined")
+    assert page.input_value("#model-kind") == "transfer"
+    session.context.close()

@@ -43,6 +43,9 @@ const status = new StatusPanel({
 
 // ---- state: classes and their samples, mirrored into IndexedDB ----
 
+// Where the Model select's last choice is kept, so a reload keeps it (initialMode).
+const MODE_KEY = "pib-gesture-trainer/mode";
+
 const app = {
   storage: null,
   classes: [], // [{id, name, order}]
@@ -50,8 +53,8 @@ const app = {
   strips: new Map(), // class id -> its SampleStrip
   cap: DEFAULT_CAP, // samples a class may hold (the server's max_samples_per_class)
   // "transfer": a head trained on the hand backbone's embeddings (each sample embedded once, when
-  // added); "scratch": a small CNN trained on the samples' pixels. ?mode=scratch|transfer.
-  mode: new URLSearchParams(location.search).get("mode") === "scratch" ? "scratch" : "transfer",
+  // added); "scratch": a small CNN trained on the samples' pixels (initialMode).
+  mode: initialMode(),
   embeddings: null, // the EmbeddingQueue, once storage is open
   model: null, // {labels, size, backbone} of the model in the engine
   training: false,
@@ -873,7 +876,27 @@ function embeddingQueue(storage) {
   return queue;
 }
 
-// Transfer (the default) or from scratch: the Model select, ?mode=, and what each trains with.
+// ?mode=scratch|transfer when given, else the mode last chosen in this browser, else transfer.
+function initialMode() {
+  let kept = null;
+  try {
+    kept = localStorage.getItem(MODE_KEY);
+  } catch {
+    // a page that may store nothing: the default
+  }
+  return (new URLSearchParams(location.search).get("mode") ?? kept) === "scratch" ? "scratch" : "transfer";
+}
+
+function chooseMode(mode) {
+  try {
+    localStorage.setItem(MODE_KEY, mode);
+  } catch {
+    // kept for this visit only
+  }
+  setMode(mode);
+}
+
+// Transfer (the default) or from scratch: the Model select, and what each trains with.
 function setMode(mode) {
   app.mode = mode;
   $("model-kind").value = mode;
@@ -908,7 +931,7 @@ async function refreshStatus() {
 
 function wire() {
   $("camera-start").addEventListener("click", startCamera);
-  $("model-kind").addEventListener("change", (event) => setMode(event.target.value));
+  $("model-kind").addEventListener("change", (event) => chooseMode(event.target.value));
   window.addEventListener("resize", placeGuideBox);
   $("add-class").addEventListener("click", () => addClass(`Class ${app.classes.length + 1}`));
   $("train-settings").addEventListener("submit", train);
