@@ -19,6 +19,11 @@ SPLIT_K_AT = 2048
 # Whole-texel products and convolutions of at least this many multiply-adds run as blocks (see
 # blocks.py): below it the extra interleave draw and targets cost more than they save.
 BLOCKS_AT = 2**20
+# Depthwise convolutions (multiply-adds: outputs x filter taps) run as blocks from this many: a
+# depthwise layer has no input-channel sum, so its blocks pay off at a smaller size (the hand
+# model's 7x7x672 5x5 layers, 0.8M each: 17 ms as depthwise_conv2d4 and its bias and relu6
+# draws on SwiftShader, 6 ms as a block and interleave with both fused; profiled H1 runs).
+DEPTHWISE_BLOCKS_AT = 2**17
 # Products of at least this many multiply-adds whose dimensions are not whole texels are padded
 # to whole texels (see matmul_padded); below it the pad and slice draws cost more.
 PAD_MATMUL_AT = 2**15
@@ -262,6 +267,8 @@ def blocked(
     aligned = aligned and block_rows & (block_rows - 1) == 0
     if label == "matmul" and not aligned:
         return None
+    if variant == "vec" and pointwise(backend, inputs, out, block, uniforms):
+        variant = "pw"  # (blocks.pointwise_source)
     if variant == "scalar" and window_channels(a[-1], block_rows, uniforms):
         # A first layer on images: input windows, not single elements.
         stride = int(next(values for name, _, values in uniforms if name == "u_stride")[1])
@@ -282,7 +289,7 @@ def depthwise_blocked(
     rows = blocks.depthwise_rows(width, backend.draw_buffers)
     if rows is None or kw > blocks.MAX_DEPTHWISE_WINDOW:
         return None  # (a filter gradient's whole-image window stays with the texel kernel)
-    if math.prod(out.shape) * math.prod(out.in_shapes[1][:2]) < BLOCKS_AT:
+    if math.prod(out.shape) * math.prod(out.in_shapes[1][:2]) < DEPTHWISE_BLOCKS_AT:
         return None
     key = f"depthwise_block:k{kw}s{attrs['strides'][1]}_{rows}x1"
     return _draw_blocks(backend, key, inputs, uniforms, "depthwise_conv2d", out, (rows, 1), False)
@@ -449,6 +456,31 @@ def input_gradient_as_conv(
     result = backend.run("conv2d", [g, turned], geometry, spec)
     backend.free(turned)
     return result
+
+
+def pointwise(
+    backend: Drawing,
+    inputs: list[Handle],
+    out: OutSpec,
+    block: tuple[int, int],
+    uniforms: list[kernels.Uniform],
+) -> bool:
+    """Whether a whole-texel conv block is a 1x1 convolution at stride 1 without padding that
+    blocks.pointwise_source can address by texture rows: one pixel per input texture row, one
+    input channel per filter texture row, one block row per target texture row."""
+    x, w = out.in_shapes
+    geometry = {name: values for name, _, values in uniforms if name in ("u_stride", "u_pad")}
+    plain = tuple(w[:2]) == (1, 1) and tuple(out.shape[1:3]) == tuple(x[1:3])
+    plain = plain and list(geometry["u_stride"]) == [1, 1] and not any(geometry["u_pad"])
+    rows_of = (
+        (h.texture.layout, shape) for h, shape in zip(inputs, (x, w), strict=True) if h.repeat == 1
+    )
+    whole = [
+        layout.channels == 4 and layout.width * 4 == shape[-1] and layout.size == math.prod(shape)
+        for layout, shape in rows_of
+    ]
+    target = choose_layout(block, backend.memory.max_side)
+    return plain and whole == [True, True] and target.width * 4 == block[1]
 
 
 def window_channels(channels: int, block_rows: int, uniforms: list[kernels.Uniform]) -> bool:
