@@ -116,6 +116,13 @@ try:
         await (bs + (pib.conv2d(xs, w3s, padding="same") + skips)).numpy(),
         await pib.fused(fusion.relu6, pib.conv2d(xs, ws) + bs).numpy(),
     ]
+    # Textures too tall for one pixel per row (as a 112 x 112 image's): squarish, read by cursors.
+    side, backend.memory.max_side = backend.memory.max_side, 16
+    try:
+        squarish = pib.tensor(x), pib.tensor(skip)  # 48 pixels > 16 texture rows
+        got.append(await (bs + (pib.conv2d(squarish[0], ws) + squarish[1])).numpy())
+    finally:
+        backend.memory.max_side = side
 finally:
     webgl2_rewrites.BLOCKS_AT = threshold
     backend.queue.engine.run = engine_run
@@ -130,7 +137,8 @@ def check_residual_blocks(engine_page: EnginePage) -> None:
     """A convolution's skip and then its bias added by the block draw as it writes its targets
     (conv2d_block:...add.bias), in TensorFlow's order, with a NaN and an infinity in the skip; a
     1x1 convolution as pointwise blocks (conv2d_block:pw_...), its bias in the block and relu6
-    in the interleave; no add or activation draws left; against numpy."""
+    in the interleave, and on a squarish input texture (pwc_: cursors); no add or activation
+    draws left; against numpy."""
     result = engine_page.run(RESIDUAL)
     x, w, w3, skip, b = (np.asarray(result[n], np.float32) for n in ("x", "w", "w3", "skip", "b"))
     pointwise = _conv2d(x, w, (1, 1), ((0, 0), (0, 0)))
@@ -139,11 +147,12 @@ def check_residual_blocks(engine_page: EnginePage) -> None:
             b + (pointwise + skip),
             b + (_conv2d(x, w3, (1, 1), ((1, 1), (1, 1))) + skip),
             _relu6(pointwise + b),
+            b + (pointwise + skip),
         ]
     got = [np.asarray(values, np.float32) for values in result["got"]]
     for values, expected in zip(got, want, strict=True):
         np.testing.assert_allclose(values, expected, rtol=F32_RTOL, atol=1e-5)
-    assert all(np.isnan(v[0, 2, 5, 3]) and np.isinf(v[0, 4, 1, 6]) for v in got[:2])
+    assert all(np.isnan(v[0, 2, 5, 3]) and np.isinf(v[0, 4, 1, 6]) for v in got[:2] + got[3:])
     draws = result["draws"]
     shape = "4x2" if result["draw_buffers"] >= 8 else "4x1"
     assert [d for d in draws if "block" in d] == [
@@ -153,6 +162,8 @@ def check_residual_blocks(engine_page: EnginePage) -> None:
         f"block_interleave:aligned_{shape}",
         f"conv2d_block:pw_{shape}.bias",
         f"block_interleave:aligned_{shape}.relu6",
+        f"conv2d_block:pwc_{shape}.add.bias",
+        f"block_interleave:{shape}",
     ], draws
     assert not [d for d in draws if d.startswith(("fused", "binary"))], draws
 

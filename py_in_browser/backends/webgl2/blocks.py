@@ -196,18 +196,34 @@ def conv2d_source(
     return _block(rows * groups, cols, CONV_UNIFORMS, loops, bias_column, out_rows, skip)
 
 
-def pointwise_source(rows: int, cols: int, bias: bool = False, residual: bool = False) -> str:
+def pointwise_source(
+    rows: int, cols: int, bias: bool = False, residual: bool = False, cursors: bool = False
+) -> str:
     """Program "conv2d_block:pw_<rows>x<cols>": a 1x1 convolution at stride 1 without padding
     (a MobileNet's expansions and projections, most of its multiply-adds) whose input has one
     pixel per texture row (CI / 4 texels), its filter one input channel per texture row (CO / 4
-    texels) and its targets one block row per texture row (rewrites.blocked checks all three).
+    texels) and its targets one block row per texture row (rewrites.pointwise checks all three).
     It is a product of the pixels and the filter, addressed by the fragment's position and the
     loop counter as matmul_source's blocks are, without the general block's cursors, padding
     masks and divisions (_conv_loops), which cost more than the multiply-adds of a layer with
-    few input channels. Same targets, sums in the same order, as conv2d_source's "vec"."""
-    fetch_x = "".join(
-        f"    vec4 v{i} = texelFetch(u_x0, ivec2(k, pix + {i}), 0);\n" for i in range(rows)
-    )
+    few input channels. Same targets, sums in the same order, as conv2d_source's "vec".
+    "conv2d_block:pwc_<rows>x<cols>" (`cursors`): the input's texture is too tall for one pixel
+    per row (a 112 x 112 image) and squarish instead; each pixel's texels are found once per
+    fragment and stepped through (advance)."""
+    if cursors:
+        start = "".join(
+            f"  ivec2 px{i} = texel_at((pix + {i}) * (u_w.z / 4), u_l0.x);\n" for i in range(rows)
+        )
+        fetch_x = "".join(
+            f"    vec4 v{i} = texelFetch(u_x0, px{i}, 0);\n"
+            f"    px{i} = advance(px{i}, ivec2(1, 0), u_l0.x);\n"
+            for i in range(rows)
+        )
+    else:
+        start = ""
+        fetch_x = "".join(
+            f"    vec4 v{i} = texelFetch(u_x0, ivec2(k, pix + {i}), 0);\n" for i in range(rows)
+        )
     fetch_w = "".join(
         f"    vec4 w{j}_{q} = texelFetch(u_x1, ivec2(co4 + {j}, 4 * k + {q}), 0);\n"
         for j in range(cols)
@@ -220,7 +236,7 @@ def pointwise_source(rows: int, cols: int, bias: bool = False, residual: bool = 
     body = (
         f"  int pix = p.y * {rows};  // the block's first pixel (n, oh, ow)\n"
         f"  int co4 = p.x * {cols};  // its first output texel column\n"
-        "  int co4n = u_w.w / 4;\n"
+        f"  int co4n = u_w.w / 4;\n{start}"
         f"  for (int k = 0; k < u_w.z / 4; ++k) {{\n{fetch_x}{fetch_w}{update}  }}\n"
     )
     skip = "(pix + {i}) * co4n + co4 + {j}" if residual else None

@@ -269,7 +269,7 @@ def pooled(
     run as well, and the convolution twice."""
     variant, _, shape = record.block_key.partition(":")[2].rpartition("_")
     # A pointwise block's pixels pooled are the general block's (same uniforms, same sums).
-    variant = "vec" if variant == "pw" else variant
+    variant = "vec" if variant in ("pw", "pwc") else variant
     rows, cols = (int(d) for d in shape.split("x"))
     _, oh, ow, co = out.in_shapes[0]
     plain = tuple(attrs["pool_size"]) == (2, 2) and tuple(attrs["strides"]) == (2, 2)

@@ -267,8 +267,8 @@ def blocked(
     aligned = aligned and block_rows & (block_rows - 1) == 0
     if label == "matmul" and not aligned:
         return None
-    if variant == "vec" and pointwise(backend, inputs, out, block, uniforms):
-        variant = "pw"  # (blocks.pointwise_source)
+    if variant == "vec":
+        variant = pointwise(backend, inputs, out, block, uniforms) or variant
     if variant == "scalar" and window_channels(a[-1], block_rows, uniforms):
         # A first layer on images: input windows, not single elements.
         stride = int(next(values for name, _, values in uniforms if name == "u_stride")[1])
@@ -464,23 +464,24 @@ def pointwise(
     out: OutSpec,
     block: tuple[int, int],
     uniforms: list[kernels.Uniform],
-) -> bool:
-    """Whether a whole-texel conv block is a 1x1 convolution at stride 1 without padding that
-    blocks.pointwise_source can address by texture rows: one pixel per input texture row, one
-    input channel per filter texture row, one block row per target texture row."""
+) -> str | None:
+    """The blocks.pointwise_source variant of a whole-texel conv block that is a 1x1
+    convolution at stride 1 without padding, or None: "pw" where the input has one pixel per
+    texture row, "pwc" where its texture is squarish; either way the filter has one input
+    channel and the targets one block row per texture row."""
     x, w = out.in_shapes
     geometry = {name: values for name, _, values in uniforms if name in ("u_stride", "u_pad")}
     plain = tuple(w[:2]) == (1, 1) and tuple(out.shape[1:3]) == tuple(x[1:3])
     plain = plain and list(geometry["u_stride"]) == [1, 1] and not any(geometry["u_pad"])
-    rows_of = (
-        (h.texture.layout, shape) for h, shape in zip(inputs, (x, w), strict=True) if h.repeat == 1
+    dense = all(
+        h.repeat == 1 and h.texture.layout.channels == 4 and h.texture.layout.size == math.prod(s)
+        for h, s in zip(inputs, (x, w), strict=True)
     )
-    whole = [
-        layout.channels == 4 and layout.width * 4 == shape[-1] and layout.size == math.prod(shape)
-        for layout, shape in rows_of
-    ]
     target = choose_layout(block, backend.memory.max_side)
-    return plain and whole == [True, True] and target.width * 4 == block[1]
+    filter_rows = inputs[1].texture.layout.width * 4 == w[-1]
+    if not (plain and dense and filter_rows and target.width * 4 == block[1]):
+        return None
+    return "pw" if inputs[0].texture.layout.width * 4 == x[-1] else "pwc"
 
 
 def window_channels(channels: int, block_rows: int, uniforms: list[kernels.Uniform]) -> bool:

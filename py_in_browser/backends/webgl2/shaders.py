@@ -373,8 +373,8 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
             return source, 3 if bias else 2
         if kind == "conv2d_block":
             pool, residual = epilogue.startswith("maxpool"), epilogue.startswith("add")
-            if variant == "pw":
-                source = blocks.pointwise_source(rows, cols, bias, residual)
+            if variant in ("pw", "pwc"):
+                source = blocks.pointwise_source(rows, cols, bias, residual, variant == "pwc")
             else:
                 source = blocks.conv2d_source(variant, rows, cols, bias, pool, residual)
             return source, 2 + bias + residual
