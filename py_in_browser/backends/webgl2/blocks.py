@@ -67,6 +67,7 @@ def _block(
     bias_column: str | None = None,
     out_rows: int | None = None,
     residual_texel: str | None = None,
+    first_extra: int = 2,
 ) -> str:
     """write_block around `body`, which adds to the accumulators c<i>_<j> (row i, texel column j
     of the block); target i * cols + j gets c<i>_<j>. With `residual_texel` (a GLSL expression
@@ -76,7 +77,8 @@ def _block(
     is a bias of one value per output column, added to every row after the skip (epilogues.py
     fuses a layer's bias this way; TensorFlow's optimizer sums a convolution and its skip before
     the bias). With `out_rows`, the body leaves the block's results in out_rows rows of p<i>_<j>
-    instead (a pooled block)."""
+    instead (a pooled block). `first_extra`: the input slot of the skip (or else the bias), after
+    the body's own inputs."""
     out_rows = rows if out_rows is None else out_rows
     result = "c" if out_rows == rows else "p"
     targets = out_rows * cols
@@ -85,11 +87,11 @@ def _block(
     skip = ""
     if residual_texel is not None:
         skip = "".join(
-            f"  {result}{i}_{j} += texelFetch(u_x2, texel_at({residual_texel.format(i=i, j=j)}, "
-            "u_l2.x), 0);\n"
+            f"  {result}{i}_{j} += texelFetch(u_x{first_extra}, "
+            f"texel_at({residual_texel.format(i=i, j=j)}, u_l{first_extra}.x), 0);\n"
             for i, j in _names(out_rows, cols)
         )
-    slot = 2 if residual_texel is None else 3
+    slot = first_extra + (residual_texel is not None)
     bias = ""
     if bias_column is not None:
         bias = "".join(
@@ -197,7 +199,12 @@ def conv2d_source(
 
 
 def pointwise_source(
-    rows: int, cols: int, bias: bool = False, residual: bool = False, cursors: bool = False
+    rows: int,
+    cols: int,
+    bias: bool = False,
+    residual: bool = False,
+    cursors: bool = False,
+    targets: str | None = None,
 ) -> str:
     """Program "conv2d_block:pw_<rows>x<cols>": a 1x1 convolution at stride 1 without padding
     (a MobileNet's expansions and projections, most of its multiply-adds) whose input has one
@@ -209,8 +216,23 @@ def pointwise_source(
     few input channels. Same targets, sums in the same order, as conv2d_source's "vec".
     "conv2d_block:pwc_<rows>x<cols>" (`cursors`): the input's texture is too tall for one pixel
     per row (a 112 x 112 image) and squarish instead; each pixel's texels are found once per
-    fragment and stepped through (advance)."""
-    if cursors:
+    fragment and stepped through (advance).
+    "conv2d_block:pwt[-<activation>]_<rows>x<cols>" (`targets`: the activation, "" for none):
+    the input is still in the `rows` targets of a depthwise block of as many pixels, one block
+    row per texture row (rewrites.block_targets): pixel pix + i is row p.y of target i, and the
+    activation its interleave would apply (INTERLEAVE_ACTIVATIONS) is applied as it is read; the
+    interleave's pass goes (epilogues.dead_draws), and the filter is input `rows`."""
+    activation = ""
+    if targets is not None:
+        activation = (
+            f"vec4 source_activation(vec4 v) {{\n  return {INTERLEAVE_ACTIVATIONS[targets]};\n}}\n"
+        )
+        start = ""
+        fetch_x = "".join(
+            f"    vec4 v{i} = source_activation(texelFetch(u_x{i}, ivec2(k, p.y), 0));\n"
+            for i in range(rows)
+        )
+    elif cursors:
         start = "".join(
             f"  ivec2 px{i} = texel_at((pix + {i}) * (u_w.z / 4), u_l0.x);\n" for i in range(rows)
         )
@@ -224,8 +246,9 @@ def pointwise_source(
         fetch_x = "".join(
             f"    vec4 v{i} = texelFetch(u_x0, ivec2(k, pix + {i}), 0);\n" for i in range(rows)
         )
+    filter_slot = 1 if targets is None else rows
     fetch_w = "".join(
-        f"    vec4 w{j}_{q} = texelFetch(u_x1, ivec2(co4 + {j}, 4 * k + {q}), 0);\n"
+        f"    vec4 w{j}_{q} = texelFetch(u_x{filter_slot}, ivec2(co4 + {j}, 4 * k + {q}), 0);\n"
         for j in range(cols)
         for q in range(4)
     )
@@ -240,7 +263,9 @@ def pointwise_source(
         f"  for (int k = 0; k < u_w.z / 4; ++k) {{\n{fetch_x}{fetch_w}{update}  }}\n"
     )
     skip = "(pix + {i}) * co4n + co4 + {j}" if residual else None
-    return _block(rows, cols, CONV_UNIFORMS, body, "co4" if bias else None, None, skip)
+    uniforms = CONV_UNIFORMS + activation
+    bias_column = "co4" if bias else None
+    return _block(rows, cols, uniforms, body, bias_column, None, skip, filter_slot + 1)
 
 
 def _column_masks(rows: int, groups: int) -> str:

@@ -270,6 +270,8 @@ def pooled(
     variant, _, shape = record.block_key.partition(":")[2].rpartition("_")
     # A pointwise block's pixels pooled are the general block's (same uniforms, same sums).
     variant = "vec" if variant in ("pw", "pwc") else variant
+    if variant.startswith("pwt"):
+        return None  # its inputs are another block's targets, which the general block cannot read
     rows, cols = (int(d) for d in shape.split("x"))
     _, oh, ow, co = out.in_shapes[0]
     plain = tuple(attrs["pool_size"]) == (2, 2) and tuple(attrs["strides"]) == (2, 2)

@@ -269,6 +269,9 @@ def blocked(
         return None
     if variant == "vec":
         variant = pointwise(backend, inputs, out, block, uniforms) or variant
+    targets = block_targets(backend, inputs[0], block_rows) if variant.startswith("pw") else None
+    if targets is not None:
+        variant, inputs = targets[0], [*targets[1], inputs[1]]
     if variant == "scalar" and window_channels(a[-1], block_rows, uniforms):
         # A first layer on images: input windows, not single elements.
         stride = int(next(values for name, _, values in uniforms if name == "u_stride")[1])
@@ -482,6 +485,30 @@ def pointwise(
     if not (plain and dense and filter_rows and target.width * 4 == block[1]):
         return None
     return "pw" if inputs[0].texture.layout.width * 4 == x[-1] else "pwc"
+
+
+def block_targets(
+    backend: Drawing, source: Handle, block_rows: int
+) -> tuple[str, list[Handle]] | None:
+    """A pointwise block's input read from the targets of the depthwise block that drew it
+    (variant "pwt[-<activation>]" and those targets, blocks.pointwise_source) where that block
+    has as many pixels, its targets one block row per texture row, and the draw has room for
+    them, the filter, a skip and a bias; else None. Its interleave then has no reader."""
+    record = backend.memory.blocked.get(source.texture.id)
+    if not isinstance(record, epilogues.Blocked) or record.label != "depthwise_conv2d":
+        return None
+    if not record.block_key.endswith(f"_{block_rows}x1") or record.residual is not None:
+        return None
+    if block_rows + 3 > wire.MAX_INPUTS_PER_DRAW or source.repeat != 1:
+        return None
+    if not epilogues.still_valid(backend.memory.pool, record):
+        return None
+    layouts = [t.texture.layout for t in record.targets]
+    if any(layout.channels != 4 or layout.width * 4 != source.shape[-1] for layout in layouts):
+        return None
+    activation = "relu6" if record.relu6 else "relu" if record.relu else ""
+    backend.queue.mark_droppable(record.interleave)  # drawn only if something else reads it
+    return "pwt" + (f"-{activation}" if activation else ""), list(record.targets)
 
 
 def window_channels(channels: int, block_rows: int, uniforms: list[kernels.Uniform]) -> bool:

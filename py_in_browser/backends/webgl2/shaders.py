@@ -373,6 +373,10 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
             return source, 3 if bias else 2
         if kind == "conv2d_block":
             pool, residual = epilogue.startswith("maxpool"), epilogue.startswith("add")
+            if variant.startswith("pwt"):  # "pwt", "pwt-relu6": reading a depthwise's targets
+                activation = variant.partition("-")[2]
+                source = blocks.pointwise_source(rows, cols, bias, residual, targets=activation)
+                return source, rows + 1 + bias + residual
             if variant in ("pw", "pwc"):
                 source = blocks.pointwise_source(rows, cols, bias, residual, variant == "pwc")
             else:
