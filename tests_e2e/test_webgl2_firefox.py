@@ -11,7 +11,7 @@ from tests_e2e import webgl2_trajectories
 from tests_e2e.engine_page import EnginePage
 from tests_e2e.op_oracle import assert_op_table_matches, assert_special_values_match
 from tests_e2e.test_webgl2 import F32_RTOL, TRAJECTORY_ATOL, check_blocks, check_epilogues
-from tests_e2e.test_webgl2_hand_model_blocks import check_depthwise_blocks
+from tests_e2e.test_webgl2_hand_model_blocks import check_depthwise_blocks, check_residual_blocks
 
 pytestmark = pytest.mark.firefox
 
@@ -65,3 +65,9 @@ def test_a_layers_bias_and_relu_run_inside_its_block_kernels_in_firefox(
 
 def test_depthwise_layers_run_as_blocks_in_firefox(engine_page: EnginePage) -> None:
     check_depthwise_blocks(engine_page)  # the depthwise block programs on another GL stack
+
+
+def test_a_residual_blocks_skip_joins_its_convolution_blocks_in_firefox(
+    engine_page: EnginePage,
+) -> None:
+    check_residual_blocks(engine_page)  # the skip read inside the block draw, another GL stack

@@ -39,11 +39,12 @@ def layers():
     ]
 unblocked = [await t.numpy() for t in layers()]
 eager = len(sent)
-threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
+thresholds = webgl2_rewrites.BLOCKS_AT, webgl2_rewrites.DEPTHWISE_BLOCKS_AT
+webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.DEPTHWISE_BLOCKS_AT = 0
 try:
     got = [await t.numpy() for t in layers()]
 finally:
-    webgl2_rewrites.BLOCKS_AT = threshold
+    webgl2_rewrites.BLOCKS_AT, webgl2_rewrites.DEPTHWISE_BLOCKS_AT = thresholds
     backend.queue.engine.run = engine_run
 {"got": got, "unblocked": unblocked, "x": x, "w": w, "x2": x2, "w2": w2, "b": b, "b2": b2,
  "draw_buffers": backend.draw_buffers,
@@ -92,6 +93,103 @@ def test_depthwise_layers_run_as_blocks_with_their_bias_and_relu6(engine_page: E
     check_depthwise_blocks(engine_page)
 
 
+RESIDUAL = (
+    SENT_COMMANDS
+    + """
+from py_in_browser import fusion
+from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
+rng = np.random.default_rng(9)
+x = rng.standard_normal((1, 6, 8, 16)).astype(np.float32)
+w = rng.standard_normal((1, 1, 16, 8)).astype(np.float32)
+w3 = rng.standard_normal((3, 3, 16, 8)).astype(np.float32)
+skip = rng.standard_normal((1, 6, 8, 8)).astype(np.float32)
+b = rng.standard_normal((8,)).astype(np.float32)
+dw = rng.standard_normal((3, 3, 16, 1)).astype(np.float32)
+b16 = rng.standard_normal((16,)).astype(np.float32)
+skip[0, 2, 5, 3], skip[0, 4, 1, 6] = np.nan, np.inf
+xs, ws, w3s, skips, bs, dws, b16s = (pib.tensor(v) for v in (x, w, w3, skip, b, dw, b16))
+eager = len(sent)
+thresholds = webgl2_rewrites.BLOCKS_AT, webgl2_rewrites.DEPTHWISE_BLOCKS_AT
+webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.DEPTHWISE_BLOCKS_AT = 0
+try:
+    # A residual block's end as TensorFlow's optimizer leaves it: (conv + skip), then bias first;
+    # a 1x1 convolution (pointwise blocks) and a 3x3 one (the general blocks); an expansion.
+    got = [
+        await (bs + (pib.conv2d(xs, ws) + skips)).numpy(),
+        await (bs + (pib.conv2d(xs, w3s, padding="same") + skips)).numpy(),
+        await pib.fused(fusion.relu6, pib.conv2d(xs, ws) + bs).numpy(),
+    ]
+    # Textures too tall for one pixel per row (as a 112 x 112 image's): squarish, read by cursors.
+    side, backend.memory.max_side = backend.memory.max_side, 16
+    try:
+        squarish = pib.tensor(x), pib.tensor(skip)  # 48 pixels > 16 texture rows
+        got.append(await (bs + (pib.conv2d(squarish[0], ws) + squarish[1])).numpy())
+    finally:
+        backend.memory.max_side = side
+    # An inverted residual's depthwise, then its projection reading the depthwise's targets.
+    expanded = pib.fused(fusion.relu6, pib.depthwise_conv2d(xs, dws, padding="same") + b16s)
+    out = bs + (pib.conv2d(expanded, ws) + skips)
+    del expanded  # unread by then: its interleave is dropped
+    got.append(await out.numpy())
+finally:
+    webgl2_rewrites.BLOCKS_AT, webgl2_rewrites.DEPTHWISE_BLOCKS_AT = thresholds
+    backend.queue.engine.run = engine_run
+{"got": got, "x": x, "w": w, "w3": w3, "skip": skip, "b": b, "dw": dw, "b16": b16,
+ "draw_buffers": backend.draw_buffers,
+ "draws": [command[1] for command in sent[eager:] if command[0] == "draw"]}
+"""
+)
+
+
+def check_residual_blocks(engine_page: EnginePage) -> None:
+    """A convolution's skip and then its bias added by the block draw as it writes its targets
+    (conv2d_block:...add.bias), in TensorFlow's order, with a NaN and an infinity in the skip; a
+    1x1 convolution as pointwise blocks (conv2d_block:pw_...), its bias in the block and relu6
+    in the interleave, on a squarish input texture (pwc_: cursors), and reading a depthwise
+    block's targets with its relu6 (pwt-relu6_: no interleave between them); no add or
+    activation draws left; against numpy."""
+    result = engine_page.run(RESIDUAL)
+    x, w, w3, skip, b = (np.asarray(result[n], np.float32) for n in ("x", "w", "w3", "skip", "b"))
+    dw, b16 = np.asarray(result["dw"], np.float32), np.asarray(result["b16"], np.float32)
+    pointwise = _conv2d(x, w, (1, 1), ((0, 0), (0, 0)))
+    expanded = _relu6(_depthwise(x, dw, (1, 1), ((1, 1), (1, 1))) + b16)
+    with np.errstate(invalid="ignore"):
+        want = [
+            b + (pointwise + skip),
+            b + (_conv2d(x, w3, (1, 1), ((1, 1), (1, 1))) + skip),
+            _relu6(pointwise + b),
+            b + (pointwise + skip),
+            b + (_conv2d(expanded, w, (1, 1), ((0, 0), (0, 0))) + skip),
+        ]
+    got = [np.asarray(values, np.float32) for values in result["got"]]
+    for values, expected in zip(got, want, strict=True):
+        np.testing.assert_allclose(values, expected, rtol=F32_RTOL, atol=1e-5)
+    assert all(np.isnan(v[0, 2, 5, 3]) and np.isinf(v[0, 4, 1, 6]) for v in got[:2] + got[3:])
+    # The last case fails where a target is read for the wrong pixels or without relu6.
+    draws = result["draws"]
+    shape = "4x2" if result["draw_buffers"] >= 8 else "4x1"
+    assert [d for d in draws if "block" in d] == [
+        f"conv2d_block:pw_{shape}.add.bias",  # the plain and the skip-only blocks go
+        f"block_interleave:aligned_{shape}",
+        f"conv2d_block:vec_{shape}.add.bias",
+        f"block_interleave:aligned_{shape}",
+        f"conv2d_block:pw_{shape}.bias",
+        f"block_interleave:aligned_{shape}.relu6",
+        f"conv2d_block:pwc_{shape}.add.bias",
+        f"block_interleave:{shape}",
+        "depthwise_block:k3s1_4x1.bias",  # its interleave has no reader left: dropped
+        f"conv2d_block:pwt-relu6_{shape}.add.bias",
+        f"block_interleave:aligned_{shape}",
+    ], draws
+    assert not [d for d in draws if d.startswith(("fused", "binary"))], draws
+
+
+def test_a_residual_blocks_skip_and_bias_join_its_convolution_blocks(
+    engine_page: EnginePage,
+) -> None:
+    check_residual_blocks(engine_page)
+
+
 @pytest.fixture(scope="module")
 def page_query() -> str:
     return "?backend=webgl2"
@@ -106,11 +204,12 @@ def test_a_hand_model_block_matches_the_cpu_backend(engine_page: EnginePage) -> 
 from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 from py_in_browser.testing import graph_models
 x = np.random.default_rng(3).standard_normal((1, 12, 12, 8)).astype(np.float32)
-threshold, webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.BLOCKS_AT, 0
+thresholds = webgl2_rewrites.BLOCKS_AT, webgl2_rewrites.DEPTHWISE_BLOCKS_AT
+webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.DEPTHWISE_BLOCKS_AT = 0
 try:
     out = await (await graph_models.inverted_residual(seed=4)(x)).numpy()
 finally:
-    webgl2_rewrites.BLOCKS_AT = threshold
+    webgl2_rewrites.BLOCKS_AT, webgl2_rewrites.DEPTHWISE_BLOCKS_AT = thresholds
 out
 """
     )

@@ -66,21 +66,36 @@ def _block(
     body: str,
     bias_column: str | None = None,
     out_rows: int | None = None,
+    residual_texel: str | None = None,
+    first_extra: int = 2,
 ) -> str:
     """write_block around `body`, which adds to the accumulators c<i>_<j> (row i, texel column j
-    of the block); target i * cols + j gets c<i>_<j>. With `bias_column` (the body's variable
-    holding the block's first texel column), input 2 is a bias of one value per output column,
-    added to every row (epilogues.py fuses a layer's bias this way). With `out_rows`, the body
-    leaves the block's results in out_rows rows of p<i>_<j> instead (a pooled block)."""
+    of the block); target i * cols + j gets c<i>_<j>. With `residual_texel` (a GLSL expression
+    in {i}, {j}: the output texel index of c<i>_<j>), input 2 is a tensor of the output's shape
+    added texel by texel (a residual block's skip: epilogues.py fuses it this way). With
+    `bias_column` (the body's variable holding the block's first texel column), the next input
+    is a bias of one value per output column, added to every row after the skip (epilogues.py
+    fuses a layer's bias this way; TensorFlow's optimizer sums a convolution and its skip before
+    the bias). With `out_rows`, the body leaves the block's results in out_rows rows of p<i>_<j>
+    instead (a pooled block). `first_extra`: the input slot of the skip (or else the bias), after
+    the body's own inputs."""
     out_rows = rows if out_rows is None else out_rows
     result = "c" if out_rows == rows else "p"
     targets = out_rows * cols
     outputs = "".join(f"layout(location = {t}) out vec4 o_{t};\n" for t in range(1, targets))
     clear = "".join(f"  vec4 c{i}_{j} = vec4(0.0);\n" for i, j in _names(rows, cols))
+    skip = ""
+    if residual_texel is not None:
+        skip = "".join(
+            f"  {result}{i}_{j} += texelFetch(u_x{first_extra}, "
+            f"texel_at({residual_texel.format(i=i, j=j)}, u_l{first_extra}.x), 0);\n"
+            for i, j in _names(out_rows, cols)
+        )
+    slot = first_extra + (residual_texel is not None)
     bias = ""
     if bias_column is not None:
         bias = "".join(
-            f"  vec4 bias{j} = texelFetch(u_x2, texel_at({bias_column} + {j}, u_l2.x), 0);\n"
+            f"  vec4 bias{j} = texelFetch(u_x{slot}, texel_at({bias_column} + {j}, u_l{slot}.x), 0);\n"
             for j in range(cols)
         ) + "".join(f"  {result}{i}_{j} += bias{j};\n" for i, j in _names(out_rows, cols))
     writes = "".join(
@@ -89,7 +104,7 @@ def _block(
     )
     return (
         f"#define BLOCK_KERNEL\n{uniforms}{outputs}void write_block(ivec2 p) {{\n"
-        f"{clear}{body}{bias}{writes}}}\n"
+        f"{clear}{body}{skip}{bias}{writes}}}\n"
     )
 
 
@@ -148,7 +163,12 @@ def matmul_source(variant: str, rows: int, cols: int, bias: bool = False) -> str
 
 
 def conv2d_source(
-    variant: str, rows: int, cols: int, bias: bool = False, pool: bool = False
+    variant: str,
+    rows: int,
+    cols: int,
+    bias: bool = False,
+    pool: bool = False,
+    residual: bool = False,
 ) -> str:
     """Program "conv2d_block:<vec|scalar|c1|c2|c3>_<rows>x<cols>" (NHWC input, HWIO filters, as
     conv2d4.frag): the block is `rows` neighbouring output pixels of one output row (the output
@@ -161,7 +181,9 @@ def conv2d_source(
     With `pool` (".maxpool"), the convolution's 2 x 2 max-pool, stride 2: the block covers the
     same pixels of 2 output rows, whose taps share each filter fetch (pixel p = g * rows + i is
     pixel i of row g), and writes rows / 2 pooled pixels x `cols` texels at the pooled output's
-    block index (see _conv_loops)."""
+    block index (see _conv_loops). With `residual` (".add", unpooled only), a tensor of the
+    output's shape is added to the block's texels, before any bias (_block)."""
+    assert not (pool and residual), "a pooled block's texels are not the output's"
     groups = 2 if pool else 1
     if variant.startswith("c"):  # c<n> or c<n>s<column stride>
         channels, _, stride = variant[1:].partition("s")
@@ -170,9 +192,80 @@ def conv2d_source(
         tap = _texel_tap(variant, rows, cols, groups)
     loops = _conv_loops(rows, cols, tap, pool)
     bias_column = "co4" if bias else None
-    return _block(
-        rows * groups, cols, CONV_UNIFORMS, loops, bias_column, rows // 2 if pool else None
+    # Pixel pix + i of the block, texel column co4 + j (see _conv_loops).
+    skip = "(pix + {i}) * co4n + co4 + {j}" if residual else None
+    out_rows = rows // 2 if pool else None
+    return _block(rows * groups, cols, CONV_UNIFORMS, loops, bias_column, out_rows, skip)
+
+
+def pointwise_source(
+    rows: int,
+    cols: int,
+    bias: bool = False,
+    residual: bool = False,
+    cursors: bool = False,
+    targets: str | None = None,
+) -> str:
+    """Program "conv2d_block:pw_<rows>x<cols>": a 1x1 convolution at stride 1 without padding
+    (a MobileNet's expansions and projections, most of its multiply-adds) whose input has one
+    pixel per texture row (CI / 4 texels), its filter one input channel per texture row (CO / 4
+    texels) and its targets one block row per texture row (rewrites.pointwise checks all three).
+    It is a product of the pixels and the filter, addressed by the fragment's position and the
+    loop counter as matmul_source's blocks are, without the general block's cursors, padding
+    masks and divisions (_conv_loops), which cost more than the multiply-adds of a layer with
+    few input channels. Same targets, sums in the same order, as conv2d_source's "vec".
+    "conv2d_block:pwc_<rows>x<cols>" (`cursors`): the input's texture is too tall for one pixel
+    per row (a 112 x 112 image) and squarish instead; each pixel's texels are found once per
+    fragment and stepped through (advance).
+    "conv2d_block:pwt[-<activation>]_<rows>x<cols>" (`targets`: the activation, "" for none):
+    the input is still in the `rows` targets of a depthwise block of as many pixels, one block
+    row per texture row (rewrites.block_targets): pixel pix + i is row p.y of target i, and the
+    activation its interleave would apply (INTERLEAVE_ACTIVATIONS) is applied as it is read; the
+    interleave's pass goes (epilogues.dead_draws), and the filter is input `rows`."""
+    activation = ""
+    if targets is not None:
+        activation = (
+            f"vec4 source_activation(vec4 v) {{\n  return {INTERLEAVE_ACTIVATIONS[targets]};\n}}\n"
+        )
+        start = ""
+        fetch_x = "".join(
+            f"    vec4 v{i} = source_activation(texelFetch(u_x{i}, ivec2(k, p.y), 0));\n"
+            for i in range(rows)
+        )
+    elif cursors:
+        start = "".join(
+            f"  ivec2 px{i} = texel_at((pix + {i}) * (u_w.z / 4), u_l0.x);\n" for i in range(rows)
+        )
+        fetch_x = "".join(
+            f"    vec4 v{i} = texelFetch(u_x0, px{i}, 0);\n"
+            f"    px{i} = advance(px{i}, ivec2(1, 0), u_l0.x);\n"
+            for i in range(rows)
+        )
+    else:
+        start = ""
+        fetch_x = "".join(
+            f"    vec4 v{i} = texelFetch(u_x0, ivec2(k, pix + {i}), 0);\n" for i in range(rows)
+        )
+    filter_slot = 1 if targets is None else rows
+    fetch_w = "".join(
+        f"    vec4 w{j}_{q} = texelFetch(u_x{filter_slot}, ivec2(co4 + {j}, 4 * k + {q}), 0);\n"
+        for j in range(cols)
+        for q in range(4)
     )
+    update = "".join(
+        f"    c{i}_{j} += v{i}.x * w{j}_0 + v{i}.y * w{j}_1 + v{i}.z * w{j}_2 + v{i}.w * w{j}_3;\n"
+        for i, j in _names(rows, cols)
+    )
+    body = (
+        f"  int pix = p.y * {rows};  // the block's first pixel (n, oh, ow)\n"
+        f"  int co4 = p.x * {cols};  // its first output texel column\n"
+        f"  int co4n = u_w.w / 4;\n{start}"
+        f"  for (int k = 0; k < u_w.z / 4; ++k) {{\n{fetch_x}{fetch_w}{update}  }}\n"
+    )
+    skip = "(pix + {i}) * co4n + co4 + {j}" if residual else None
+    uniforms = CONV_UNIFORMS + activation
+    bias_column = "co4" if bias else None
+    return _block(rows, cols, uniforms, body, bias_column, None, skip, filter_slot + 1)
 
 
 def _column_masks(rows: int, groups: int) -> str:

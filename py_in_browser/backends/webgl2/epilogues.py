@@ -54,6 +54,7 @@ class Blocked:
     stamps: tuple[tuple[int, int], ...]  # (texture id, pool generation) of the block inputs
     bias: Handle | None = None  # the bias fused in (its stamp is among the stamps)
     relu6: bool = False  # relu6 applied by the interleave (then nothing more fuses in)
+    residual: Handle | None = None  # a skip added in the block draw (its stamp likewise)
 
 
 @dataclass
@@ -164,6 +165,11 @@ def fuse(
     if memory.half or op not in FUSABLE_OPS or out.dtype != "float32":
         return None
     record = memory.blocked.get(inputs[0].texture.id)
+    if record is None and op == "add" and len(inputs) == 2:
+        # bias + y (TensorFlow's optimizer puts a residual block's bias first): float addition
+        # commutes, bit for bit.
+        inputs = inputs[::-1]
+        record = memory.blocked.get(inputs[0].texture.id)
     if record is None or not still_valid(memory.pool, record):
         return None
     if isinstance(record, Product):
@@ -180,14 +186,23 @@ def fuse(
         return pooled(memory, queue, record, attrs, out) if forward_only else None
     if record.relu or record.relu6:
         return None
+    residual, bias = record.residual, record.bias
     if op == "add":
-        if record.biased or not is_column_bias(inputs[0], inputs[1], out):
+        if record.biased:
             return None
+        if is_column_bias(inputs[0], inputs[1], out):
+            bias = inputs[1]
+        elif residual is None and is_skip(record, inputs[0], inputs[1], out):
+            residual = inputs[1]
+        else:
+            return None
+        epilogue = ".add" * (residual is not None) + ".bias" * (bias is not None)
+        reads = [*record.inputs, *[h for h in (residual, bias) if h is not None]]
         targets = [memory.allocate(t.shape, t.dtype, False) for t in record.targets]
         block = queue.draw(
-            f"{record.block_key}.bias",
+            f"{record.block_key}{epilogue}",
             targets[0],
-            [*record.inputs, inputs[1]],
+            reads,
             record.uniforms,
             record.label,
             False,
@@ -218,16 +233,29 @@ def fuse(
             interleave_key=record.interleave_key,
             interleave_uniforms=record.interleave_uniforms,
             label=record.label,
-            biased=record.biased or op == "add",
+            biased=bias is not None,
             relu=op == "relu",
-            stamps=stamps(memory.pool, [*record.inputs, inputs[1]])
-            if op == "add"
-            else record.stamps,
-            bias=inputs[1] if op == "add" else record.bias,
+            stamps=stamps(memory.pool, reads) if op == "add" else record.stamps,
+            bias=bias,
             relu6=op == "relu6",
+            residual=residual,
         ),
     )
     return handle
+
+
+def is_skip(record: Blocked, y: Handle, skip: Handle, out: OutSpec) -> bool:
+    """skip is a whole-texel tensor of a convolution's output shape, laid out as its output (a
+    residual block's y + x, which the block draw can add texel by texel: blocks._block)."""
+    ours, theirs = y.texture.layout, skip.texture.layout
+    return (
+        record.label == "conv2d"
+        and skip.repeat == 1
+        and skip.lo is None
+        and tuple(skip.shape) == tuple(y.shape) == tuple(out.shape)
+        and theirs.channels == 4 == ours.channels
+        and theirs.size == ours.size == math.prod(out.shape)
+    )
 
 
 def pooled(
@@ -240,12 +268,18 @@ def pooled(
     pass: where training reads y (relu's and the pool's gradients), the unpooled draws would
     run as well, and the convolution twice."""
     variant, _, shape = record.block_key.partition(":")[2].rpartition("_")
+    # A pointwise block's pixels pooled are the general block's (same uniforms, same sums).
+    variant = "vec" if variant in ("pw", "pwc") else variant
+    if variant.startswith("pwt"):
+        return None  # its inputs are another block's targets, which the general block cannot read
     rows, cols = (int(d) for d in shape.split("x"))
     _, oh, ow, co = out.in_shapes[0]
     plain = tuple(attrs["pool_size"]) == (2, 2) and tuple(attrs["strides"]) == (2, 2)
     plain = plain and all(tuple(p) == (0, 0) for p in attrs["pads"])
     if record.label != "conv2d" or record.relu6 or not plain or oh % 2 or ow % 2 or rows % 2:
         return None
+    if record.residual is not None:
+        return None  # blocks add a skip to unpooled texels only
     bias = [record.bias] if record.biased and record.bias is not None else []
     if record.biased and not bias:
         return None

@@ -19,6 +19,11 @@ SPLIT_K_AT = 2048
 # Whole-texel products and convolutions of at least this many multiply-adds run as blocks (see
 # blocks.py): below it the extra interleave draw and targets cost more than they save.
 BLOCKS_AT = 2**20
+# Depthwise convolutions (multiply-adds: outputs x filter taps) run as blocks from this many: a
+# depthwise layer has no input-channel sum, so its blocks pay off at a smaller size (the hand
+# model's 7x7x672 5x5 layers, 0.8M each: 17 ms as depthwise_conv2d4 and its bias and relu6
+# draws on SwiftShader, 6 ms as a block and interleave with both fused; profiled H1 runs).
+DEPTHWISE_BLOCKS_AT = 2**17
 # Products of at least this many multiply-adds whose dimensions are not whole texels are padded
 # to whole texels (see matmul_padded); below it the pad and slice draws cost more.
 PAD_MATMUL_AT = 2**15
@@ -262,6 +267,11 @@ def blocked(
     aligned = aligned and block_rows & (block_rows - 1) == 0
     if label == "matmul" and not aligned:
         return None
+    if variant == "vec":
+        variant = pointwise(backend, inputs, out, block, uniforms) or variant
+    targets = block_targets(backend, inputs[0], block_rows) if variant.startswith("pw") else None
+    if targets is not None:
+        variant, inputs = targets[0], [*targets[1], inputs[1]]
     if variant == "scalar" and window_channels(a[-1], block_rows, uniforms):
         # A first layer on images: input windows, not single elements.
         stride = int(next(values for name, _, values in uniforms if name == "u_stride")[1])
@@ -282,7 +292,7 @@ def depthwise_blocked(
     rows = blocks.depthwise_rows(width, backend.draw_buffers)
     if rows is None or kw > blocks.MAX_DEPTHWISE_WINDOW:
         return None  # (a filter gradient's whole-image window stays with the texel kernel)
-    if math.prod(out.shape) * math.prod(out.in_shapes[1][:2]) < BLOCKS_AT:
+    if math.prod(out.shape) * math.prod(out.in_shapes[1][:2]) < DEPTHWISE_BLOCKS_AT:
         return None
     key = f"depthwise_block:k{kw}s{attrs['strides'][1]}_{rows}x1"
     return _draw_blocks(backend, key, inputs, uniforms, "depthwise_conv2d", out, (rows, 1), False)
@@ -449,6 +459,56 @@ def input_gradient_as_conv(
     result = backend.run("conv2d", [g, turned], geometry, spec)
     backend.free(turned)
     return result
+
+
+def pointwise(
+    backend: Drawing,
+    inputs: list[Handle],
+    out: OutSpec,
+    block: tuple[int, int],
+    uniforms: list[kernels.Uniform],
+) -> str | None:
+    """The blocks.pointwise_source variant of a whole-texel conv block that is a 1x1
+    convolution at stride 1 without padding, or None: "pw" where the input has one pixel per
+    texture row, "pwc" where its texture is squarish; either way the filter has one input
+    channel and the targets one block row per texture row."""
+    x, w = out.in_shapes
+    geometry = {name: values for name, _, values in uniforms if name in ("u_stride", "u_pad")}
+    plain = tuple(w[:2]) == (1, 1) and tuple(out.shape[1:3]) == tuple(x[1:3])
+    plain = plain and list(geometry["u_stride"]) == [1, 1] and not any(geometry["u_pad"])
+    dense = all(
+        h.repeat == 1 and h.texture.layout.channels == 4 and h.texture.layout.size == math.prod(s)
+        for h, s in zip(inputs, (x, w), strict=True)
+    )
+    target = choose_layout(block, backend.memory.max_side)
+    filter_rows = inputs[1].texture.layout.width * 4 == w[-1]
+    if not (plain and dense and filter_rows and target.width * 4 == block[1]):
+        return None
+    return "pw" if inputs[0].texture.layout.width * 4 == x[-1] else "pwc"
+
+
+def block_targets(
+    backend: Drawing, source: Handle, block_rows: int
+) -> tuple[str, list[Handle]] | None:
+    """A pointwise block's input read from the targets of the depthwise block that drew it
+    (variant "pwt[-<activation>]" and those targets, blocks.pointwise_source) where that block
+    has as many pixels, its targets one block row per texture row, and the draw has room for
+    them, the filter, a skip and a bias; else None. Its interleave then has no reader."""
+    record = backend.memory.blocked.get(source.texture.id)
+    if not isinstance(record, epilogues.Blocked) or record.label != "depthwise_conv2d":
+        return None
+    if not record.block_key.endswith(f"_{block_rows}x1") or record.residual is not None:
+        return None
+    if block_rows + 3 > wire.MAX_INPUTS_PER_DRAW or source.repeat != 1:
+        return None
+    if not epilogues.still_valid(backend.memory.pool, record):
+        return None
+    layouts = [t.texture.layout for t in record.targets]
+    if any(layout.channels != 4 or layout.width * 4 != source.shape[-1] for layout in layouts):
+        return None
+    activation = "relu6" if record.relu6 else "relu" if record.relu else ""
+    backend.queue.mark_droppable(record.interleave)  # drawn only if something else reads it
+    return "pwt" + (f"-{activation}" if activation else ""), list(record.targets)
 
 
 def window_channels(channels: int, block_rows: int, uniforms: list[kernels.Uniform]) -> bool:

@@ -358,7 +358,8 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _frag(kind), 1
     # "nn_4x2", "4x2.relu", "aligned_4x2.relu6", "k5s1_4x1.bias"
     if kind in ("matmul_block", "conv2d_block", "depthwise_block", "block_interleave"):
-        # ".bias", ".maxpool", ".maxpool.bias" (blocks), ".relu", ".relu6" (interleave)
+        # ".bias", ".add", ".add.bias", ".maxpool", ".maxpool.bias" (blocks), ".relu", ".relu6"
+        # (interleave)
         arg, _, epilogue = arg.partition(".")
         variant, _, shape = arg.rpartition("_")
         rows, cols = (int(d) for d in shape.split("x"))
@@ -371,8 +372,16 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
             source = blocks.depthwise_source(int(window), int(stride), rows, bias)
             return source, 3 if bias else 2
         if kind == "conv2d_block":
-            pool = epilogue.startswith("maxpool")
-            return blocks.conv2d_source(variant, rows, cols, bias, pool), 3 if bias else 2
+            pool, residual = epilogue.startswith("maxpool"), epilogue.startswith("add")
+            if variant.startswith("pwt"):  # "pwt", "pwt-relu6": reading a depthwise's targets
+                activation = variant.partition("-")[2]
+                source = blocks.pointwise_source(rows, cols, bias, residual, targets=activation)
+                return source, rows + 1 + bias + residual
+            if variant in ("pw", "pwc"):
+                source = blocks.pointwise_source(rows, cols, bias, residual, variant == "pwc")
+            else:
+                source = blocks.conv2d_source(variant, rows, cols, bias, pool, residual)
+            return source, 2 + bias + residual
         return blocks.matmul_source(variant, rows, cols, bias), 3 if bias else 2
     if kind in VECTOR_KERNELS:  # "matmul4:nn", "conv2d4:vec", ...: whole-texel kernels
         defines = "".join(f"#define {d}\n" for d in VECTOR_KERNELS[kind][arg])
