@@ -73,8 +73,11 @@ def run_python(page: Page, code: str) -> Any:
 
 
 def memory(page: Page) -> dict[str, int]:
+    """The engine's live tensors once Python's collector has run: a tensor left in a reference
+    cycle counts until it does, so two readings otherwise differ by when it last ran."""
     figures: dict[str, int] = run_python(
-        page, "m = pib.memory()\n{k: m[k] for k in ('num_tensors', 'num_bytes')}"
+        page,
+        "import gc\ngc.collect()\nm = pib.memory()\n{k: m[k] for k in ('num_tensors', 'num_bytes')}",
     )
     return figures
 

@@ -8,6 +8,7 @@ WebGL2 enforces MAX_TEXTURE_SIZE (tests_e2e/test_runtime_limits_in_chromium.py r
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Iterator
 
 import numpy as np
@@ -147,6 +148,7 @@ def test_caps_refuse_oversized_training_before_any_step() -> None:
 
 
 def test_python_cannot_allocate_without_bound() -> None:
+    gc.collect()  # earlier tests' tensors in reference cycles would be freed during the count
     before = pib.memory()["num_tensors"]
     with pytest.raises(pib.LimitExceededError, match="max_tensor_bytes=536,870,912"):
         pib.zeros((100_000, 100_000))
