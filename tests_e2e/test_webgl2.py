@@ -804,22 +804,34 @@ def test_profile_reports_per_kernel_times_and_their_source(engine_page: EnginePa
 def test_profile_breaks_a_replayed_step_down_by_kernel(trajectories: EnginePage) -> None:
     """The same 6 MLP steps profiled eagerly and replayed: the replayed draws are timed under
     their primitives' names too (same calls per primitive), plus the replay's copies: state
-    brought in where a swap cannot, fewer than the replays (the loss goes out by a swap)."""
+    brought in where a swap cannot, fewer than the replays (the loss goes out by a swap).
+
+    A context the browser loses meanwhile (Chromium's GPU watchdog on a loaded machine) is
+    recovered on a new backend with its own counters and profile: that mode runs again, once."""
     primitives = set(trajectories.run(PRIMITIVES_IN_PAGE))
     result = trajectories.run(
         "from py_in_browser import replay\n"
-        "backend = pib.runtime.current_backend()\n"
-        "out = {}\n"
+        "def losses():\n"
+        "    return [e for e in pib.runtime_events() if e['type'] == 'context_lost']\n"
+        "out = {'losses': []}\n"
         "for mode in (False, True):\n"
         "    replay.ENABLED = mode\n"
-        "    model, x, y, batch = setup('mlp')\n"
-        "    replayed = backend.steps_replayed\n"
-        "    out[str(mode)] = await pib.profile(lambda: model.fit(\n"
-        "        x, y, epochs=3, batch_size=batch, shuffle=False))\n"
-        "    out[str(mode) + '_replayed'] = backend.steps_replayed - replayed\n"
+        "    for attempt in range(2):\n"
+        "        before = len(losses())\n"
+        "        model, x, y, batch = setup('mlp')\n"
+        "        backend = pib.runtime.current_backend()\n"
+        "        replayed = backend.steps_replayed\n"
+        "        out[str(mode)] = await pib.profile(lambda: model.fit(\n"
+        "            x, y, epochs=3, batch_size=batch, shuffle=False))\n"
+        "        out[str(mode) + '_replayed'] = backend.steps_replayed - replayed\n"
+        "        if len(losses()) == before:\n"
+        "            break\n"
+        "        out['losses'] += losses()[before:]\n"
         "replay.ENABLED = True\n"
+        "out['events'] = [e['type'] for e in pib.runtime_events()]\n"
         "out"
     )
+    print("contexts lost and recovered meanwhile:", result["losses"], result["events"])
     eager, replayed = result["False"], result["True"]
     print("webgl2 profile of 6 eager MLP steps:", eager["kernels"])
     print("webgl2 profile of the same steps, 4 replayed:", replayed["kernels"])
