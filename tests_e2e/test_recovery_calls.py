@@ -44,6 +44,7 @@ def every_call(engine_page: EnginePage, case: tuple[str, str]) -> dict[str, Any]
         f"from py_in_browser.testing import recovery_calls\nrecovery_calls.timed({result['seconds']!r})"
     )
     print(f"{case}: {timed}; each: {[round(t, 3) for t in result['seconds']]}")
+    print(f"{case}: seconds per case {result['case_seconds']}")
     return result
 
 

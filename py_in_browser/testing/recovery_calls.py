@@ -11,6 +11,7 @@ interrupted in its middle.
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import time
 import traceback
@@ -188,17 +189,27 @@ async def every_call(backend: str) -> dict[str, Any]:
     trained = recovery_runs.model()
     await trained.fit(x, y, epochs=1, batch_size=8)
     blob = await trained.save_checkpoint()
+    runs: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
+        **{name: functools.partial(_case, call, blob) for name, call in _calls(x, y).items()},
+        "classify_bitmap": _classify_bitmap,
+        "graph_model": _graph_model,
+        "pretrained_predict": _pretrained_predict,
+        "init": functools.partial(_init, backend),
+        "eager_tensor": _eager_tensor,
+        "never_back": _never_back,  # last: webgpu ends on webgl2
+    }
     cases: dict[str, Any] = {}
+    case_seconds: dict[str, float] = {}
     started = len(resilience.recovery_seconds)
-    for name, call in _calls(x, y).items():
-        cases[name] = await _reported(_case(call, blob))
-    cases["classify_bitmap"] = await _reported(_classify_bitmap())
-    cases["graph_model"] = await _reported(_graph_model())
-    cases["pretrained_predict"] = await _reported(_pretrained_predict())
-    cases["init"] = await _reported(_init(backend))
-    cases["eager_tensor"] = await _reported(_eager_tensor())
-    cases["never_back"] = await _reported(_never_back())  # last: webgpu ends on webgl2
-    return {"cases": cases, "seconds": resilience.recovery_seconds[started:]}
+    for name, run in runs.items():
+        began = time.perf_counter()
+        cases[name] = await _reported(run())
+        case_seconds[name] = round(time.perf_counter() - began, 2)
+    return {
+        "cases": cases,
+        "seconds": resilience.recovery_seconds[started:],
+        "case_seconds": case_seconds,
+    }
 
 
 async def _reported(case: Awaitable[dict[str, Any]]) -> dict[str, Any]:

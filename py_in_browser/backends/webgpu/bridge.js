@@ -6,6 +6,8 @@
 const STORAGE = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
 const QUERY_CHUNK = 1024; // timed passes per query set while profiling
 const BIND_GROUP_CACHE_SIZE = 2048; // eager steps reuse pooled buffers, so combinations repeat
+// While a read waits for its buffer to map, an empty submit this often (see mapForRead).
+const MAP_POLL_MS = 1;
 
 // `protocolJson`: backend.bridge_protocol(), {opcodes, arguments, label_shift, limits}.
 export async function createEngine(onLost, protocolJson) {
@@ -430,11 +432,29 @@ class Engine {
     encoder.clearBuffer(buffer);
     this.submit(encoder);
     const serial = this.submitted;
-    await this.waitFor(buffer.mapAsync(GPUMapMode.READ));
+    await this.waitFor(this.mapForRead(buffer));
     buffer.unmap();
     this.fenceBuffers.push(buffer);
     this.completed = Math.max(this.completed, serial);
     return this.completed;
+  }
+
+  // buffer.mapAsync(READ) of its first `nbytes` (all if undefined), with an empty submit every
+  // MAP_POLL_MS until it settles. Firefox resolves a map only when its GPU process next polls the
+  // device, on a 100 ms timer unless a submit polls it sooner: every read and fence took 100 ms
+  // there (measured, a cleared 16-byte buffer: 100 ms, 0-1 ms with these submits). Chromium
+  // resolves a map as its queue drains; an empty submit costs it one message.
+  mapForRead(buffer, nbytes) {
+    const mapped = nbytes === undefined ? buffer.mapAsync(GPUMapMode.READ) : buffer.mapAsync(GPUMapMode.READ, 0, nbytes);
+    let settled = false;
+    const poll = () => {
+      if (settled || this.lost) return;
+      this.queue.submit([]);
+      setTimeout(poll, MAP_POLL_MS);
+    };
+    mapped.finally(() => (settled = true)).catch(() => {});
+    setTimeout(poll, MAP_POLL_MS);
+    return mapped;
   }
 
   // Copies buffer `id` into a pooled MAP_READ staging buffer and returns its first `nbytes` bytes.
@@ -446,7 +466,7 @@ class Engine {
     const encoder = this.device.createCommandEncoder();
     encoder.copyBufferToBuffer(this.buffers.get(id), 0, staging, 0, nbytes);
     this.submit(encoder);
-    await this.waitFor(staging.mapAsync(GPUMapMode.READ, 0, nbytes));
+    await this.waitFor(this.mapForRead(staging, nbytes));
     const bytes = new Uint8Array(staging.getMappedRange(0, nbytes).slice(0));
     staging.unmap();
     this.staging.set(size, free);
@@ -464,7 +484,7 @@ class Engine {
     encoder.resolveQuerySet(querySet, 0, labels.length * 2, resolved, 0);
     encoder.copyBufferToBuffer(resolved, 0, host, 0, nbytes);
     this.submit(encoder);
-    return this.race(host.mapAsync(GPUMapMode.READ)).then(() => {
+    return this.race(this.mapForRead(host)).then(() => {
       const ns = new BigUint64Array(host.getMappedRange());
       labels.forEach((label, k) => this.profileRows.push([label, Number(ns[2 * k + 1] - ns[2 * k]) / 1e6]));
       for (const buffer of [host, resolved, querySet]) buffer.destroy();
