@@ -332,7 +332,7 @@ async def _revive(lost: Backend, timeout_s: float) -> Backend | None:
     if not passed:
         fresh.close()
         return None
-    await fresh.prepare()
+    await fresh.prepare(after_loss=True)
     return fresh
 
 

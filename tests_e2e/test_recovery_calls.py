@@ -125,3 +125,18 @@ def test_settle_cost(engine_page: EnginePage, case: tuple[str, str]) -> None:
         f"inside it), the check alone {cost['settled_ms']:.2f} ms (medians)"
     )
     assert cost["predict_ms"] > 0
+
+
+def test_a_revived_backend_compiles_nothing_ahead_of_the_next_call(
+    engine_page: EnginePage, case: tuple[str, str]
+) -> None:
+    """The call that noticed a loss runs right after the recovery: the kernels a first training
+    step would need are then left to the idle warm-up, not compiled ahead of that call (they
+    were, and a predict after a loss took 1.1 s on Chromium webgl2, 0.2-0.3 s without them)."""
+    got = engine_page.run(
+        "from py_in_browser.testing import recovery_calls\n"
+        f"await recovery_calls.compiled_ahead_after_loss({case[1]!r})"
+    )
+    print(f"{case}: {got}")
+    assert got["fresh"] and got["backend"] == case[1], got
+    assert got["ahead"] <= (0 if case[1] == "webgl2" else 1), got

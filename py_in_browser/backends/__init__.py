@@ -232,9 +232,14 @@ class Backend:
             worst = math.inf if math.isnan(error) else max(worst, error)
         return SelfTestResult(not detail, detail, worst, ms)
 
-    async def prepare(self) -> None:
+    async def prepare(self, after_loss: bool = False) -> None:
         """Work worth doing only for the backend init keeps, before init returns. Work that can
-        wait (compiling kernels ahead of the first step) goes in background() instead."""
+        wait (compiling kernels ahead of the first step) goes in background() instead.
+
+        `after_loss`: this backend replaces one whose device was lost, and the call that noticed
+        the loss runs next: GPU backends then compile nothing ahead at once, only while idle (the
+        first step's kernels, sent at once, went to the GPU process before that call's own: on
+        SwiftShader a predict after a loss took 1.1 s on webgl2, 0.2-0.3 s without them)."""
 
     def schedule_background(self) -> None:
         """For prepare to call: background() runs once, when start_background is called (the

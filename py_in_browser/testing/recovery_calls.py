@@ -317,7 +317,7 @@ async def _init(backend: str) -> dict[str, Any]:
     prepare = kind.prepare
     fired: list[bool] = []
 
-    async def losing_prepare(self: Any) -> None:
+    async def losing_prepare(self: Any, after_loss: bool = False) -> None:
         kind.prepare = prepare  # type: ignore[method-assign]
         self.lose_device(True, 0.05)
         fired.append(True)
@@ -325,7 +325,7 @@ async def _init(backend: str) -> dict[str, Any]:
             if self.is_lost():
                 break
             await asyncio.sleep(0.01)
-        await prepare(self)
+        await prepare(self, after_loss)
 
     kind.prepare = losing_prepare  # type: ignore[method-assign]
     await lose_reported()  # the model's backend too: it moves to the one init makes
@@ -433,6 +433,36 @@ async def settle_cost(backend: str, rounds: int = 20) -> dict[str, float]:
         call_ms.append((read - started) * 1000.0)
         settle_ms.append((time.perf_counter() - read) * 1000.0)
     return {"predict_ms": float(np.median(call_ms)), "settled_ms": float(np.median(settle_ms))}
+
+
+async def compiled_ahead_after_loss(backend: str) -> dict[str, Any]:
+    """What a backend revived after a loss compiles ahead of the call that noticed the loss:
+    webgl2 programs linked or drawn ahead right after the recovery (none: the first step's go to
+    the idle warm-up), webgpu pipelines its background work starts at once (one: the idle
+    warm-up's first). Then the seconds a predict takes from the loss to its result."""
+    await pib.init(backend)
+    x, _ = recovery_runs.data()
+    model = recovery_runs.model()
+    model.build()
+    await (await model.predict(x)).numpy()
+    lost = current_backend()
+    await lose_reported()
+    fresh = await resilience.recover(lost)
+    holder: Any = fresh.queue if backend == "webgl2" else fresh  # type: ignore[attr-defined]
+    engine = holder.engine  # bridge.js's Engine
+    out: dict[str, Any] = {"backend": fresh.name, "fresh": fresh is not lost}
+    if backend == "webgl2":
+        out["ahead"] = int(engine.linking.size) + int(engine.toDrawWarm.length)
+    else:
+        compiling = lambda: sum(1 for e in engine.pipelines.values() if e.promise)  # noqa: E731
+        started = compiling()
+        fresh.start_background()  # what prepare scheduled, now
+        out["ahead"] = compiling() - started
+    began = time.perf_counter()
+    await lose_reported()
+    await (await model.predict(x)).numpy()
+    out["predict_after_loss_s"] = round(time.perf_counter() - began, 3)
+    return out
 
 
 def _app_layers() -> list[Any]:

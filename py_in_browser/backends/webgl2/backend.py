@@ -108,8 +108,9 @@ class WebGL2Backend(Backend):
         self.min_epsilon = HALF_MIN_EPSILON if half else 0.0
         self.memory.compensated = half and bool(self.limits.get("compensated_updates", True))
 
-    async def prepare(self) -> None:
-        self.warm_draws()
+    async def prepare(self, after_loss: bool = False) -> None:
+        if not after_loss:
+            self.warm_draws()  # else linked with the rest of the warm-up, while idle
         self.schedule_background()
 
     def background(self) -> None:
@@ -155,7 +156,9 @@ class WebGL2Backend(Backend):
         """Sends every other program a training step may need to be linked while the engine is
         idle (the GPU process links them in the background; nothing waits here)."""
         fused = shaders.fused_warmup_keys()
-        keys = shaders.warmup_keys() + blocks.warmup_keys(self.draw_buffers) + fused
+        first = first_step.warm_draws(self.draw_buffers, self.memory.compensated)
+        keys = [key for key, _, _ in first]  # not sent yet after a loss (prepare's after_loss)
+        keys += shaders.warmup_keys() + blocks.warmup_keys(self.draw_buffers) + fused
         if self.memory.compensated:
             keys += [f"binary:{op}+pair" for op in ("add", "sub")] + ["where+pair"]
             keys += [f"{key}+pair" for key in fused]

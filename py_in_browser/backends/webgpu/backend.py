@@ -100,6 +100,7 @@ class WebGPUBackend(Backend):
         self.bytes_downloaded = 0
         self.steps = 0
         self.steps_replayed = 0
+        self.first_step_at_once = True  # see prepare's after_loss
         self._pipelines: dict[str, int] = {}
         self._params: dict[bytes, int] = {}
         self._labels: dict[str, int] = {}
@@ -139,7 +140,8 @@ class WebGPUBackend(Backend):
         self.adapter = info["adapter"]
         self.software = info["software"]
 
-    async def prepare(self) -> None:
+    async def prepare(self, after_loss: bool = False) -> None:
+        self.first_step_at_once = not after_loss
         if WARM_UP:
             self.schedule_background()
 
@@ -167,9 +169,10 @@ class WebGPUBackend(Backend):
         process when it ends. The rest compile one at a time in the background; a kernel a step
         needs before the warm-up reached it is compiled at once, so they never delay a step by
         more than the one compile in progress (on a software GPU compiling is the cost, and it
-        only pays off for time spent idle after init)."""
+        only pays off for time spent idle after init). After a loss (prepare's after_loss) the
+        first step's kernels wait their turn in the background too."""
         for key, wgsl in warmup.first_step_kernels(self.device_limits):
-            self._pipeline_id(key, wgsl)
+            self._pipeline_id(key, wgsl, background=not self.first_step_at_once)
         for key, wgsl in warmup.common_kernels(self.device_limits):
             self._pipeline_id(key, wgsl, background=True)
 
