@@ -3,7 +3,8 @@
 Per browser and GPU backend, one engine page: the backend selection report of a default
 pib.init() (self-test and timed step of each candidate), W2's shape trained side by side with
 recovery checkpoints every 50 steps (the default) and without (recovery_every=None),
-alternating, and the recovery time of real losses (pib.debug.lose_device) during a short fit.
+alternating, the recovery time of real losses (pib.debug.lose_device) during a short fit, and
+the seconds from a loss between calls to the result of the predict that notices it.
 """
 
 from __future__ import annotations
@@ -65,6 +66,11 @@ def measure_backend(page: Page, backend: str, args: argparse.Namespace) -> dict[
     seconds = overhead["seconds"]
     lossy = run(page, RUNS + f"await recovery_runs.train({backend!r}, at_steps=[7, 25])")
     restored = [e["seconds"] for e in lossy["events"] if e["type"] == "context_restored"]
+    predict = run(
+        page,
+        "from py_in_browser.testing import recovery_calls\n"
+        f"await recovery_calls.predict_after_loss({backend!r})",
+    )
     return {
         "backend": backend,
         "fit_seconds": overhead["seconds"],
@@ -75,6 +81,7 @@ def measure_backend(page: Page, backend: str, args: argparse.Namespace) -> dict[
         - 1.0,
         "checkpoint_overhead_fastest": min(seconds["with"]) / min(seconds["without"]) - 1.0,
         "recovery_seconds": restored,
+        "predict_after_loss_seconds": predict,
     }
 
 
@@ -87,7 +94,8 @@ def format_row(browser: str, row: dict[str, Any]) -> str:
         f"{statistics.median(seconds['without']) * ms:.1f} "
         f"(overhead {row['checkpoint_overhead'] * 100:+.1f}% by medians, "
         f"{row['checkpoint_overhead_fastest'] * 100:+.1f}% by fastest fits); recovery s "
-        f"{', '.join(f'{s:.2f}' for s in row['recovery_seconds'])}"
+        f"{', '.join(f'{s:.2f}' for s in row['recovery_seconds'])}; a predict after a loss "
+        f"between calls s {', '.join(f'{s:.2f}' for s in row['predict_after_loss_seconds'])}"
     )
 
 

@@ -465,6 +465,24 @@ async def compiled_ahead_after_loss(backend: str) -> dict[str, Any]:
     return out
 
 
+async def predict_after_loss(backend: str, rounds: int = 5) -> list[float]:
+    """Seconds from a loss to the result of the predict that notices it (its recovery, and the
+    kernels it compiles again on the new device), `rounds` times, for bench/recovery_overhead."""
+    await pib.init(backend)
+    x, _ = recovery_runs.data()
+    model = recovery_runs.model()
+    model.build()
+    await (await model.predict(x)).numpy()
+    seconds = []
+    for _ in range(rounds):
+        await asyncio.sleep(0.5)  # idle, as between a person's actions
+        began = time.perf_counter()
+        await lose_reported()
+        await (await model.predict(x)).numpy()
+        seconds.append(time.perf_counter() - began)
+    return seconds
+
+
 def _app_layers() -> list[Any]:
     """web/py/gesture_trainer.py's classifier_layers(4, 64)."""
     return [
