@@ -224,9 +224,7 @@ def pointwise_source(
     interleave's pass goes (epilogues.dead_draws), and the filter is input `rows`."""
     activation = ""
     if targets is not None:
-        activation = (
-            f"vec4 source_activation(vec4 v) {{\n  return {INTERLEAVE_ACTIVATIONS[targets]};\n}}\n"
-        )
+        activation = _source_activation(targets)
         start = ""
         fetch_x = "".join(
             f"    vec4 v{i} = source_activation(texelFetch(u_x{i}, ivec2(k, p.y), 0));\n"
@@ -459,6 +457,14 @@ INTERLEAVE_ACTIVATIONS = {
 }
 
 
+def _source_activation(activation: str) -> str:
+    """GLSL source_activation(v): what the interleave of the block whose targets a program reads
+    in its place would apply (INTERLEAVE_ACTIVATIONS)."""
+    return (
+        f"vec4 source_activation(vec4 v) {{\n  return {INTERLEAVE_ACTIVATIONS[activation]};\n}}\n"
+    )
+
+
 def interleave_source(rows: int, cols: int, activation: str = "", aligned: bool = False) -> str:
     """Program "block_interleave:<rows>x<cols>": output texel (row r, texel column c; u_cols4
     texel columns) from target (r % rows) * cols + c % cols, texel (r / rows) * (u_cols4 /
@@ -510,7 +516,9 @@ def depthwise_rows(width: int, draw_buffers: int) -> int | None:
     return next((r for r in DEPTHWISE_ROWS if r <= draw_buffers and width % r == 0), None)
 
 
-def depthwise_source(window: int, stride: int, rows: int, bias: bool = False) -> str:
+def depthwise_source(
+    window: int, stride: int, rows: int, bias: bool = False, targets: tuple[int, str] | None = None
+) -> str:
     """Program "depthwise_block:k<window>s<stride>_<rows>x1" (an RGBA NHWC input of channels
     a multiple of 4 and HWC1 filters of either layout, as depthwise_conv2d4.frag): the block is `rows`
     neighbouring output pixels of one output row x one texel of channels, target texel index
@@ -519,21 +527,49 @@ def depthwise_source(window: int, stride: int, rows: int, bias: bool = False) ->
     once for all the pixels, and the (rows - 1) * stride + window input texels the pixels' taps
     cover once each, where one texel per pixel and tap (and a filter texel each) was fetched.
     Each pixel sums its taps in depthwise_conv2d4.frag's order, padded taps multiplying a zero
-    in (0 * Inf is NaN, as numpy)."""
+    in (0 * Inf is NaN, as numpy).
+    "depthwise_block:k<window>s<stride>t<pad>[-<activation>]_<rows>x1" (`targets`: the left
+    padding and the activation, "" for none): the input is still in the `rows` targets of the
+    conv block of `rows` pixels x 1 texel column that drew it, one block row per texture row
+    (rewrites.block_targets): input pixel c of a row is in target c % rows, and the block's
+    first input column ow * stride - pad has ow a multiple of rows (as the source's blocks, it
+    spans no row), so the target of each window column is known here. The activation that
+    block's interleave would apply is applied as read; the interleave's pass goes, and the
+    filter is input `rows`."""
     span = (rows - 1) * stride + window
+    slot = 1 if targets is None else rows  # the filter's input
     filters = "".join(f"    vec4 w{k} = filter_tap(pw, tap_step, ww);\n" for k in range(window))
     columns = ""
     for j in range(span):
-        columns += (
-            f"    vec4 x{j} = vec4(0.0);\n"
-            f"    if (row_inside && left + {j} >= 0 && left + {j} < u_x.z) {{\n"
-            f"      x{j} = texelFetch(u_x0, px, 0);\n"
-            "      px = advance(px, pixel_step, wx);\n    }\n"
-        )
+        inside = f"row_inside && left + {j} >= 0 && left + {j} < u_x.z"
+        if targets is None:
+            columns += (
+                f"    vec4 x{j} = vec4(0.0);\n    if ({inside}) {{\n"
+                f"      x{j} = texelFetch(u_x0, px, 0);\n"
+                "      px = advance(px, pixel_step, wx);\n    }\n"
+            )
+        else:
+            row, target = divmod(j - targets[0], rows)  # window column j is input column left + j
+            columns += (
+                f"    vec4 x{j} = vec4(0.0);\n    if ({inside}) "
+                f"x{j} = source_activation(texelFetch(u_x{target}, ivec2(c4, block + {row}), 0));\n"
+            )
         columns += "".join(
             f"    c{i}_0 += x{j} * w{j - i * stride};\n"
             for i in range(rows)
             if 0 <= j - i * stride < window
+        )
+    if targets is None:
+        steps = "  int wx = u_l0.x;\n  ivec2 pixel_step = texel_step(c4n, wx);\n"
+        cursor = (
+            "    int first = ((n * u_x.y + max(ih, 0)) * u_x.z + max(left, 0)) * c4n + c4;\n"
+            "    ivec2 px = texel_at(first, wx);  // moves one pixel per input column inside\n"
+        )
+    else:
+        steps = ""
+        cursor = (
+            f"    int block = ((n * u_x.y + max(ih, 0)) * u_x.z + ow * {stride}) / {rows};"
+            "  // the targets' row of input column ow * stride\n"
         )
     body = (
         "  int index = p.y * u_out.x + p.x;\n"
@@ -541,40 +577,43 @@ def depthwise_source(window: int, stride: int, rows: int, bias: bool = False) ->
         "  int c4n = u_x.w / 4;\n  int c4 = index % c4n;\n"
         f"  int pix = (index / c4n) * {rows};\n"
         "  int ow = pix % u_o.y;\n  int t = pix / u_o.y;\n  int oh = t % u_o.x;\n  int n = t / u_o.x;\n"
-        "  int wx = u_l0.x;\n  int ww = u_l1.x;\n"
-        "  ivec2 pixel_step = texel_step(c4n, wx);\n"
+        f"{steps}  int ww = u_l{slot}.x;\n"
         "  // The filter elements of tap (0, 0): texel c4 (RGBA), or R texels from 4 * c4 on.\n"
-        "  bool w_rgba = u_l1.y == 4;\n"
+        f"  bool w_rgba = u_l{slot}.y == 4;\n"
         "  ivec2 tap_step = texel_step(w_rgba ? c4n : u_x.w, ww);\n"
         "  ivec2 pw = texel_at(w_rgba ? c4 : 4 * c4, ww);\n"
         "  int left = ow * u_stride.y - u_pad.y;\n"
         "  for (int kh = 0; kh < u_w.x; ++kh) {\n"
         "    int ih = oh * u_stride.x - u_pad.x + kh;\n"
         "    bool row_inside = ih >= 0 && ih < u_x.y;\n"
-        "    int first = ((n * u_x.y + max(ih, 0)) * u_x.z + max(left, 0)) * c4n + c4;\n"
-        "    ivec2 px = texel_at(first, wx);  // moves one pixel per input column inside\n"
-        f"{filters}{columns}  }}\n"
+        f"{cursor}{filters}{columns}  }}\n"
     )
-    return _block(rows, 1, CONV_UNIFORMS + FILTER_TAP, body, "c4" if bias else None)
+    uniforms = CONV_UNIFORMS + _filter_tap(slot)
+    if targets is not None:
+        uniforms += _source_activation(targets[1])
+    return _block(rows, 1, uniforms, body, "c4" if bias else None, first_extra=slot + 1)
 
 
-# The 4 filter elements of a depthwise tap from its texel (RGBA filter) or its 4 R texels, and
-# the cursor moved to the next tap (as depthwise_conv2d4.frag reads them).
-FILTER_TAP = """vec4 filter_tap(inout ivec2 pw, ivec2 tap_step, int ww) {
+def _filter_tap(slot: int) -> str:
+    """GLSL filter_tap: the 4 filter elements of a depthwise tap from its texel (an RGBA filter,
+    input `slot`) or its 4 R texels, and the cursor moved to the next tap (as
+    depthwise_conv2d4.frag reads them)."""
+    x, layout = f"u_x{slot}", f"u_l{slot}"
+    return f"""vec4 filter_tap(inout ivec2 pw, ivec2 tap_step, int ww) {{
   vec4 w;
-  if (u_l1.y == 4) {
-    w = texelFetch(u_x1, pw, 0);
-  } else {
+  if ({layout}.y == 4) {{
+    w = texelFetch({x}, pw, 0);
+  }} else {{
     ivec2 q = pw;
-    w.x = texelFetch(u_x1, q, 0).r;
+    w.x = texelFetch({x}, q, 0).r;
     q = advance(q, ivec2(1, 0), ww);
-    w.y = texelFetch(u_x1, q, 0).r;
+    w.y = texelFetch({x}, q, 0).r;
     q = advance(q, ivec2(1, 0), ww);
-    w.z = texelFetch(u_x1, q, 0).r;
+    w.z = texelFetch({x}, q, 0).r;
     q = advance(q, ivec2(1, 0), ww);
-    w.w = texelFetch(u_x1, q, 0).r;
-  }
+    w.w = texelFetch({x}, q, 0).r;
+  }}
   pw = advance(pw, tap_step, ww);
   return w;
-}
+}}
 """

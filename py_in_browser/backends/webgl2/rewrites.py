@@ -269,9 +269,11 @@ def blocked(
         return None
     if variant == "vec":
         variant = pointwise(backend, inputs, out, block, uniforms) or variant
-    targets = block_targets(backend, inputs[0], block_rows) if variant.startswith("pw") else None
+    targets = None
+    if variant.startswith("pw"):
+        targets = block_targets(backend, inputs[0], block_rows, "depthwise_conv2d", 3)
     if targets is not None:
-        variant, inputs = targets[0], [*targets[1], inputs[1]]
+        variant, inputs = f"pwt{targets[0]}", [*targets[1], inputs[1]]
     if variant == "scalar" and window_channels(a[-1], block_rows, uniforms):
         # A first layer on images: input windows, not single elements.
         stride = int(next(values for name, _, values in uniforms if name == "u_stride")[1])
@@ -294,7 +296,13 @@ def depthwise_blocked(
         return None  # (a filter gradient's whole-image window stays with the texel kernel)
     if math.prod(out.shape) * math.prod(out.in_shapes[1][:2]) < DEPTHWISE_BLOCKS_AT:
         return None
-    key = f"depthwise_block:k{kw}s{attrs['strides'][1]}_{rows}x1"
+    variant = f"k{kw}s{attrs['strides'][1]}"
+    # An expansion's conv blocks of as many pixels: read in place (blocks.depthwise_source).
+    targets = block_targets(backend, inputs[0], rows, "conv2d", 2)
+    if targets is not None:
+        pad = int(next(values for name, _, values in uniforms if name == "u_pad")[1])
+        variant, inputs = f"{variant}t{pad}{targets[0]}", [*targets[1], inputs[1]]
+    key = f"depthwise_block:{variant}_{rows}x1"
     return _draw_blocks(backend, key, inputs, uniforms, "depthwise_conv2d", out, (rows, 1), False)
 
 
@@ -488,27 +496,32 @@ def pointwise(
 
 
 def block_targets(
-    backend: Drawing, source: Handle, block_rows: int
+    backend: Drawing, source: Handle, block_rows: int, label: str, extra_inputs: int
 ) -> tuple[str, list[Handle]] | None:
-    """A pointwise block's input read from the targets of the depthwise block that drew it
-    (variant "pwt[-<activation>]" and those targets, blocks.pointwise_source) where that block
-    has as many pixels, its targets one block row per texture row, and the draw has room for
-    them, the filter, a skip and a bias; else None. Its interleave then has no reader."""
+    """The targets of the `label` block of `block_rows` pixels x 1 texel column that drew
+    `source`, and the activation its interleave applies ("" or "-<activation>"), for a block
+    draw reading them in place of source: a pointwise one after a depthwise block ("pwt",
+    blocks.pointwise_source), a depthwise one after an expansion ("k<w>s<s>t<pad>",
+    blocks.depthwise_source). Where the targets hold one block row per texture row and the draw
+    has room for them and `extra_inputs` more (the filter, a skip, a bias); else None. The
+    interleave then has no reader, unless something else reads source."""
     record = backend.memory.blocked.get(source.texture.id)
-    if not isinstance(record, epilogues.Blocked) or record.label != "depthwise_conv2d":
+    if not isinstance(record, epilogues.Blocked) or record.label != label:
         return None
     if not record.block_key.endswith(f"_{block_rows}x1") or record.residual is not None:
         return None
-    if block_rows + 3 > wire.MAX_INPUTS_PER_DRAW or source.repeat != 1:
+    # Its program samples no float16 low parts: one texture unit per input (7-pixel blocks: 10).
+    if block_rows + extra_inputs > wire.MAX_SINGLE_UNIT_INPUTS or source.repeat != 1:
         return None
-    if not epilogues.still_valid(backend.memory.pool, record):
-        return None
+    # (The targets live with source's texture (memory.attach) and hold what its interleave reads,
+    # whatever became of the block's own inputs since: a depthwise block that read an expansion's
+    # targets outlives them.)
     layouts = [t.texture.layout for t in record.targets]
     if any(layout.channels != 4 or layout.width * 4 != source.shape[-1] for layout in layouts):
         return None
     activation = "relu6" if record.relu6 else "relu" if record.relu else ""
     backend.queue.mark_droppable(record.interleave)  # drawn only if something else reads it
-    return "pwt" + (f"-{activation}" if activation else ""), list(record.targets)
+    return (f"-{activation}" if activation else ""), list(record.targets)
 
 
 def window_channels(channels: int, block_rows: int, uniforms: list[kernels.Uniform]) -> bool:
