@@ -131,12 +131,27 @@ try:
     try:
         squarish = pib.tensor(x), pib.tensor(skip)  # 48 pixels > 16 texture rows
         got.append(await (bs + (pib.conv2d(squarish[0], ws) + squarish[1])).numpy())
+        # An expansion's 2-column blocks drawn again as 1-column ones for the depthwise to read;
+        # its value before relu6 held meanwhile (it shares the 2-column targets with grown: the
+        # new targets are freed once).
+        biased = pib.conv2d(squarish[0], w16s) + b16s
+        grown = pib.fused(fusion.relu6, biased)
+        out = pib.fused(fusion.relu6, pib.depthwise_conv2d(grown, dws, padding="same") + b16s)
+        del grown, biased
+        got.append(await out.numpy())
     finally:
         backend.memory.max_side = side
     # An inverted residual's depthwise, then its projection reading the depthwise's targets.
     expanded = pib.fused(fusion.relu6, pib.depthwise_conv2d(xs, dws, padding="same") + b16s)
     out = bs + (pib.conv2d(expanded, ws) + skips)
     del expanded  # unread by then: its interleave is dropped
+    got.append(await out.numpy())
+    # The same after an expansion, whose blocks the depthwise reads (1-column ones drawn again).
+    grown = pib.fused(fusion.relu6, pib.conv2d(xs, w16s) + b16s)
+    expanded = pib.fused(fusion.relu6, pib.depthwise_conv2d(grown, dws, padding="same") + b16s)
+    del grown
+    out = bs + (pib.conv2d(expanded, ws) + skips)
+    del expanded
     got.append(await out.numpy())
     # The same on 7-pixel blocks: 7 targets, the filter, the skip and the bias (10 inputs); the
     # depthwise reading the targets of the expansion before it (no interleave between them).
@@ -166,7 +181,8 @@ def check_residual_blocks(engine_page: EnginePage) -> None:
     (conv2d_block:...add.bias), in TensorFlow's order, with a NaN and an infinity in the skip; a
     1x1 convolution as pointwise blocks (conv2d_block:pw_...), its bias in the block and relu6
     in the interleave, on a squarish input texture (pwc_: cursors), and reading a depthwise
-    block's targets with its relu6 (pwt-relu6_: no interleave between them), also those of a
+    block's targets with its relu6 (pwt-relu6_: no interleave between them), a depthwise block
+    reading an expansion's blocks drawn again with one texel column (pw/pwc), also those of a
     7-pixel block (10 inputs: one texture unit each); a 7-pixel depthwise block reading an
     expansion's targets with its relu6 (k<w>s<s>t<pad>-relu6_), at strides 1 and 2, with a NaN
     and an infinity; no add or activation draws left; against numpy."""
@@ -179,6 +195,8 @@ def check_residual_blocks(engine_page: EnginePage) -> None:
         np.asarray(result[n], np.float32) for n in ("x7", "skip7", "x14", "w16", "dw5")
     )
     grown7 = _relu6(_conv2d(x7, w16, (1, 1), ((0, 0), (0, 0))) + b16)
+    grown = _relu6(_conv2d(x, w16, (1, 1), ((0, 0), (0, 0))) + b16)
+    grown_dw = _relu6(_depthwise(grown, dw, (1, 1), ((1, 1), (1, 1))) + b16)
     expanded7 = _relu6(_depthwise(grown7, dw, (1, 1), ((1, 1), (1, 1))) + b16)
     grown14 = _relu6(_conv2d(x14, w16, (1, 1), ((0, 0), (0, 0))) + b16)
     with np.errstate(invalid="ignore"):
@@ -187,14 +205,18 @@ def check_residual_blocks(engine_page: EnginePage) -> None:
             b + (_conv2d(x, w3, (1, 1), ((1, 1), (1, 1))) + skip),
             _relu6(pointwise + b),
             b + (pointwise + skip),
+            grown_dw,
             b + (_conv2d(expanded, w, (1, 1), ((0, 0), (0, 0))) + skip),
+            b + (_conv2d(grown_dw, w, (1, 1), ((0, 0), (0, 0))) + skip),
             b + (_conv2d(expanded7, w, (1, 1), ((0, 0), (0, 0))) + skip7),
             _relu6(_depthwise(grown14, dw5, (2, 2), ((1, 2), (1, 2))) + b16),
         ]
     got = [np.asarray(values, np.float32) for values in result["got"]]
     for values, expected in zip(got, want, strict=True):
         np.testing.assert_allclose(values, expected, rtol=F32_RTOL, atol=1e-5)
-    assert all(np.isnan(v[0, 2, 5, 3]) and np.isinf(v[0, 4, 1, 6]) for v in got[:2] + got[3:5])
+    assert all(
+        np.isnan(v[0, 2, 5, 3]) and np.isinf(v[0, 4, 1, 6]) for v in got[:2] + got[3:4] + got[5:7]
+    )
     assert np.isnan(got[-1]).any() and np.isnan(want[-1]).sum() == np.isnan(got[-1]).sum()
     # The last cases fail where a target is read for the wrong pixels or without relu6.
     draws = result["draws"]
@@ -213,7 +235,14 @@ def check_residual_blocks(engine_page: EnginePage) -> None:
         f"block_interleave:aligned_{shape}.relu6",
         f"conv2d_block:pwc_{shape}.add.bias",
         f"block_interleave:{shape}",
+        "conv2d_block:pwc_4x1.bias",  # the expansion (the 2-column blocks and interleave go)
+        "depthwise_block:k3s1t1-relu6_4x1.bias",
+        "block_interleave:4x1.relu6",
         "depthwise_block:k3s1_4x1.bias",  # its interleave has no reader left: dropped
+        f"conv2d_block:pwt-relu6_{shape}.add.bias",
+        f"block_interleave:aligned_{shape}",
+        "conv2d_block:pw_4x1.bias",
+        "depthwise_block:k3s1t1-relu6_4x1.bias",
         f"conv2d_block:pwt-relu6_{shape}.add.bias",
         f"block_interleave:aligned_{shape}",
         *seven,
