@@ -316,12 +316,13 @@ finally:
 def test_a_first_layer_at_stride_2_reads_its_images_as_texel_windows(
     engine_page: EnginePage,
 ) -> None:
-    """The hand model's first layer (3x3, 3 channels, stride 2, SAME) as conv blocks reading 7
-    texels per tap (the block's 4 pixels' 21 elements) instead of one element at a time."""
+    """The hand model's first layer (3x3, 3 channels, stride 2, SAME) as conv blocks reading 8
+    texels per filter row (the block's 4 pixels' 3 taps, 27 elements) instead of one element
+    at a time."""
     result = engine_page.run(FIRST_LAYER)
     x, w = np.asarray(result["x"], np.float32), np.asarray(result["w"], np.float32)
     want = _conv2d(x, w, (2, 2), ((0, 1), (0, 1)))
     got = np.asarray(result["got"], np.float32)
     np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-4)
     np.testing.assert_allclose(got, np.asarray(result["unblocked"]), rtol=F32_RTOL, atol=1e-5)
-    assert [d for d in result["draws"] if "_block:" in d] == ["conv2d_block:c3s2_4x2"]
+    assert [d for d in result["draws"] if "_block:" in d] == ["conv2d_block:c3s2k3_4x2"]

@@ -17,6 +17,8 @@ c / COLS (interleave_source reads it back from there).
 
 from __future__ import annotations
 
+import re
+
 # Block shapes (rows, texel columns), best first; one fits every WebGL2 device (4 draw buffers).
 SHAPES = ((4, 2), (4, 1))
 # And for convolutions, whose output rows may be 14 or 7 pixels wide (a MobileNet's last
@@ -50,7 +52,7 @@ def warmup_keys(draw_buffers: int) -> list[str]:
     shape = f"{rows}x{cols}"
     programs = ["matmul_block:nn", "matmul_block:nt", "matmul_block:tn"]
     programs += ["conv2d_block:vec", "conv2d_block:scalar"]
-    programs.append("conv2d_block:c3")  # a first layer on RGB images
+    programs.append("conv2d_block:c3k3")  # a first layer on RGB images (3x3)
     interleaves = [f"block_interleave:{shape}", f"block_interleave:aligned_{shape}"]
     return [f"{p}_{shape}" for p in programs] + interleaves
 
@@ -185,12 +187,15 @@ def conv2d_source(
     output's shape is added to the block's texels, before any bias (_block)."""
     assert not (pool and residual), "a pooled block's texels are not the output's"
     groups = 2 if pool else 1
-    if variant.startswith("c"):  # c<n> or c<n>s<column stride>
-        channels, _, stride = variant[1:].partition("s")
-        tap = _window_tap(int(channels), rows, cols, groups, int(stride or 1))
+    width = 1  # filter taps per tap (the kw loop's step)
+    if variant.startswith("c"):  # c<n>, c<n>s<column stride>, either with k<filter width>
+        window = re.fullmatch(r"c(\d)(?:s(\d+))?(?:k(\d+))?", variant)
+        assert window is not None, variant
+        channels, stride, width = (int(d or 1) for d in window.groups())
+        tap = _window_tap(channels, rows, cols, groups, stride, width)
     else:
         tap = _texel_tap(variant, rows, cols, groups)
-    loops = _conv_loops(rows, cols, tap, pool)
+    loops = _conv_loops(rows, cols, tap, pool, width > 1)
     bias_column = "co4" if bias else None
     # Pixel pix + i of the block, texel column co4 + j (see _conv_loops).
     skip = "(pix + {i}) * co4n + co4 + {j}" if residual else None
@@ -326,13 +331,13 @@ def _filter_fetches(channels: int, cols: int) -> str:
     )
 
 
-def _conv_loops(rows: int, cols: int, tap: str, pool: bool = False) -> str:
+def _conv_loops(rows: int, cols: int, tap: str, pool: bool = False, row_tap: bool = False) -> str:
     """The block's output pixels and the loops over the filter taps around `tap`, which sees,
     per row group g, row<g> (its input row lies inside the input) and xrow<g> (that input row's
     first pixel), and n, iw (the first pixel's input column), co4n. With `pool`, the fragment is
     rows / 2 pixels of the 2 x 2 max-pooled output (u_out_size counts its elements) over 2 output
     rows (groups), and leaves the pool's maxima in p<i>_<j>, taken in the window order of
-    pool4.frag (row by row)."""
+    pool4.frag (row by row). With `row_tap`, `tap` covers a filter row's taps (iw: tap 0's)."""
     if pool:
         places = (
             f"  int pix = (index / blocks) * {rows // 2};  // pooled pixels\n"
@@ -366,6 +371,11 @@ def _conv_loops(rows: int, cols: int, tap: str, pool: bool = False) -> str:
             "    int xrow0 = (n * u_x.y + ih) * u_x.z;\n"
         )
         pooled = ""
+    columns = (
+        "    {\n      const int kw = 0;\n"
+        if row_tap
+        else "    for (int kw = 0; kw < u_w.y; ++kw) {\n"
+    )
     return (
         "  int index = p.y * u_out.x + p.x;\n"
         "  if (index * 4 >= u_out_size) return;  // past the last texel of a squarish target\n"
@@ -376,16 +386,16 @@ def _conv_loops(rows: int, cols: int, tap: str, pool: bool = False) -> str:
         "  int wx = u_l0.x;\n  int ww = u_l1.x;\n  ivec2 sw = texel_step(co4n, ww);\n"
         "  for (int kh = 0; kh < u_w.x; ++kh) {\n"
         f"{input_rows}"
-        "    for (int kw = 0; kw < u_w.y; ++kw) {\n"
+        f"{columns}"
         "      int iw = ow * u_stride.y - u_pad.y + kw;\n"
         f"{tap}    }}\n  }}\n{pooled}"
     )
 
 
-def window_texels(channels: int, rows: int, stride: int) -> int:
-    """How many texels the c<n> variant's window of one tap spans: its pixels' elements, from
-    o (0 to 3) into the first texel on."""
-    used = ((rows - 1) * stride + 1) * channels  # window elements the block reads after o
+def window_texels(channels: int, rows: int, stride: int, width: int = 1) -> int:
+    """How many texels the c<n> variant's window of one tap (or of `width` neighbouring taps of
+    a filter row) spans: its pixels' elements, from o (0 to 3) into the first texel on."""
+    used = ((rows - 1) * stride + width) * channels  # window elements the block reads after o
     return -(-used // 4) + 1
 
 
@@ -393,17 +403,31 @@ def window_texels(channels: int, rows: int, stride: int) -> int:
 MAX_WINDOW_TEXELS = 8
 
 
-def _window_tap(channels: int, rows: int, cols: int, groups: int, stride: int = 1) -> str:
+def _window_tap(
+    channels: int, rows: int, cols: int, groups: int, stride: int = 1, width: int = 1
+) -> str:
     """The c<n> variant's tap: per row group g, pixel i's channel ci is element
     o<g> + i * stride * n + ci of the window of texels q<g>_0, q<g>_1, ... from texel
     floor(f<g> / 4), f<g> the group's first pixel's flat index and o<g> = f<g> % 4; s<g>_<j>
     holds window elements o<g> + 4j .. o<g> + 4j + 3 (selected by o<g>, no dynamic indexing).
     Pixels outside the input read 0 (their window elements belong to other rows or lie left of
     or past the texture, whose fetches are clamped to texel 0 or read as robust out-of-range
-    fetches)."""
-    texels = window_texels(channels, rows, stride)
+    fetches). With `width` (c<n>...k<width>: the filter's width), one window holds the taps
+    kw < width of a filter row (tap kw of pixel i: element (i * stride + kw) * n + ci), which
+    the taps' overlapping windows fetched again (3 x 7 texels per row at stride 2, 8 here);
+    the taps are summed in the same order."""
+    texels = window_texels(channels, rows, stride, width)
     if texels > MAX_WINDOW_TEXELS:
         raise ValueError(f"conv2d_block:c{channels}: {rows} pixels span {texels} texels")
+    offsets = sorted({i * stride + kw for i in range(rows) for kw in range(width)})
+    masks = "".join(
+        f"      bool col{c} = iw + {c} >= 0 && iw + {c} < u_x.z;\n" for c in offsets
+    ) + "".join(
+        f"      bool in{g * rows + i}_{kw} = row{g} && col{i * stride + kw};\n"
+        for g in range(groups)
+        for i in range(rows)
+        for kw in range(width)
+    )
     windows = ""
     for g in range(groups):
         fetches = "".join(
@@ -428,23 +452,31 @@ def _window_tap(channels: int, rows: int, cols: int, groups: int, stride: int = 
             f"{fetches}{shifts}"
         )
     values = "".join(
-        f"      float v{g * rows + i}_{ci} = in{g * rows + i} ? s{g}_{k // 4}.{'xyzw'[k % 4]} : 0.0;\n"
+        f"      float v{g * rows + i}_{kw}_{ci} = in{g * rows + i}_{kw} ? s{g}_{k // 4}.{'xyzw'[k % 4]} : 0.0;\n"
         for g in range(groups)
         for i in range(rows)
+        for kw in range(width)
         for ci in range(channels)
-        for k in [i * stride * channels + ci]
+        for k in [(i * stride + kw) * channels + ci]
     )
+    # The filter rows (kh, kw, ci) of a row's taps follow each other: the cursor steps on.
     fetch_w = _filter_fetches(channels, cols).replace("        ", "      ")
-    update = "".join(
-        f"      c{p}_{j} += "
-        + " + ".join(f"v{p}_{ci} * w{j}_{ci}" for ci in range(channels))
-        + ";\n"
-        for p, j in _names(rows * groups, cols)
+    taps = "".join(
+        "      {\n"  # (a scope per tap: its filter texels' names)
+        + fetch_w
+        + "".join(
+            f"      c{p}_{j} += "
+            + " + ".join(f"v{p}_{kw}_{ci} * w{j}_{ci}" for ci in range(channels))
+            + ";\n"
+            for p, j in _names(rows * groups, cols)
+        )
+        + "      }\n"
+        for kw in range(width)
     )
     return (
-        f"{_column_masks(rows, groups)}{windows}{values}"
+        f"{masks}{windows}{values}"
         "      ivec2 pw = texel_at((kh * u_w.y + kw) * u_w.z * co4n + co4, ww);\n"
-        f"{fetch_w}{update}"
+        f"{taps}"
     )
 
 

@@ -278,6 +278,8 @@ def blocked(
         # A first layer on images: input windows, not single elements.
         stride = int(next(values for name, _, values in uniforms if name == "u_stride")[1])
         variant = f"c{a[-1]}" + (f"s{stride}" if stride != 1 else "")
+        if blocks.window_texels(a[-1], block_rows, stride, b[1]) <= blocks.MAX_WINDOW_TEXELS:
+            variant += f"k{b[1]}"  # one window per filter row, not per tap
     key = f"{program}:{variant}_{block_rows}x{cols}"
     return _draw_blocks(backend, key, inputs, uniforms, label, out, (block_rows, cols), aligned)
 
