@@ -254,7 +254,8 @@ def test_tensors_wider_than_max_texture_size_are_relaid_out(engine_page: EngineP
 # (op, input shapes, attrs, block program at 8 draw buffers): rows (M, or the output width) a
 # multiple of 4; 8 columns per block at 8 buffers where N (CO) is a multiple of 8, else 4;
 # inputs of 1024+ elements or with 4k channels are RGBA, which whole-texel kernels need; 1 to 3
-# input channels read texel windows (c<n>, c<n>s<stride>), including left of the input.
+# input channels read texel windows, a filter row's at once (c<n>[s<stride>]k<filter width>),
+# including left of the input.
 BLOCK_CASES: list[tuple[str, tuple[tuple[int, ...], ...], dict[str, Any], str]] = [
     ("matmul", ((2, 8, 12), (2, 12, 16)), {"transpose_b": False}, "matmul_block:nn_4x2"),
     ("matmul", ((2, 8, 12), (2, 16, 12)), {"transpose_b": True}, "matmul_block:nt_4x2"),
@@ -264,13 +265,13 @@ BLOCK_CASES: list[tuple[str, tuple[tuple[int, ...], ...], dict[str, Any], str]] 
         "conv2d",
         ((1, 12, 32, 3), (3, 3, 3, 16)),
         {"pads": ((1, 1), (1, 1))},
-        "conv2d_block:c3_4x2",
+        "conv2d_block:c3k3_4x2",
     ),
     (
         "conv2d",
         ((1, 12, 32, 3), (3, 3, 3, 16)),
         {"pads": ((1, 1), (1, 1)), "strides": (2, 2)},
-        "conv2d_block:c3s2_4x2",
+        "conv2d_block:c3s2k3_4x2",
     ),
     (
         "conv2d",
@@ -278,7 +279,7 @@ BLOCK_CASES: list[tuple[str, tuple[tuple[int, ...], ...], dict[str, Any], str]] 
         {"pads": ((1, 1), (1, 1)), "strides": (2, 2)},
         "conv2d_block:scalar_4x2",
     ),
-    ("conv2d", ((2, 12, 24, 2), (3, 4, 2, 8)), {"pads": ((1, 1), (2, 1))}, "conv2d_block:c2_4x2"),
+    ("conv2d", ((2, 12, 24, 2), (3, 4, 2, 8)), {"pads": ((1, 1), (2, 1))}, "conv2d_block:c2k4_4x2"),
     ("conv2d", ((2, 5, 4, 8), (3, 3, 8, 8)), {"pads": ((1, 1), (1, 1))}, "conv2d_block:vec_4x2"),
     (
         "conv2d",
@@ -406,10 +407,10 @@ def check_epilogues(engine_page: EnginePage) -> None:
     draws = result["draws"]
     blocks = [d for d in draws if "_block:" in d]
     assert blocks == [
-        "conv2d_block:c3_4x2.bias",  # relu(conv + b): the unbiased block and its interleaves go
-        "conv2d_block:c3_4x2.bias",  # conv + b
-        "conv2d_block:c3_4x2",  # raw, read back
-        "conv2d_block:c3_4x2.bias",  # raw + b
+        "conv2d_block:c3k3_4x2.bias",  # relu(conv + b): the unbiased block and its interleaves go
+        "conv2d_block:c3k3_4x2.bias",  # conv + b
+        "conv2d_block:c3k3_4x2",  # raw, read back
+        "conv2d_block:c3k3_4x2.bias",  # raw + b
         "matmul_block:nn_4x2.bias",
     ], draws
     # Outputs and targets of one matrix row per texture row: the division-free interleave.
@@ -473,7 +474,7 @@ def test_a_forward_pass_pools_inside_its_convolution_kernels(engine_page: Engine
     np.testing.assert_array_equal(result["got"], result["unfused"])
     draws = result["draws"]
     assert [d for d in draws if "_block:" in d] == [
-        "conv2d_block:c3_4x2.maxpool.bias",
+        "conv2d_block:c3k3_4x2.maxpool.bias",
         "conv2d_block:vec_4x2.maxpool.bias",
     ], draws
     assert draws.count("block_interleave:2x2.relu") == 1

@@ -106,8 +106,15 @@ skip = rng.standard_normal((1, 6, 8, 8)).astype(np.float32)
 b = rng.standard_normal((8,)).astype(np.float32)
 dw = rng.standard_normal((3, 3, 16, 1)).astype(np.float32)
 b16 = rng.standard_normal((16,)).astype(np.float32)
+x7 = rng.standard_normal((1, 3, 7, 16)).astype(np.float32)  # 7-pixel rows: 7-pixel blocks
+skip7 = rng.standard_normal((1, 3, 7, 8)).astype(np.float32)
+x14 = rng.standard_normal((1, 4, 14, 16)).astype(np.float32)
+w16 = rng.standard_normal((1, 1, 16, 16)).astype(np.float32)
+dw5 = rng.standard_normal((5, 5, 16, 1)).astype(np.float32)
 skip[0, 2, 5, 3], skip[0, 4, 1, 6] = np.nan, np.inf
+x14[0, 1, 3, 2], x14[0, 2, 9, 5] = np.nan, np.inf
 xs, ws, w3s, skips, bs, dws, b16s = (pib.tensor(v) for v in (x, w, w3, skip, b, dw, b16))
+x7s, skip7s, x14s, w16s, dw5s = (pib.tensor(v) for v in (x7, skip7, x14, w16, dw5))
 eager = len(sent)
 thresholds = webgl2_rewrites.BLOCKS_AT, webgl2_rewrites.DEPTHWISE_BLOCKS_AT
 webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.DEPTHWISE_BLOCKS_AT = 0
@@ -124,6 +131,14 @@ try:
     try:
         squarish = pib.tensor(x), pib.tensor(skip)  # 48 pixels > 16 texture rows
         got.append(await (bs + (pib.conv2d(squarish[0], ws) + squarish[1])).numpy())
+        # An expansion's 2-column blocks drawn again as 1-column ones for the depthwise to read;
+        # its value before relu6 held meanwhile (it shares the 2-column targets with grown: the
+        # new targets are freed once).
+        biased = pib.conv2d(squarish[0], w16s) + b16s
+        grown = pib.fused(fusion.relu6, biased)
+        out = pib.fused(fusion.relu6, pib.depthwise_conv2d(grown, dws, padding="same") + b16s)
+        del grown, biased
+        got.append(await out.numpy())
     finally:
         backend.memory.max_side = side
     # An inverted residual's depthwise, then its projection reading the depthwise's targets.
@@ -131,11 +146,31 @@ try:
     out = bs + (pib.conv2d(expanded, ws) + skips)
     del expanded  # unread by then: its interleave is dropped
     got.append(await out.numpy())
+    # The same after an expansion, whose blocks the depthwise reads (1-column ones drawn again).
+    grown = pib.fused(fusion.relu6, pib.conv2d(xs, w16s) + b16s)
+    expanded = pib.fused(fusion.relu6, pib.depthwise_conv2d(grown, dws, padding="same") + b16s)
+    del grown
+    out = bs + (pib.conv2d(expanded, ws) + skips)
+    del expanded
+    got.append(await out.numpy())
+    # The same on 7-pixel blocks: 7 targets, the filter, the skip and the bias (10 inputs); the
+    # depthwise reading the targets of the expansion before it (no interleave between them).
+    grown = pib.fused(fusion.relu6, pib.conv2d(x7s, w16s) + b16s)
+    expanded = pib.fused(fusion.relu6, pib.depthwise_conv2d(grown, dws, padding="same") + b16s)
+    del grown
+    out = bs + (pib.conv2d(expanded, ws) + skip7s)
+    del expanded
+    got.append(await out.numpy())
+    # At stride 2 (5x5, left padding 1): 14-pixel rows read by 7-pixel blocks.
+    grown = pib.fused(fusion.relu6, pib.conv2d(x14s, w16s) + b16s)
+    out = pib.fused(fusion.relu6, pib.depthwise_conv2d(grown, dw5s, strides=2, padding="same") + b16s)
+    del grown
+    got.append(await out.numpy())
 finally:
     webgl2_rewrites.BLOCKS_AT, webgl2_rewrites.DEPTHWISE_BLOCKS_AT = thresholds
     backend.queue.engine.run = engine_run
-{"got": got, "x": x, "w": w, "w3": w3, "skip": skip, "b": b, "dw": dw, "b16": b16,
- "draw_buffers": backend.draw_buffers,
+{"got": got, "x": x, "w": w, "w3": w3, "skip": skip, "b": b, "dw": dw, "b16": b16, "x7": x7,
+ "skip7": skip7, "x14": x14, "w16": w16, "dw5": dw5, "draw_buffers": backend.draw_buffers,
  "draws": [command[1] for command in sent[eager:] if command[0] == "draw"]}
 """
 )
@@ -146,28 +181,51 @@ def check_residual_blocks(engine_page: EnginePage) -> None:
     (conv2d_block:...add.bias), in TensorFlow's order, with a NaN and an infinity in the skip; a
     1x1 convolution as pointwise blocks (conv2d_block:pw_...), its bias in the block and relu6
     in the interleave, on a squarish input texture (pwc_: cursors), and reading a depthwise
-    block's targets with its relu6 (pwt-relu6_: no interleave between them); no add or
-    activation draws left; against numpy."""
+    block's targets with its relu6 (pwt-relu6_: no interleave between them), a depthwise block
+    reading an expansion's blocks drawn again with one texel column (pw/pwc), also those of a
+    7-pixel block (10 inputs: one texture unit each); a 7-pixel depthwise block reading an
+    expansion's targets with its relu6 (k<w>s<s>t<pad>-relu6_), at strides 1 and 2, with a NaN
+    and an infinity; no add or activation draws left; against numpy."""
     result = engine_page.run(RESIDUAL)
     x, w, w3, skip, b = (np.asarray(result[n], np.float32) for n in ("x", "w", "w3", "skip", "b"))
     dw, b16 = np.asarray(result["dw"], np.float32), np.asarray(result["b16"], np.float32)
     pointwise = _conv2d(x, w, (1, 1), ((0, 0), (0, 0)))
     expanded = _relu6(_depthwise(x, dw, (1, 1), ((1, 1), (1, 1))) + b16)
+    x7, skip7, x14, w16, dw5 = (
+        np.asarray(result[n], np.float32) for n in ("x7", "skip7", "x14", "w16", "dw5")
+    )
+    grown7 = _relu6(_conv2d(x7, w16, (1, 1), ((0, 0), (0, 0))) + b16)
+    grown = _relu6(_conv2d(x, w16, (1, 1), ((0, 0), (0, 0))) + b16)
+    grown_dw = _relu6(_depthwise(grown, dw, (1, 1), ((1, 1), (1, 1))) + b16)
+    expanded7 = _relu6(_depthwise(grown7, dw, (1, 1), ((1, 1), (1, 1))) + b16)
+    grown14 = _relu6(_conv2d(x14, w16, (1, 1), ((0, 0), (0, 0))) + b16)
     with np.errstate(invalid="ignore"):
         want = [
             b + (pointwise + skip),
             b + (_conv2d(x, w3, (1, 1), ((1, 1), (1, 1))) + skip),
             _relu6(pointwise + b),
             b + (pointwise + skip),
+            grown_dw,
             b + (_conv2d(expanded, w, (1, 1), ((0, 0), (0, 0))) + skip),
+            b + (_conv2d(grown_dw, w, (1, 1), ((0, 0), (0, 0))) + skip),
+            b + (_conv2d(expanded7, w, (1, 1), ((0, 0), (0, 0))) + skip7),
+            _relu6(_depthwise(grown14, dw5, (2, 2), ((1, 2), (1, 2))) + b16),
         ]
     got = [np.asarray(values, np.float32) for values in result["got"]]
     for values, expected in zip(got, want, strict=True):
         np.testing.assert_allclose(values, expected, rtol=F32_RTOL, atol=1e-5)
-    assert all(np.isnan(v[0, 2, 5, 3]) and np.isinf(v[0, 4, 1, 6]) for v in got[:2] + got[3:])
-    # The last case fails where a target is read for the wrong pixels or without relu6.
+    assert all(
+        np.isnan(v[0, 2, 5, 3]) and np.isinf(v[0, 4, 1, 6]) for v in got[:2] + got[3:4] + got[5:7]
+    )
+    assert np.isnan(got[-1]).any() and np.isnan(want[-1]).sum() == np.isnan(got[-1]).sum()
+    # The last cases fail where a target is read for the wrong pixels or without relu6.
     draws = result["draws"]
     shape = "4x2" if result["draw_buffers"] >= 8 else "4x1"
+    seven = ["conv2d_block:pw_7x1.bias", "depthwise_block:k3s1t1-relu6_7x1.bias"]
+    seven += ["conv2d_block:pwt-relu6_7x1.add.bias", "block_interleave:7x1"]
+    seven += ["conv2d_block:pw_7x1.bias", "depthwise_block:k5s2t1-relu6_7x1.bias"]
+    seven += ["block_interleave:7x1.relu6"]
+    seven = seven if result["draw_buffers"] >= 7 else []  # (fewer draw buffers: no blocks)
     assert [d for d in draws if "block" in d] == [
         f"conv2d_block:pw_{shape}.add.bias",  # the plain and the skip-only blocks go
         f"block_interleave:aligned_{shape}",
@@ -177,9 +235,17 @@ def check_residual_blocks(engine_page: EnginePage) -> None:
         f"block_interleave:aligned_{shape}.relu6",
         f"conv2d_block:pwc_{shape}.add.bias",
         f"block_interleave:{shape}",
+        "conv2d_block:pwc_4x1.bias",  # the expansion (the 2-column blocks and interleave go)
+        "depthwise_block:k3s1t1-relu6_4x1.bias",
+        "block_interleave:4x1.relu6",
         "depthwise_block:k3s1_4x1.bias",  # its interleave has no reader left: dropped
         f"conv2d_block:pwt-relu6_{shape}.add.bias",
         f"block_interleave:aligned_{shape}",
+        "conv2d_block:pw_4x1.bias",
+        "depthwise_block:k3s1t1-relu6_4x1.bias",
+        f"conv2d_block:pwt-relu6_{shape}.add.bias",
+        f"block_interleave:aligned_{shape}",
+        *seven,
     ], draws
     assert not [d for d in draws if d.startswith(("fused", "binary"))], draws
 
@@ -250,12 +316,13 @@ finally:
 def test_a_first_layer_at_stride_2_reads_its_images_as_texel_windows(
     engine_page: EnginePage,
 ) -> None:
-    """The hand model's first layer (3x3, 3 channels, stride 2, SAME) as conv blocks reading 7
-    texels per tap (the block's 4 pixels' 21 elements) instead of one element at a time."""
+    """The hand model's first layer (3x3, 3 channels, stride 2, SAME) as conv blocks reading 8
+    texels per filter row (the block's 4 pixels' 3 taps, 27 elements) instead of one element
+    at a time."""
     result = engine_page.run(FIRST_LAYER)
     x, w = np.asarray(result["x"], np.float32), np.asarray(result["w"], np.float32)
     want = _conv2d(x, w, (2, 2), ((0, 1), (0, 1)))
     got = np.asarray(result["got"], np.float32)
     np.testing.assert_allclose(got, want, rtol=F32_RTOL, atol=1e-4)
     np.testing.assert_allclose(got, np.asarray(result["unblocked"]), rtol=F32_RTOL, atol=1e-5)
-    assert [d for d in result["draws"] if "_block:" in d] == ["conv2d_block:c3s2_4x2"]
+    assert [d for d in result["draws"] if "_block:" in d] == ["conv2d_block:c3s2k3_4x2"]

@@ -17,6 +17,8 @@ c / COLS (interleave_source reads it back from there).
 
 from __future__ import annotations
 
+import re
+
 # Block shapes (rows, texel columns), best first; one fits every WebGL2 device (4 draw buffers).
 SHAPES = ((4, 2), (4, 1))
 # And for convolutions, whose output rows may be 14 or 7 pixels wide (a MobileNet's last
@@ -50,7 +52,7 @@ def warmup_keys(draw_buffers: int) -> list[str]:
     shape = f"{rows}x{cols}"
     programs = ["matmul_block:nn", "matmul_block:nt", "matmul_block:tn"]
     programs += ["conv2d_block:vec", "conv2d_block:scalar"]
-    programs.append("conv2d_block:c3")  # a first layer on RGB images
+    programs.append("conv2d_block:c3k3")  # a first layer on RGB images (3x3)
     interleaves = [f"block_interleave:{shape}", f"block_interleave:aligned_{shape}"]
     return [f"{p}_{shape}" for p in programs] + interleaves
 
@@ -185,12 +187,15 @@ def conv2d_source(
     output's shape is added to the block's texels, before any bias (_block)."""
     assert not (pool and residual), "a pooled block's texels are not the output's"
     groups = 2 if pool else 1
-    if variant.startswith("c"):  # c<n> or c<n>s<column stride>
-        channels, _, stride = variant[1:].partition("s")
-        tap = _window_tap(int(channels), rows, cols, groups, int(stride or 1))
+    width = 1  # filter taps per tap (the kw loop's step)
+    if variant.startswith("c"):  # c<n>, c<n>s<column stride>, either with k<filter width>
+        window = re.fullmatch(r"c(\d)(?:s(\d+))?(?:k(\d+))?", variant)
+        assert window is not None, variant
+        channels, stride, width = (int(d or 1) for d in window.groups())
+        tap = _window_tap(channels, rows, cols, groups, stride, width)
     else:
         tap = _texel_tap(variant, rows, cols, groups)
-    loops = _conv_loops(rows, cols, tap, pool)
+    loops = _conv_loops(rows, cols, tap, pool, width > 1)
     bias_column = "co4" if bias else None
     # Pixel pix + i of the block, texel column co4 + j (see _conv_loops).
     skip = "(pix + {i}) * co4n + co4 + {j}" if residual else None
@@ -224,9 +229,7 @@ def pointwise_source(
     interleave's pass goes (epilogues.dead_draws), and the filter is input `rows`."""
     activation = ""
     if targets is not None:
-        activation = (
-            f"vec4 source_activation(vec4 v) {{\n  return {INTERLEAVE_ACTIVATIONS[targets]};\n}}\n"
-        )
+        activation = _source_activation(targets)
         start = ""
         fetch_x = "".join(
             f"    vec4 v{i} = source_activation(texelFetch(u_x{i}, ivec2(k, p.y), 0));\n"
@@ -328,13 +331,13 @@ def _filter_fetches(channels: int, cols: int) -> str:
     )
 
 
-def _conv_loops(rows: int, cols: int, tap: str, pool: bool = False) -> str:
+def _conv_loops(rows: int, cols: int, tap: str, pool: bool = False, row_tap: bool = False) -> str:
     """The block's output pixels and the loops over the filter taps around `tap`, which sees,
     per row group g, row<g> (its input row lies inside the input) and xrow<g> (that input row's
     first pixel), and n, iw (the first pixel's input column), co4n. With `pool`, the fragment is
     rows / 2 pixels of the 2 x 2 max-pooled output (u_out_size counts its elements) over 2 output
     rows (groups), and leaves the pool's maxima in p<i>_<j>, taken in the window order of
-    pool4.frag (row by row)."""
+    pool4.frag (row by row). With `row_tap`, `tap` covers a filter row's taps (iw: tap 0's)."""
     if pool:
         places = (
             f"  int pix = (index / blocks) * {rows // 2};  // pooled pixels\n"
@@ -368,6 +371,11 @@ def _conv_loops(rows: int, cols: int, tap: str, pool: bool = False) -> str:
             "    int xrow0 = (n * u_x.y + ih) * u_x.z;\n"
         )
         pooled = ""
+    columns = (
+        "    {\n      const int kw = 0;\n"
+        if row_tap
+        else "    for (int kw = 0; kw < u_w.y; ++kw) {\n"
+    )
     return (
         "  int index = p.y * u_out.x + p.x;\n"
         "  if (index * 4 >= u_out_size) return;  // past the last texel of a squarish target\n"
@@ -378,16 +386,16 @@ def _conv_loops(rows: int, cols: int, tap: str, pool: bool = False) -> str:
         "  int wx = u_l0.x;\n  int ww = u_l1.x;\n  ivec2 sw = texel_step(co4n, ww);\n"
         "  for (int kh = 0; kh < u_w.x; ++kh) {\n"
         f"{input_rows}"
-        "    for (int kw = 0; kw < u_w.y; ++kw) {\n"
+        f"{columns}"
         "      int iw = ow * u_stride.y - u_pad.y + kw;\n"
         f"{tap}    }}\n  }}\n{pooled}"
     )
 
 
-def window_texels(channels: int, rows: int, stride: int) -> int:
-    """How many texels the c<n> variant's window of one tap spans: its pixels' elements, from
-    o (0 to 3) into the first texel on."""
-    used = ((rows - 1) * stride + 1) * channels  # window elements the block reads after o
+def window_texels(channels: int, rows: int, stride: int, width: int = 1) -> int:
+    """How many texels the c<n> variant's window of one tap (or of `width` neighbouring taps of
+    a filter row) spans: its pixels' elements, from o (0 to 3) into the first texel on."""
+    used = ((rows - 1) * stride + width) * channels  # window elements the block reads after o
     return -(-used // 4) + 1
 
 
@@ -395,17 +403,31 @@ def window_texels(channels: int, rows: int, stride: int) -> int:
 MAX_WINDOW_TEXELS = 8
 
 
-def _window_tap(channels: int, rows: int, cols: int, groups: int, stride: int = 1) -> str:
+def _window_tap(
+    channels: int, rows: int, cols: int, groups: int, stride: int = 1, width: int = 1
+) -> str:
     """The c<n> variant's tap: per row group g, pixel i's channel ci is element
     o<g> + i * stride * n + ci of the window of texels q<g>_0, q<g>_1, ... from texel
     floor(f<g> / 4), f<g> the group's first pixel's flat index and o<g> = f<g> % 4; s<g>_<j>
     holds window elements o<g> + 4j .. o<g> + 4j + 3 (selected by o<g>, no dynamic indexing).
     Pixels outside the input read 0 (their window elements belong to other rows or lie left of
     or past the texture, whose fetches are clamped to texel 0 or read as robust out-of-range
-    fetches)."""
-    texels = window_texels(channels, rows, stride)
+    fetches). With `width` (c<n>...k<width>: the filter's width), one window holds the taps
+    kw < width of a filter row (tap kw of pixel i: element (i * stride + kw) * n + ci), which
+    the taps' overlapping windows fetched again (3 x 7 texels per row at stride 2, 8 here);
+    the taps are summed in the same order."""
+    texels = window_texels(channels, rows, stride, width)
     if texels > MAX_WINDOW_TEXELS:
         raise ValueError(f"conv2d_block:c{channels}: {rows} pixels span {texels} texels")
+    offsets = sorted({i * stride + kw for i in range(rows) for kw in range(width)})
+    masks = "".join(
+        f"      bool col{c} = iw + {c} >= 0 && iw + {c} < u_x.z;\n" for c in offsets
+    ) + "".join(
+        f"      bool in{g * rows + i}_{kw} = row{g} && col{i * stride + kw};\n"
+        for g in range(groups)
+        for i in range(rows)
+        for kw in range(width)
+    )
     windows = ""
     for g in range(groups):
         fetches = "".join(
@@ -430,33 +452,51 @@ def _window_tap(channels: int, rows: int, cols: int, groups: int, stride: int = 
             f"{fetches}{shifts}"
         )
     values = "".join(
-        f"      float v{g * rows + i}_{ci} = in{g * rows + i} ? s{g}_{k // 4}.{'xyzw'[k % 4]} : 0.0;\n"
+        f"      float v{g * rows + i}_{kw}_{ci} = in{g * rows + i}_{kw} ? s{g}_{k // 4}.{'xyzw'[k % 4]} : 0.0;\n"
         for g in range(groups)
         for i in range(rows)
+        for kw in range(width)
         for ci in range(channels)
-        for k in [i * stride * channels + ci]
+        for k in [(i * stride + kw) * channels + ci]
     )
+    # The filter rows (kh, kw, ci) of a row's taps follow each other: the cursor steps on.
     fetch_w = _filter_fetches(channels, cols).replace("        ", "      ")
-    update = "".join(
-        f"      c{p}_{j} += "
-        + " + ".join(f"v{p}_{ci} * w{j}_{ci}" for ci in range(channels))
-        + ";\n"
-        for p, j in _names(rows * groups, cols)
+    taps = "".join(
+        "      {\n"  # (a scope per tap: its filter texels' names)
+        + fetch_w
+        + "".join(
+            f"      c{p}_{j} += "
+            + " + ".join(f"v{p}_{kw}_{ci} * w{j}_{ci}" for ci in range(channels))
+            + ";\n"
+            for p, j in _names(rows * groups, cols)
+        )
+        + "      }\n"
+        for kw in range(width)
     )
     return (
-        f"{_column_masks(rows, groups)}{windows}{values}"
+        f"{masks}{windows}{values}"
         "      ivec2 pw = texel_at((kh * u_w.y + kw) * u_w.z * co4n + co4, ww);\n"
-        f"{fetch_w}{update}"
+        f"{taps}"
     )
 
 
 # What an interleave may apply to the block's texels: relu (NaN passes, as the relu kernel) or
-# relu6 (fusion.RELU6's maxima: a NaN passes, as the fused kernel computes it).
+# relu6 (fusion.RELU6's values: a NaN passes, as the fused kernel computes it). One clamp and
+# a NaN select, not two NaN-aware maxima: blocks reading another block's targets apply it per
+# fetch (H1's 56-pixel depthwise block reading an expansion: 11.0 -> 5.3 ms, profiled runs).
 INTERLEAVE_ACTIVATIONS = {
     "": "v",
     "relu": "mix(max(v, vec4(0.0)), v, is_nan4(v))",
-    "relu6": "-max_nan4(-max_nan4(v, vec4(0.0)), vec4(-6.0))",
+    "relu6": "mix(clamp(v, vec4(0.0), vec4(6.0)), v, is_nan4(v))",
 }
+
+
+def _source_activation(activation: str) -> str:
+    """GLSL source_activation(v): what the interleave of the block whose targets a program reads
+    in its place would apply (INTERLEAVE_ACTIVATIONS)."""
+    return (
+        f"vec4 source_activation(vec4 v) {{\n  return {INTERLEAVE_ACTIVATIONS[activation]};\n}}\n"
+    )
 
 
 def interleave_source(rows: int, cols: int, activation: str = "", aligned: bool = False) -> str:
@@ -510,7 +550,9 @@ def depthwise_rows(width: int, draw_buffers: int) -> int | None:
     return next((r for r in DEPTHWISE_ROWS if r <= draw_buffers and width % r == 0), None)
 
 
-def depthwise_source(window: int, stride: int, rows: int, bias: bool = False) -> str:
+def depthwise_source(
+    window: int, stride: int, rows: int, bias: bool = False, targets: tuple[int, str] | None = None
+) -> str:
     """Program "depthwise_block:k<window>s<stride>_<rows>x1" (an RGBA NHWC input of channels
     a multiple of 4 and HWC1 filters of either layout, as depthwise_conv2d4.frag): the block is `rows`
     neighbouring output pixels of one output row x one texel of channels, target texel index
@@ -519,21 +561,49 @@ def depthwise_source(window: int, stride: int, rows: int, bias: bool = False) ->
     once for all the pixels, and the (rows - 1) * stride + window input texels the pixels' taps
     cover once each, where one texel per pixel and tap (and a filter texel each) was fetched.
     Each pixel sums its taps in depthwise_conv2d4.frag's order, padded taps multiplying a zero
-    in (0 * Inf is NaN, as numpy)."""
+    in (0 * Inf is NaN, as numpy).
+    "depthwise_block:k<window>s<stride>t<pad>[-<activation>]_<rows>x1" (`targets`: the left
+    padding and the activation, "" for none): the input is still in the `rows` targets of the
+    conv block of `rows` pixels x 1 texel column that drew it, one block row per texture row
+    (rewrites.block_targets): input pixel c of a row is in target c % rows, and the block's
+    first input column ow * stride - pad has ow a multiple of rows (as the source's blocks, it
+    spans no row), so the target of each window column is known here. The activation that
+    block's interleave would apply is applied as read; the interleave's pass goes, and the
+    filter is input `rows`."""
     span = (rows - 1) * stride + window
+    slot = 1 if targets is None else rows  # the filter's input
     filters = "".join(f"    vec4 w{k} = filter_tap(pw, tap_step, ww);\n" for k in range(window))
     columns = ""
     for j in range(span):
-        columns += (
-            f"    vec4 x{j} = vec4(0.0);\n"
-            f"    if (row_inside && left + {j} >= 0 && left + {j} < u_x.z) {{\n"
-            f"      x{j} = texelFetch(u_x0, px, 0);\n"
-            "      px = advance(px, pixel_step, wx);\n    }\n"
-        )
+        inside = f"row_inside && left + {j} >= 0 && left + {j} < u_x.z"
+        if targets is None:
+            columns += (
+                f"    vec4 x{j} = vec4(0.0);\n    if ({inside}) {{\n"
+                f"      x{j} = texelFetch(u_x0, px, 0);\n"
+                "      px = advance(px, pixel_step, wx);\n    }\n"
+            )
+        else:
+            row, target = divmod(j - targets[0], rows)  # window column j is input column left + j
+            columns += (
+                f"    vec4 x{j} = vec4(0.0);\n    if ({inside}) "
+                f"x{j} = source_activation(texelFetch(u_x{target}, ivec2(c4, block + {row}), 0));\n"
+            )
         columns += "".join(
             f"    c{i}_0 += x{j} * w{j - i * stride};\n"
             for i in range(rows)
             if 0 <= j - i * stride < window
+        )
+    if targets is None:
+        steps = "  int wx = u_l0.x;\n  ivec2 pixel_step = texel_step(c4n, wx);\n"
+        cursor = (
+            "    int first = ((n * u_x.y + max(ih, 0)) * u_x.z + max(left, 0)) * c4n + c4;\n"
+            "    ivec2 px = texel_at(first, wx);  // moves one pixel per input column inside\n"
+        )
+    else:
+        steps = ""
+        cursor = (
+            f"    int block = ((n * u_x.y + max(ih, 0)) * u_x.z + ow * {stride}) / {rows};"
+            "  // the targets' row of input column ow * stride\n"
         )
     body = (
         "  int index = p.y * u_out.x + p.x;\n"
@@ -541,40 +611,43 @@ def depthwise_source(window: int, stride: int, rows: int, bias: bool = False) ->
         "  int c4n = u_x.w / 4;\n  int c4 = index % c4n;\n"
         f"  int pix = (index / c4n) * {rows};\n"
         "  int ow = pix % u_o.y;\n  int t = pix / u_o.y;\n  int oh = t % u_o.x;\n  int n = t / u_o.x;\n"
-        "  int wx = u_l0.x;\n  int ww = u_l1.x;\n"
-        "  ivec2 pixel_step = texel_step(c4n, wx);\n"
+        f"{steps}  int ww = u_l{slot}.x;\n"
         "  // The filter elements of tap (0, 0): texel c4 (RGBA), or R texels from 4 * c4 on.\n"
-        "  bool w_rgba = u_l1.y == 4;\n"
+        f"  bool w_rgba = u_l{slot}.y == 4;\n"
         "  ivec2 tap_step = texel_step(w_rgba ? c4n : u_x.w, ww);\n"
         "  ivec2 pw = texel_at(w_rgba ? c4 : 4 * c4, ww);\n"
         "  int left = ow * u_stride.y - u_pad.y;\n"
         "  for (int kh = 0; kh < u_w.x; ++kh) {\n"
         "    int ih = oh * u_stride.x - u_pad.x + kh;\n"
         "    bool row_inside = ih >= 0 && ih < u_x.y;\n"
-        "    int first = ((n * u_x.y + max(ih, 0)) * u_x.z + max(left, 0)) * c4n + c4;\n"
-        "    ivec2 px = texel_at(first, wx);  // moves one pixel per input column inside\n"
-        f"{filters}{columns}  }}\n"
+        f"{cursor}{filters}{columns}  }}\n"
     )
-    return _block(rows, 1, CONV_UNIFORMS + FILTER_TAP, body, "c4" if bias else None)
+    uniforms = CONV_UNIFORMS + _filter_tap(slot)
+    if targets is not None:
+        uniforms += _source_activation(targets[1])
+    return _block(rows, 1, uniforms, body, "c4" if bias else None, first_extra=slot + 1)
 
 
-# The 4 filter elements of a depthwise tap from its texel (RGBA filter) or its 4 R texels, and
-# the cursor moved to the next tap (as depthwise_conv2d4.frag reads them).
-FILTER_TAP = """vec4 filter_tap(inout ivec2 pw, ivec2 tap_step, int ww) {
+def _filter_tap(slot: int) -> str:
+    """GLSL filter_tap: the 4 filter elements of a depthwise tap from its texel (an RGBA filter,
+    input `slot`) or its 4 R texels, and the cursor moved to the next tap (as
+    depthwise_conv2d4.frag reads them)."""
+    x, layout = f"u_x{slot}", f"u_l{slot}"
+    return f"""vec4 filter_tap(inout ivec2 pw, ivec2 tap_step, int ww) {{
   vec4 w;
-  if (u_l1.y == 4) {
-    w = texelFetch(u_x1, pw, 0);
-  } else {
+  if ({layout}.y == 4) {{
+    w = texelFetch({x}, pw, 0);
+  }} else {{
     ivec2 q = pw;
-    w.x = texelFetch(u_x1, q, 0).r;
+    w.x = texelFetch({x}, q, 0).r;
     q = advance(q, ivec2(1, 0), ww);
-    w.y = texelFetch(u_x1, q, 0).r;
+    w.y = texelFetch({x}, q, 0).r;
     q = advance(q, ivec2(1, 0), ww);
-    w.z = texelFetch(u_x1, q, 0).r;
+    w.z = texelFetch({x}, q, 0).r;
     q = advance(q, ivec2(1, 0), ww);
-    w.w = texelFetch(u_x1, q, 0).r;
-  }
+    w.w = texelFetch({x}, q, 0).r;
+  }}
   pw = advance(pw, tap_step, ww);
   return w;
-}
+}}
 """

@@ -322,19 +322,22 @@ class Engine {
       const name = info.name.replace(/\[0\]$/, "");
       uniforms.set(name, { location: gl.getUniformLocation(program, info.name), type: info.type });
     }
-    // Samplers never move: input k on unit 2k, its float16 low part (if any) on unit 2k + 1.
+    // Samplers never move: input k on unit 2k, its float16 low part (if any) on unit 2k + 1; in
+    // a program that samples no low part, input k on unit k (up to max_single_unit_inputs).
     const u = this.protocol.uniforms;
     const sampler = new RegExp(`^${u.input}(\\d+)(${u.low_part})?$`);
-    for (const [name, { location }] of uniforms) {
-      const match = sampler.exec(name);
-      if (match) gl.uniform1i(location, Number(match[1]) * 2 + (match[2] ? 1 : 0));
+    const matches = [...uniforms].map(([name, { location }]) => [sampler.exec(name), location]);
+    const unitStride = matches.some(([match]) => match && match[2]) ? 2 : 1;
+    for (const [match, location] of matches) {
+      if (match) gl.uniform1i(location, Number(match[1]) * unitStride + (match[2] ? 1 : 0));
     }
     // Per input k: whether the program samples a low part, and its uniforms' slots (looked up
-    // once here, not by name on every draw). Every slot a draw may fill (max_inputs_per_draw)
-    // is looked at: a fused program may leave an input unread, whose uniforms the compiler then
-    // drops, and the inputs after it still need theirs.
+    // once here, not by name on every draw). Every slot a draw may fill is looked at: a fused
+    // program may leave an input unread, whose uniforms the compiler then drops, and the inputs
+    // after it still need theirs.
     const inputs = [];
-    for (let k = 0; k < this.protocol.max_inputs_per_draw; k++) {
+    const slots = unitStride === 2 ? this.protocol.max_inputs_per_draw : this.protocol.max_single_unit_inputs;
+    for (let k = 0; k < slots; k++) {
       inputs.push({
         lo: uniforms.has(`${u.input}${k}${u.low_part}`),
         layout: uniforms.get(`${u.input_layout}${k}`),
@@ -343,7 +346,7 @@ class Engine {
     }
     this.current.program = null; // useProgram above
     const out = uniforms.get(u.target_layout), outSize = uniforms.get(u.target_size);
-    this.programs.set(key, { program, uniforms, inputs, out, outSize });
+    this.programs.set(key, { program, uniforms, inputs, unitStride, out, outSize });
   }
 
   // Programs to compile ahead (the warm-up), linked one at a time while the engine is idle: each
@@ -627,7 +630,7 @@ class Engine {
       const id = fields[input.texture], loId = fields[input.lo];
       const inputSize = fields[input.size], repeat = fields[input.repeat];
       const texture = this.textures.get(id);
-      this.bindUnit(2 * k, texture.texture);
+      this.bindUnit(entry.unitStride * k, texture.texture);
       const slot = entry.inputs[k];
       if (slot && slot.lo) this.bindUnit(2 * k + 1, (loId >= 0 ? this.textures.get(loId) : texture).texture);
       if (slot && slot.layout) this.setSlot(slot.layout, [texture.width, texture.channels, inputSize, repeat]);

@@ -21,7 +21,7 @@ from . import blocks, shaders
 RGBA, R = 4, 1
 # Kernels by first use in the step: forward, loss, backward, the step's loss sum and finite
 # check. Scalars (the loss, the step counter) live in one-element R textures.
-_FORWARD = ["conv2d_block:c3_{shape}.bias", "block_interleave:aligned_{shape}.relu", "pool4:max"]
+_FORWARD = ["conv2d_block:c3k3_{shape}.bias", "block_interleave:aligned_{shape}.relu", "pool4:max"]
 _FORWARD += ["conv2d_block:vec_{shape}.bias", "copy4", "matmul_block:nn_{shape}.bias"]
 _FORWARD += ["binary4:mul", "matmul4:nn_aligned", "binary4:add+periodic"]  # + the logits layer
 _LOSS = [("rows", R), ("binary:equal", RGBA), ("reduce:max_axis", R), ("reduce:sum_axis", R)]

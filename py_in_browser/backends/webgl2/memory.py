@@ -83,7 +83,9 @@ class TextureMemory:
     ) -> None:
         """Keeps `targets` allocated while handle's texture is, and remembers how it was drawn."""
         self.blocked[handle.texture.id] = record
-        self._attached[handle.texture.id] = targets
+        # A copy: handles sharing targets (an interleave's input and output) share no list that
+        # keep_with then grows.
+        self._attached[handle.texture.id] = list(targets)
 
     def keep_with(self, source: Handle, handle: Handle) -> None:
         """Frees `handle` when source's texture is freed."""

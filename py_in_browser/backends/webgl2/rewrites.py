@@ -269,13 +269,17 @@ def blocked(
         return None
     if variant == "vec":
         variant = pointwise(backend, inputs, out, block, uniforms) or variant
-    targets = block_targets(backend, inputs[0], block_rows) if variant.startswith("pw") else None
+    targets = None
+    if variant.startswith("pw"):
+        targets = block_targets(backend, inputs[0], block_rows, "depthwise_conv2d", 3)
     if targets is not None:
-        variant, inputs = targets[0], [*targets[1], inputs[1]]
+        variant, inputs = f"pwt{targets[0]}", [*targets[1], inputs[1]]
     if variant == "scalar" and window_channels(a[-1], block_rows, uniforms):
         # A first layer on images: input windows, not single elements.
         stride = int(next(values for name, _, values in uniforms if name == "u_stride")[1])
         variant = f"c{a[-1]}" + (f"s{stride}" if stride != 1 else "")
+        if blocks.window_texels(a[-1], block_rows, stride, b[1]) <= blocks.MAX_WINDOW_TEXELS:
+            variant += f"k{b[1]}"  # one window per filter row, not per tap
     key = f"{program}:{variant}_{block_rows}x{cols}"
     return _draw_blocks(backend, key, inputs, uniforms, label, out, (block_rows, cols), aligned)
 
@@ -294,7 +298,15 @@ def depthwise_blocked(
         return None  # (a filter gradient's whole-image window stays with the texel kernel)
     if math.prod(out.shape) * math.prod(out.in_shapes[1][:2]) < DEPTHWISE_BLOCKS_AT:
         return None
-    key = f"depthwise_block:k{kw}s{attrs['strides'][1]}_{rows}x1"
+    variant = f"k{kw}s{attrs['strides'][1]}"
+    # An expansion's conv blocks of as many pixels: read in place (blocks.depthwise_source).
+    targets = block_targets(backend, inputs[0], rows, "conv2d", 2) or narrowed_targets(
+        backend, inputs[0], rows
+    )
+    if targets is not None:
+        pad = int(next(values for name, _, values in uniforms if name == "u_pad")[1])
+        variant, inputs = f"{variant}t{pad}{targets[0]}", [*targets[1], inputs[1]]
+    key = f"depthwise_block:{variant}_{rows}x1"
     return _draw_blocks(backend, key, inputs, uniforms, "depthwise_conv2d", out, (rows, 1), False)
 
 
@@ -488,27 +500,73 @@ def pointwise(
 
 
 def block_targets(
-    backend: Drawing, source: Handle, block_rows: int
+    backend: Drawing, source: Handle, block_rows: int, label: str, extra_inputs: int
 ) -> tuple[str, list[Handle]] | None:
-    """A pointwise block's input read from the targets of the depthwise block that drew it
-    (variant "pwt[-<activation>]" and those targets, blocks.pointwise_source) where that block
-    has as many pixels, its targets one block row per texture row, and the draw has room for
-    them, the filter, a skip and a bias; else None. Its interleave then has no reader."""
+    """The targets of the `label` block of `block_rows` pixels x 1 texel column that drew
+    `source`, and the activation its interleave applies ("" or "-<activation>"), for a block
+    draw reading them in place of source: a pointwise one after a depthwise block ("pwt",
+    blocks.pointwise_source), a depthwise one after an expansion ("k<w>s<s>t<pad>",
+    blocks.depthwise_source). Where the targets hold one block row per texture row and the draw
+    has room for them and `extra_inputs` more (the filter, a skip, a bias); else None. The
+    interleave then has no reader, unless something else reads source."""
     record = backend.memory.blocked.get(source.texture.id)
-    if not isinstance(record, epilogues.Blocked) or record.label != "depthwise_conv2d":
+    if not isinstance(record, epilogues.Blocked) or record.label != label:
         return None
     if not record.block_key.endswith(f"_{block_rows}x1") or record.residual is not None:
         return None
-    if block_rows + 3 > wire.MAX_INPUTS_PER_DRAW or source.repeat != 1:
+    # Its program samples no float16 low parts: one texture unit per input (7-pixel blocks: 10).
+    if block_rows + extra_inputs > wire.MAX_SINGLE_UNIT_INPUTS or source.repeat != 1:
         return None
-    if not epilogues.still_valid(backend.memory.pool, record):
-        return None
+    # (The targets live with source's texture (memory.attach) and hold what its interleave reads,
+    # whatever became of the block's own inputs since: a depthwise block that read an expansion's
+    # targets outlives them.)
     layouts = [t.texture.layout for t in record.targets]
     if any(layout.channels != 4 or layout.width * 4 != source.shape[-1] for layout in layouts):
         return None
-    activation = "relu6" if record.relu6 else "relu" if record.relu else ""
     backend.queue.mark_droppable(record.interleave)  # drawn only if something else reads it
-    return "pwt" + (f"-{activation}" if activation else ""), list(record.targets)
+    return _activation_suffix(record), list(record.targets)
+
+
+def _activation_suffix(record: epilogues.Blocked) -> str:
+    """The activation a block's interleave applies, as a reading block's variant names it."""
+    activation = "relu6" if record.relu6 else "relu" if record.relu else ""
+    return f"-{activation}" if activation else ""
+
+
+def narrowed_targets(
+    backend: Drawing, source: Handle, rows: int
+) -> tuple[str, list[Handle]] | None:
+    """For a depthwise block of `rows` pixels reading its input in place (block_targets): where
+    a pointwise block of `rows` x 2 texel columns drew `source` (the 112-, 56- and 28-pixel
+    expansions), that block drawn again as `rows` x 1 (its bias and skip included) and its new
+    targets, with the activation its interleave applies; else None. The 1-column block fetches
+    a third more per multiply-add, which costs less than the interleave's pass (a chain of up to
+    8 conditional fetches per texel: 112 x 112 x 64, 8-17 ms in profiled H1 runs); the 2-column
+    block and its interleave are droppable and go. The new targets live with source's texture."""
+    record = backend.memory.blocked.get(source.texture.id)
+    if not isinstance(record, epilogues.Blocked) or record.label != "conv2d":
+        return None
+    program, _, name = record.block_key.partition(":")
+    variant, _, shape = name.rpartition("_")
+    if variant not in ("pw", "pwc") or shape != f"{rows}x2" or source.repeat != 1:
+        return None
+    channels = source.shape[-1]
+    block = (math.prod(source.shape[:-1]) // rows, channels)
+    if choose_layout(block, backend.memory.max_side).width * 4 != channels:
+        return None  # the pointwise program writes one block row per texture row
+    if not epilogues.still_valid(backend.memory.pool, record):
+        return None  # its inputs are gone: only the targets it drew are left
+    added = [h for h in (record.residual, record.bias) if h is not None]
+    epilogue = ".add" * (record.residual is not None) + ".bias" * (record.bias is not None)
+    targets = [backend.memory.allocate(block, source.dtype, False) for _ in range(rows)]
+    key = f"{program}:{variant}_{rows}x1{epilogue}"
+    reads = [*record.inputs, *added]
+    backend.queue.draw(key, targets[0], reads, record.uniforms, "conv2d", False, targets[1:])
+    for target in targets:
+        backend.memory.keep_with(source, target)
+    backend.queue.mark_droppable(record.block)
+    backend.queue.mark_droppable(record.interleave)
+    return _activation_suffix(record), targets
 
 
 def window_channels(channels: int, block_rows: int, uniforms: list[kernels.Uniform]) -> bool:

@@ -367,10 +367,13 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
             source = blocks.interleave_source(rows, cols, epilogue, variant == "aligned")
             return source, rows * cols
         bias = epilogue.endswith("bias")
-        if kind == "depthwise_block":  # variant "k<window>s<stride>"
-            window, _, stride = variant[1:].partition("s")
-            source = blocks.depthwise_source(int(window), int(stride), rows, bias)
-            return source, 3 if bias else 2
+        if kind == "depthwise_block":  # "k<window>s<stride>", "k<w>s<s>t<pad>[-<activation>]"
+            variant, _, activation = variant.partition("-")
+            window, _, rest = variant[1:].partition("s")
+            stride, reads_targets, pad = rest.partition("t")
+            targets = (int(pad), activation) if reads_targets else None
+            source = blocks.depthwise_source(int(window), int(stride), rows, bias, targets)
+            return source, (rows if targets else 1) + 1 + bias
         if kind == "conv2d_block":
             pool, residual = epilogue.startswith("maxpool"), epilogue.startswith("add")
             if variant.startswith("pwt"):  # "pwt", "pwt-relu6": reading a depthwise's targets

@@ -36,6 +36,10 @@ INPUT_FIELDS = ("texture", "lo", "size", "repeat")
 # Inputs one draw samples: input k on texture units 2k and 2k + 1 (its float16 low part), and
 # WebGL2 guarantees 16 units.
 MAX_INPUTS_PER_DRAW = 8
+# A program that samples no low part (block programs: float32 only) has input k on unit k, so
+# it may sample up to 16 inputs (a pointwise block reading a 7-pixel depthwise block's targets,
+# its filter, a skip and a bias: 10).
+MAX_SINGLE_UNIT_INPUTS = 16
 # Programs of several fused draws merged into one pass (multi_target.py), one render target per
 # draw: a profile counts such a draw as that many calls of its label.
 MERGED_KEY = "fused_multi4:"
@@ -74,6 +78,7 @@ def protocol() -> str:
             "opcodes": {name: name for name in FIELDS},
             "fields": {**FIELDS, "input": INPUT_FIELDS},
             "max_inputs_per_draw": MAX_INPUTS_PER_DRAW,
+            "max_single_unit_inputs": MAX_SINGLE_UNIT_INPUTS,
             # The most render targets a draw writes: the largest block (blocks.py).
             "max_render_targets": max(rows * cols for rows, cols in blocks.SHAPES),
             "read_channels": READ_CHANNELS,
