@@ -9,15 +9,13 @@ slowest ms, wall time in the worker (Python to JS and back included).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import time
 from typing import Any
 
 from playwright.sync_api import sync_playwright
 
 from bench.recovery_overhead import open_page, run
-from bench.report import RESULTS_DIR
+from bench.report import write_named
 from bench.server import dev_server
 from tests_e2e.browsers import launch_chromium, launch_firefox, xvfb_display
 
@@ -64,10 +62,7 @@ def main(argv: list[str] | None = None) -> None:
                     )
             finally:
                 browser.close()
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"read-latency-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(results, indent=1))
-    print(f"wrote {path}")
+    write_named("read-latency", results)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from typing import Any
 
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from bench.report import RESULTS_DIR
+from bench.report import write_named
 from bench.server import dev_server
 from tests_e2e.browsers import launch_chromium, launch_firefox, xvfb_display
 
@@ -119,10 +118,7 @@ def main(argv: list[str] | None = None) -> None:
                 results["browsers"][name] = {"selection": report, "rows": rows}
             finally:
                 browser.close()
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"recovery-overhead-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(results, indent=1))
-    print(f"wrote {path}")
+    write_named("recovery-overhead", results)
 
 
 if __name__ == "__main__":

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
-import time
 from typing import Any
 
 from playwright.async_api import async_playwright
 
 from bench import workloads as wl
 from bench.page import BenchPage, CallFailed, CallTimeout
-from bench.report import RESULTS_DIR
+from bench.report import write_named
 from bench.server import dev_server, ensure_ready
 from tests_e2e.browsers import CHROMIUM, CHROMIUM_ARGS
 
@@ -99,10 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     ensure_ready()
     with dev_server() as base_url:
         rows = asyncio.run(measure(args, base_url))
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"replay-effect-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
-    print(f"wrote {path}")
+    write_named("replay-effect", {"args": vars(args), "rows": rows})
 
 
 if __name__ == "__main__":

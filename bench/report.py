@@ -105,3 +105,13 @@ def write_json(results: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
     path = directory / f"bench-{time.strftime('%Y%m%d-%H%M%S')}-{results['meta']['mode']}.json"
     path.write_text(json.dumps(results, indent=1, allow_nan=False))
     return path
+
+
+def write_named(name: str, results: dict[str, Any]) -> Path:
+    """The results of one of bench's side measurements (python -m bench.<name>) as
+    RESULTS_DIR/<name>-<time>.json; prints where."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(results, indent=1))
+    print(f"wrote {path}")
+    return path

@@ -146,21 +146,18 @@ try:
     out = bs + (pib.conv2d(expanded, ws) + skips)
     del expanded  # unread by then: its interleave is dropped
     got.append(await out.numpy())
+    async def inverted_residual(x, skip):
+        grown = pib.fused(fusion.relu6, pib.conv2d(x, w16s) + b16s)
+        expanded = pib.fused(fusion.relu6, pib.depthwise_conv2d(grown, dws, padding="same") + b16s)
+        del grown
+        out = bs + (pib.conv2d(expanded, ws) + skip)
+        del expanded
+        return await out.numpy()
     # The same after an expansion, whose blocks the depthwise reads (1-column ones drawn again).
-    grown = pib.fused(fusion.relu6, pib.conv2d(xs, w16s) + b16s)
-    expanded = pib.fused(fusion.relu6, pib.depthwise_conv2d(grown, dws, padding="same") + b16s)
-    del grown
-    out = bs + (pib.conv2d(expanded, ws) + skips)
-    del expanded
-    got.append(await out.numpy())
+    got.append(await inverted_residual(xs, skips))
     # The same on 7-pixel blocks: 7 targets, the filter, the skip and the bias (10 inputs); the
     # depthwise reading the targets of the expansion before it (no interleave between them).
-    grown = pib.fused(fusion.relu6, pib.conv2d(x7s, w16s) + b16s)
-    expanded = pib.fused(fusion.relu6, pib.depthwise_conv2d(grown, dws, padding="same") + b16s)
-    del grown
-    out = bs + (pib.conv2d(expanded, ws) + skip7s)
-    del expanded
-    got.append(await out.numpy())
+    got.append(await inverted_residual(x7s, skip7s))
     # At stride 2 (5x5, left padding 1): 14-pixel rows read by 7-pixel blocks.
     grown = pib.fused(fusion.relu6, pib.conv2d(x14s, w16s) + b16s)
     out = pib.fused(fusion.relu6, pib.depthwise_conv2d(grown, dw5s, strides=2, padding="same") + b16s)
