@@ -21,9 +21,10 @@ LAYERS = [
     ((1, 28, 28, 144), (5, 5, 144, 1), 1, "depthwise_cols:5x1"),
     ((1, 56, 56, 96), (5, 5, 96, 1), 2, "depthwise_cols:5x2"),
 ]
-# webgl2 runs each as blocks of 4 pixels (rewrites.depthwise_blocked): the draws sent.
+# webgl2 runs each as blocks of 4 pixels (rewrites.depthwise_blocked): the draws sent. The 3x3
+# filter is small, an R texture: drawn into an RGBA one first ("rows", rewrites.packed_filter).
 WEBGL2_KERNELS = {
-    (3, 1): ["depthwise_block:k3s1_4x1", "block_interleave:4x1"],
+    (3, 1): ["rows", "depthwise_block:k3s1_4x1", "block_interleave:4x1"],
     (5, 1): ["depthwise_block:k5s1_4x1", "block_interleave:4x1"],
     (5, 2): ["depthwise_block:k5s2_4x1", "block_interleave:4x1"],
 }

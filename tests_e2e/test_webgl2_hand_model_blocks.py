@@ -41,14 +41,21 @@ unblocked = [await t.numpy() for t in layers()]
 eager = len(sent)
 thresholds = webgl2_rewrites.BLOCKS_AT, webgl2_rewrites.DEPTHWISE_BLOCKS_AT
 webgl2_rewrites.BLOCKS_AT = webgl2_rewrites.DEPTHWISE_BLOCKS_AT = 0
+packed_filter = webgl2_rewrites.packed_filter
 try:
     got = [await t.numpy() for t in layers()]
+    packed = len(sent)
+    webgl2_rewrites.packed_filter = lambda *args: None  # the R filters read as they are
+    got_r = [await t.numpy() for t in layers()]
 finally:
     webgl2_rewrites.BLOCKS_AT, webgl2_rewrites.DEPTHWISE_BLOCKS_AT = thresholds
+    webgl2_rewrites.packed_filter = packed_filter
     backend.queue.engine.run = engine_run
-{"got": got, "unblocked": unblocked, "x": x, "w": w, "x2": x2, "w2": w2, "b": b, "b2": b2,
+{"got": got, "got_r": got_r, "unblocked": unblocked,
+ "x": x, "w": w, "x2": x2, "w2": w2, "b": b, "b2": b2,
  "draw_buffers": backend.draw_buffers,
- "draws": [command[1] for command in sent[eager:] if command[0] == "draw"]}
+ "draws": [command[1] for command in sent[eager:packed] if command[0] == "draw"],
+ "draws_r": [command[1] for command in sent[packed:] if command[0] == "draw"]}
 """
 )
 
@@ -65,28 +72,33 @@ def _relu6(v: np.ndarray) -> np.ndarray:
 def check_depthwise_blocks(engine_page: EnginePage) -> None:
     """depthwise (+ bias, relu6) as one block draw (the bias added as it writes its targets)
     and one interleave (relu6 applied), the unfused draws left out; 5x5 at stride 1 and 3x3 at
-    stride 2 with NaN and infinities, against numpy and the unblocked kernel."""
+    stride 2 with NaN and infinities, against numpy and the unblocked kernel. The filters are
+    small (R textures): drawn into RGBA ones first ("rows", rewrites.packed_filter), and, with
+    that turned off, read as R texels ("k<w>s<s>r" programs)."""
     result = engine_page.run(DEPTHWISE)
     x, w, x2, w2, b, b2 = (
         np.asarray(result[n], np.float32) for n in ("x", "w", "x2", "w2", "b", "b2")
     )
     raw = _depthwise(x, w, (1, 1), ((2, 2), (2, 2)))
     want = [_relu6(raw + b), _depthwise(x2, w2, (2, 2), ((0, 1), (0, 1))) + b2, raw]
-    for got, unblocked, expected in zip(result["got"], result["unblocked"], want, strict=True):
-        got, unblocked = np.asarray(got, np.float32), np.asarray(unblocked, np.float32)
-        np.testing.assert_allclose(got, expected, rtol=F32_RTOL, atol=1e-4)
-        np.testing.assert_allclose(got, unblocked, rtol=F32_RTOL, atol=1e-5)
-        assert np.isnan(got).any() and np.isinf(expected).any() == np.isinf(got).any()
+    for run in ("got", "got_r"):
+        for got, unblocked, expected in zip(result[run], result["unblocked"], want, strict=True):
+            got, unblocked = np.asarray(got, np.float32), np.asarray(unblocked, np.float32)
+            np.testing.assert_allclose(got, expected, rtol=F32_RTOL, atol=1e-4)
+            np.testing.assert_allclose(got, unblocked, rtol=F32_RTOL, atol=1e-5)
+            assert np.isnan(got).any() and np.isinf(expected).any() == np.isinf(got).any()
     rows = 7 if result["draw_buffers"] >= 7 else 2
-    draws = result["draws"]
-    assert [d for d in draws if "_block:" in d] == [
-        "depthwise_block:k5s1_4x1.bias",  # relu6(dw + b): the unbiased block goes
-        f"depthwise_block:k3s2_{rows}x1.bias",
-        "depthwise_block:k5s1_4x1",  # raw
-    ], draws
-    assert draws.count("block_interleave:4x1.relu6") == 1
-    assert f"block_interleave:{rows}x1" in draws
-    assert not [d for d in draws if d.startswith(("fused", "binary", "depthwise_conv2d"))], draws
+    for draws, r in ((result["draws"], ""), (result["draws_r"], "r")):
+        assert [d for d in draws if "_block:" in d] == [
+            f"depthwise_block:k5s1{r}_4x1.bias",  # relu6(dw + b): the unbiased block goes
+            f"depthwise_block:k3s2{r}_{rows}x1.bias",
+            f"depthwise_block:k5s1{r}_4x1",  # raw
+        ], draws
+        assert draws.count("rows") == (0 if r else 3), draws  # a packed filter per layer
+        assert draws.count("block_interleave:4x1.relu6") == 1
+        assert f"block_interleave:{rows}x1" in draws
+        unfused = ("fused", "binary", "depthwise_conv2d")
+        assert not [d for d in draws if d.startswith(unfused)], draws
 
 
 def test_depthwise_layers_run_as_blocks_with_their_bias_and_relu6(engine_page: EnginePage) -> None:

@@ -248,7 +248,7 @@ class WebGL2Backend(Backend):
             blocked = rewrites.blocked(self, key, inputs, out, uniforms)
             if blocked is not None:
                 return blocked
-        if key == "depthwise_conv2d4":
+        if key.partition(":")[0] == "depthwise_conv2d4":
             blocked = rewrites.depthwise_blocked(self, inputs, attrs, out, uniforms)
             if blocked is not None:
                 return blocked

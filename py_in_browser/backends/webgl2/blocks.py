@@ -551,10 +551,16 @@ def depthwise_rows(width: int, draw_buffers: int) -> int | None:
 
 
 def depthwise_source(
-    window: int, stride: int, rows: int, bias: bool = False, targets: tuple[int, str] | None = None
+    window: int,
+    stride: int,
+    rows: int,
+    bias: bool = False,
+    targets: tuple[int, str] | None = None,
+    r_filter: bool = False,
 ) -> str:
     """Program "depthwise_block:k<window>s<stride>_<rows>x1" (an RGBA NHWC input of channels
-    a multiple of 4 and HWC1 filters of either layout, as depthwise_conv2d4.frag): the block is `rows`
+    a multiple of 4 and an RGBA HWC1 filter; "k<window>s<stride>r": an R one, `r_filter`, as
+    depthwise_conv2d4.frag reads them): the block is `rows`
     neighbouring output pixels of one output row x one texel of channels, target texel index
     (first pixel / rows) * (C / 4) + texel column, as conv2d_source's blocks. The filter's
     width and column stride are compiled in: per filter row, its `window` texels are fetched
@@ -613,40 +619,44 @@ def depthwise_source(
         "  int ow = pix % u_o.y;\n  int t = pix / u_o.y;\n  int oh = t % u_o.x;\n  int n = t / u_o.x;\n"
         f"{steps}  int ww = u_l{slot}.x;\n"
         "  // The filter elements of tap (0, 0): texel c4 (RGBA), or R texels from 4 * c4 on.\n"
-        f"  bool w_rgba = u_l{slot}.y == 4;\n"
-        "  ivec2 tap_step = texel_step(w_rgba ? c4n : u_x.w, ww);\n"
-        "  ivec2 pw = texel_at(w_rgba ? c4 : 4 * c4, ww);\n"
+        f"  ivec2 tap_step = texel_step({'u_x.w' if r_filter else 'c4n'}, ww);\n"
+        f"  ivec2 pw = texel_at({'4 * c4' if r_filter else 'c4'}, ww);\n"
         "  int left = ow * u_stride.y - u_pad.y;\n"
         "  for (int kh = 0; kh < u_w.x; ++kh) {\n"
         "    int ih = oh * u_stride.x - u_pad.x + kh;\n"
         "    bool row_inside = ih >= 0 && ih < u_x.y;\n"
         f"{cursor}{filters}{columns}  }}\n"
     )
-    uniforms = CONV_UNIFORMS + _filter_tap(slot)
+    uniforms = CONV_UNIFORMS + _filter_tap(slot, r_filter)
     if targets is not None:
         uniforms += _source_activation(targets[1])
     return _block(rows, 1, uniforms, body, "c4" if bias else None, first_extra=slot + 1)
 
 
-def _filter_tap(slot: int) -> str:
+def _filter_tap(slot: int, r_filter: bool) -> str:
     """GLSL filter_tap: the 4 filter elements of a depthwise tap from its texel (an RGBA filter,
-    input `slot`) or its 4 R texels, and the cursor moved to the next tap (as
-    depthwise_conv2d4.frag reads them)."""
-    x, layout = f"u_x{slot}", f"u_l{slot}"
+    input `slot`) or its 4 R texels (`r_filter`), and the cursor moved to the next tap (as
+    depthwise_conv2d4.frag reads them). The layout is compiled in: SwiftShader runs both sides
+    of a branch on a uniform, 5 fetches a tap where 1 or 4 do (H1 on SwiftShader: 7% less time
+    a frame in a same-page A/B)."""
+    x = f"u_x{slot}"
+    if not r_filter:
+        return f"""vec4 filter_tap(inout ivec2 pw, ivec2 tap_step, int ww) {{
+  vec4 w = texelFetch({x}, pw, 0);
+  pw = advance(pw, tap_step, ww);
+  return w;
+}}
+"""
     return f"""vec4 filter_tap(inout ivec2 pw, ivec2 tap_step, int ww) {{
   vec4 w;
-  if ({layout}.y == 4) {{
-    w = texelFetch({x}, pw, 0);
-  }} else {{
-    ivec2 q = pw;
-    w.x = texelFetch({x}, q, 0).r;
-    q = advance(q, ivec2(1, 0), ww);
-    w.y = texelFetch({x}, q, 0).r;
-    q = advance(q, ivec2(1, 0), ww);
-    w.z = texelFetch({x}, q, 0).r;
-    q = advance(q, ivec2(1, 0), ww);
-    w.w = texelFetch({x}, q, 0).r;
-  }}
+  ivec2 q = pw;
+  w.x = texelFetch({x}, q, 0).r;
+  q = advance(q, ivec2(1, 0), ww);
+  w.y = texelFetch({x}, q, 0).r;
+  q = advance(q, ivec2(1, 0), ww);
+  w.z = texelFetch({x}, q, 0).r;
+  q = advance(q, ivec2(1, 0), ww);
+  w.w = texelFetch({x}, q, 0).r;
   pw = advance(pw, tap_step, ww);
   return w;
 }}

@@ -170,7 +170,13 @@ def fuse(
         # commutes, bit for bit.
         inputs = inputs[::-1]
         record = memory.blocked.get(inputs[0].texture.id)
-    if record is None or not still_valid(memory.pool, record):
+    if record is None:
+        return None
+    # relu or relu6 of a block's output interleaves its targets again (they live with the
+    # output); the other epilogues draw again from what the first draw read, which must still
+    # hold it (a depthwise block's packed filter goes with the unbiased output, for one).
+    shares_targets = isinstance(record, Blocked) and op in ("relu", "fused")
+    if not shares_targets and not still_valid(memory.pool, record):
         return None
     if isinstance(record, Product):
         return fuse_product(memory, queue, op, inputs, attrs, out, record)

@@ -231,14 +231,17 @@ def _depthwise(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:
     return op, [ints("u_x", x), ints("u_w", w), ints("u_o", out.shape[1:3]), *_geometry(attrs)]
 
 
-def depthwise_vector_plan(attrs: dict[str, Any], out: OutSpec, rgba: bool) -> Plan | None:
+def depthwise_vector_plan(
+    attrs: dict[str, Any], out: OutSpec, rgba: bool, r_filter: bool
+) -> Plan | None:
     """glsl/depthwise_conv2d4.frag where input and output are RGBA textures of whole texels of
     channels and each output channel is its input channel (M == 1: every model layer here),
-    else None. The filter may have either layout (the kernel reads it by its own)."""
+    else None. The filter may have either layout: "depthwise_conv2d4:r" reads an R one."""
     x, w = out.in_shapes
     if not rgba or w[3] != 1 or x[3] % 4 or 0 in out.shape or 0 in x:
         return None
-    return "depthwise_conv2d4", _depthwise("depthwise_conv2d", attrs, out)[1]
+    key = "depthwise_conv2d4:r" if r_filter else "depthwise_conv2d4"
+    return key, _depthwise("depthwise_conv2d", attrs, out)[1]
 
 
 def _pool(op: str, attrs: dict[str, Any], out: OutSpec) -> Plan:

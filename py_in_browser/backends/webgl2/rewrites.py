@@ -162,7 +162,7 @@ def vector_variant(
     if op == "depthwise_conv2d":
         dense = all(h.texture.layout.size == math.prod(h.shape) for h in inputs)
         rgba = dense and layout.channels == 4 == ins[0].channels
-        vector = kernels.depthwise_vector_plan(attrs, out, rgba)
+        vector = kernels.depthwise_vector_plan(attrs, out, rgba, ins[1].channels == 1)
         return vector if vector is not None else (key, uniforms)
     if op in kernels.VECTOR_OPS:
         if any(h.texture.layout.size != math.prod(h.shape) for h in inputs):
@@ -298,16 +298,37 @@ def depthwise_blocked(
         return None  # (a filter gradient's whole-image window stays with the texel kernel)
     if math.prod(out.shape) * math.prod(out.in_shapes[1][:2]) < DEPTHWISE_BLOCKS_AT:
         return None
-    variant = f"k{kw}s{attrs['strides'][1]}"
+    packed = packed_filter(backend, inputs[1], out.in_dtypes[1])
+    filter_ = inputs[1] if packed is None else packed
+    variant = f"k{kw}s{attrs['strides'][1]}" + "r" * (filter_.texture.layout.channels == 1)
     # An expansion's conv blocks of as many pixels: read in place (blocks.depthwise_source).
     targets = block_targets(backend, inputs[0], rows, "conv2d", 2) or narrowed_targets(
         backend, inputs[0], rows
     )
+    reads = [inputs[0], filter_]
     if targets is not None:
         pad = int(next(values for name, _, values in uniforms if name == "u_pad")[1])
-        variant, inputs = f"{variant}t{pad}{targets[0]}", [*targets[1], inputs[1]]
+        variant, reads = f"{variant}t{pad}{targets[0]}", [*targets[1], filter_]
     key = f"depthwise_block:{variant}_{rows}x1"
-    return _draw_blocks(backend, key, inputs, uniforms, "depthwise_conv2d", out, (rows, 1), False)
+    result = _draw_blocks(backend, key, reads, uniforms, "depthwise_conv2d", out, (rows, 1), False)
+    if packed is not None:
+        backend.memory.keep_with(result, packed)  # a bias fused in draws the block again
+    return result
+
+
+def packed_filter(backend: Drawing, filter_: Handle, dtype: str) -> Handle | None:
+    """A depthwise filter (KH, KW, C, 1) held in an R texture (a small one: texture_layout's
+    PACK_MIN_ELEMENTS) drawn into an RGBA texture, its elements in the same order, or None
+    where it is RGBA already (or has a float16 low part). A block fetches one texel a tap from
+    it instead of 4 (H1's 24- to 96-channel 3x3 layers at 112 and 56 pixels); the copy, a
+    small draw, stays part of the call so that it follows the filter's values in a recording."""
+    if filter_.texture.layout.channels != 1 or filter_.lo is not None or filter_.repeat != 1:
+        return None
+    kh, kw, channels, _ = filter_.shape
+    rows = (kh * kw, channels)  # whole texels of channels: an RGBA layout
+    spec = OutSpec(rows, dtype, (filter_.shape,), (dtype,))
+    copy = backend.run("reshape", [filter_], {"shape": rows}, spec)
+    return Handle(copy.texture, None, filter_.shape, dtype)
 
 
 def _draw_blocks(

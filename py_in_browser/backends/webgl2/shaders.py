@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
@@ -328,8 +329,8 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
         return _multi_target(arg)
     if kind in ("transpose4", "patches4", "sum_rows4"):
         return "#define TEXEL_KERNEL\n" + _frag(kind), 1
-    if kind == "depthwise_conv2d4":
-        return "#define TEXEL_KERNEL\n" + _frag(kind), 2
+    if kind == "depthwise_conv2d4":  # arg "r": the filter is an R texture (else RGBA)
+        return "#define TEXEL_KERNEL\n" + "#define R_FILTER\n" * (arg == "r") + _frag(kind), 2
     if kind == "sum_parts4":  # arg "", "bias", "relu" or "bias_relu": the fused epilogue
         defines = "".join(f"#define {part.upper()}\n" for part in arg.split("_") if part)
         return f"#define TEXEL_KERNEL\n{defines}{_frag(kind)}", 2 if "bias" in arg else 1
@@ -367,12 +368,15 @@ def _body(kind: str, arg: str) -> tuple[str, int]:
             source = blocks.interleave_source(rows, cols, epilogue, variant == "aligned")
             return source, rows * cols
         bias = epilogue.endswith("bias")
-        if kind == "depthwise_block":  # "k<window>s<stride>", "k<w>s<s>t<pad>[-<activation>]"
+        if kind == "depthwise_block":  # "k<window>s<stride>[r][t<pad>][-<activation>]"
             variant, _, activation = variant.partition("-")
-            window, _, rest = variant[1:].partition("s")
-            stride, reads_targets, pad = rest.partition("t")
-            targets = (int(pad), activation) if reads_targets else None
-            source = blocks.depthwise_source(int(window), int(stride), rows, bias, targets)
+            parts = re.fullmatch(r"k(\d+)s(\d+)(r?)(?:t(\d+))?", variant)
+            assert parts is not None, variant
+            window, stride, r_filter, pad = parts.groups()
+            targets = (int(pad), activation) if pad is not None else None
+            source = blocks.depthwise_source(
+                int(window), int(stride), rows, bias, targets, r_filter=bool(r_filter)
+            )
             return source, (rows if targets else 1) + 1 + bias
         if kind == "conv2d_block":
             pool, residual = epilogue.startswith("maxpool"), epilogue.startswith("add")

@@ -1,7 +1,8 @@
 // Vector depthwise conv2d (NHWC input with channels a multiple of 4, HWCM filters with M == 1):
 // each fragment computes out[n, oh, ow, c..c+3], one RGBA texel, from one input texel and the 4
 // filter elements of each tap: one texel where the filter is RGBA-packed (4 channels of one
-// tap, since C is a multiple of 4), else 4 R texels. Cursors step through both textures, so a
+// tap, since C is a multiple of 4), else 4 R texels (R_FILTER: compiled in, as SwiftShader
+// runs both sides of a branch on a uniform). Cursors step through both textures, so a
 // tap costs its fetches and no integer division (one texel_at per window row). Padded taps
 // multiply a zero in (0 * Inf is NaN, as numpy); the filter gradient (ops.py: a whole gradient
 // image as the filter, a tiny output) runs on the same loop.
@@ -21,12 +22,16 @@ vec4 value4(int texel) {
   int n = t / u_o.x;
   int wx = u_l0.x;
   int ww = u_l1.x;
-  bool w_rgba = u_l1.y == 4;
   // Filter elements of these channels at tap (kh, kw): texel tap * C / 4 + c4 (RGBA), or the
   // R texels from 4 * (tap * C / 4 + c4) on; either way a step of C elements per tap.
-  ivec2 pw = texel_at(w_rgba ? c4 : 4 * c4, ww);
-  ivec2 tap_step = texel_step(w_rgba ? c4n : u_x.w, ww);
+#ifdef R_FILTER
+  ivec2 pw = texel_at(4 * c4, ww);
+  ivec2 tap_step = texel_step(u_x.w, ww);
   ivec2 one = ivec2(1, 0);
+#else
+  ivec2 pw = texel_at(c4, ww);
+  ivec2 tap_step = texel_step(c4n, ww);
+#endif
   ivec2 pixel_step = texel_step(c4n, wx);
   int left = ow * u_stride.y - u_pad.y;
   vec4 acc = vec4(0.0);
@@ -43,19 +48,19 @@ vec4 value4(int texel) {
         xv = texelFetch(u_x0, px, 0);
         px = advance(px, pixel_step, wx);
       }
+#ifdef R_FILTER
       vec4 wv;
-      if (w_rgba) {
-        wv = texelFetch(u_x1, pw, 0);
-      } else {
-        ivec2 q = pw;
-        wv.x = texelFetch(u_x1, q, 0).r;
-        q = advance(q, one, ww);
-        wv.y = texelFetch(u_x1, q, 0).r;
-        q = advance(q, one, ww);
-        wv.z = texelFetch(u_x1, q, 0).r;
-        q = advance(q, one, ww);
-        wv.w = texelFetch(u_x1, q, 0).r;
-      }
+      ivec2 q = pw;
+      wv.x = texelFetch(u_x1, q, 0).r;
+      q = advance(q, one, ww);
+      wv.y = texelFetch(u_x1, q, 0).r;
+      q = advance(q, one, ww);
+      wv.z = texelFetch(u_x1, q, 0).r;
+      q = advance(q, one, ww);
+      wv.w = texelFetch(u_x1, q, 0).r;
+#else
+      vec4 wv = texelFetch(u_x1, pw, 0);
+#endif
       pw = advance(pw, tap_step, ww);
       acc += xv * wv;
     }
