@@ -514,6 +514,32 @@ finally:
     assert outcome == [2, True, True]
 
 
+def test_replayed_predictions_read_the_weights_training_left(engine_page: EnginePage) -> None:
+    """predict's recordings draw what they derive from the weights: the last layer's (128, 10)
+    weight is padded to whole texels for its product (rewrites.pad_matrix, cached per texture).
+    A copy cached before a recording began was read by every replay, so predict after more
+    training used that layer's old weights (0.3 off at a scale of 8): against numpy on the
+    weights training left."""
+    after, reference = engine_page.run(
+        """
+from py_in_browser import layers
+rng = np.random.default_rng(12)
+x = rng.standard_normal((256, 784)).astype(np.float32)
+y = rng.integers(0, 10, 256)
+model = pib.Sequential([layers.Dense(128, activation="relu"), layers.Dense(10)], seed=12)
+model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+await model.fit(x, y, epochs=1, batch_size=64, verbose=0)
+for _ in range(4):  # recorded twice, then replayed
+    await (await model.predict(x[:64], batch_size=64)).numpy()
+await model.fit(x, y, epochs=2, batch_size=64, verbose=0)
+after = await (await model.predict(x[:64], batch_size=64)).numpy()
+w0, b0, w1, b1 = await model.get_weights()
+[after, np.maximum(x[:64] @ w0 + b0, 0) @ w1 + b1]
+"""
+    )
+    np.testing.assert_allclose(after, reference, rtol=F32_RTOL, atol=1e-4)
+
+
 SPLIT_SUMS = (
     SENT_COMMANDS
     + """

@@ -45,6 +45,11 @@ class StepRecorder:
 
     def begin(self) -> None:
         self.queue.recording = RecordingBuilder()
+        # A recording must draw what it derives from its state: a padded copy or a fusable
+        # block made before it began would be read as it was then, in every replay (predict
+        # after more training read a Dense(10) layer's old padded weights).
+        self.memory.padded.clear()
+        self.memory.blocked.clear()
 
     def _end(self, keep: set[int]) -> None:
         self.queue.recording = None
