@@ -209,12 +209,23 @@ def test_replayed_steps_cost_O1_python_to_js_calls(trajectories: EnginePage) -> 
         assert calls[name] <= 1 + 3 / 8 + 1e-9
 
 
-LAYOUT_CHECK = """
+# Chromium keeps only a few WebGL contexts of a worker live and loses the oldest beyond them
+# (from about the fifth pib.init in a row here, the active backend's among them at times): a
+# test that starts a webgl2 backend of its own closes the one it replaces.
+REINIT = """
+async def reinit(**options):
+    replaced = pib.runtime.current_backend()
+    await pib.init(backend="webgl2", **options)
+    replaced.close()
+"""
+LAYOUT_CHECK = (
+    REINIT
+    + """
 from py_in_browser.backends.webgl2.texture_layout import TextureTooLargeError
 rng = np.random.default_rng(0)
 a = rng.standard_normal((3, 300)).astype(np.float32)  # 300 > 64 along one side
 b = rng.standard_normal((300, 5)).astype(np.float32)
-await pib.init(backend="webgl2", limits={"max_texture_size": 64})
+await reinit(limits={"max_texture_size": 64})
 try:
     caps = pib.capabilities()
     with pib.tidy():
@@ -233,9 +244,10 @@ try:
         except TextureTooLargeError as exc:
             refused.append(str(exc))
 finally:
-    await pib.init(backend="webgl2")
+    await reinit()
 {"caps": caps, "got": got, "refused": refused}
 """
+)
 
 
 def test_tensors_wider_than_max_texture_size_are_relaid_out(engine_page: EnginePage) -> None:
@@ -288,14 +300,16 @@ BLOCK_CASES: list[tuple[str, tuple[tuple[int, ...], ...], dict[str, Any], str]] 
         "conv2d_block:vec_4x1",
     ),
 ]
-BLOCKS = """
+BLOCKS = (
+    REINIT
+    + """
 from py_in_browser.backends.webgl2 import rewrites as webgl2_rewrites
 from py_in_browser.ops import call
 rng = np.random.default_rng(7)
 inputs = [[rng.standard_normal(s).astype(np.float32) for s in shapes] for _, shapes, _, _ in CASES]
 got = {"inputs": inputs}
 for buffers in (8, 4):
-    await pib.init(backend="webgl2", limits={"max_draw_buffers": buffers})
+    await reinit(limits={"max_draw_buffers": buffers})
     backend = pib.runtime.current_backend()
     draw, programs = backend.queue.draw, []
     def spy(key, *args):
@@ -313,9 +327,10 @@ for buffers in (8, 4):
     finally:
         webgl2_rewrites.BLOCKS_AT = threshold
     got[buffers] = {"results": results, "programs": programs}
-await pib.init(backend="webgl2")
+await reinit()
 got
 """
+)
 
 
 def _conv2d(x: np.ndarray, w: np.ndarray, strides: Any, pads: Any) -> np.ndarray:
@@ -808,7 +823,7 @@ def test_profile_reports_per_kernel_times_and_their_source(engine_page: EnginePa
     (GPU timer queries with EXT_disjoint_timer_query_webgl2, else wall time around each draw)."""
     primitives = set(engine_page.run(PRIMITIVES_IN_PAGE))
     report = engine_page.run(
-        "await pib.init(backend='webgl2')\n"
+        REINIT + "await reinit()\n"
         "async def work():\n"
         "    with pib.tidy():\n"
         "        a = pib.tensor(np.ones((16, 16), np.float32))\n"
