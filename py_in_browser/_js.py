@@ -29,6 +29,14 @@ async def load_bridge(package: str, filename: str) -> Any:
     return await js.pibImportModule(source)
 
 
+def wasm_validates(module: bytes) -> bool:
+    """Whether this browser's WebAssembly compiles `module` (a feature probe)."""
+    import js
+    from pyodide.ffi import to_js
+
+    return bool(js.WebAssembly.validate(to_js(module)))
+
+
 def js_global(name: str) -> Any:
     """A global of the worker (navigator, OffscreenCanvas, performance, ...)."""
     import js

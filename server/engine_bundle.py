@@ -8,7 +8,7 @@ from pathlib import Path
 
 from server.package_bundle import BUNDLE_SUFFIX, drop_other_builds, write_bundle
 from server.settings import Paths
-from server.simd_build import PACKAGE_PATH, SimdBuildError, SimdModule, ensure_simd_module
+from server.simd_build import SimdBuildError, SimdModule, ensure_simd_module
 
 PACKAGE_NAME = "py_in_browser"
 BUNDLE_NAME = PACKAGE_NAME + BUNDLE_SUFFIX
@@ -64,7 +64,9 @@ def ensure_engine_bundle(paths: Paths) -> EngineBundle:
         (f"{PACKAGE_NAME}/{p.relative_to(src).as_posix()}", p.read_bytes()) for p in _sources(src)
     ]
     if simd is not None:
-        members.append((f"{PACKAGE_NAME}/{PACKAGE_PATH}", simd.path.read_bytes()))
+        members += [
+            (f"{PACKAGE_NAME}/{at}", file.read_bytes()) for at, file in simd.package_files()
+        ]
     write_bundle(bundle, members)
     drop_other_builds(paths.engine, digest)
     return EngineBundle(bundle, digest, simd)

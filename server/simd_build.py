@@ -6,6 +6,8 @@ toolchain. The result is a PIC side module (dylink.0 section) that Pyodide's dyn
 through ctypes.CDLL into its own memory, so kernels work on numpy arrays in place. It is cached as
 <cache>/simd/<digest>/kernels.wasm, the digest covering sources, flags and compiler version; a
 failed build is cached too (failed.txt), so the server does not retry it on every request.
+A second build of the same sources, kernels-relaxed.wasm, adds relaxed SIMD (simd.h's fused
+multiply-add); the page loads it where the browser validates relaxed SIMD (loader.py).
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from server.settings import Paths
 
 # Not ".so": Python would take that for an extension module shadowing kernels.py.
 MODULE_NAME = "kernels.wasm"
-# Where the binding expects the module inside the engine package (and so inside the wheel).
+RELAXED_MODULE_NAME = "kernels-relaxed.wasm"
+# Where the binding expects the modules inside the engine package (and so inside the wheel).
 PACKAGE_PATH = f"backends/cpu_simd/{MODULE_NAME}"
+RELAXED_PACKAGE_PATH = f"backends/cpu_simd/{RELAXED_MODULE_NAME}"
+RELAXED_FLAGS = ("-mrelaxed-simd",)
 COMPILE_FLAGS = (
     "--target=wasm32-unknown-emscripten",
     "-O3",
@@ -41,8 +46,13 @@ LINK_FLAGS = ("--experimental-pic", "-shared", "--no-entry")
 
 @dataclass(frozen=True)
 class SimdModule:
-    path: Path
+    path: Path  # WebAssembly SIMD (simd128) only
+    relaxed_path: Path  # the same kernels with relaxed SIMD's fused multiply-add
     digest: str
+
+    def package_files(self) -> list[tuple[str, Path]]:
+        """(path inside the engine package, built file) of both builds."""
+        return [(PACKAGE_PATH, self.path), (RELAXED_PACKAGE_PATH, self.relaxed_path)]
 
 
 class SimdBuildError(RuntimeError):
@@ -65,7 +75,8 @@ def _toolchain_version() -> str:
 
 
 def module_digest(paths: Paths, toolchain: str) -> str:
-    digest = hashlib.sha256(f"{toolchain}\0{COMPILE_FLAGS}\0{LINK_FLAGS}\0".encode())
+    flags = f"{COMPILE_FLAGS}\0{RELAXED_FLAGS}\0{LINK_FLAGS}"
+    digest = hashlib.sha256(f"{toolchain}\0{flags}\0".encode())
     for path in native_sources(paths):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
@@ -81,7 +92,7 @@ def _run(cmd: list[str]) -> None:
         raise SimdBuildError(f"'{' '.join(cmd)}' failed:\n{(done.stderr or done.stdout).strip()}")
 
 
-def _compile(paths: Paths, out: Path) -> None:
+def _compile(paths: Paths, out: Path, extra_flags: tuple[str, ...] = ()) -> None:
     import ziglang  # the package carries clang's headers (wasm_simd128.h) in its lib folder
 
     resource_dir = Path(ziglang.__file__).parent / "lib"
@@ -95,6 +106,7 @@ def _compile(paths: Paths, out: Path) -> None:
                 _zig(
                     "clang",
                     *COMPILE_FLAGS,
+                    *extra_flags,
                     f"-resource-dir={resource_dir}",
                     "-c",
                     str(source),
@@ -106,25 +118,45 @@ def _compile(paths: Paths, out: Path) -> None:
         _run(_zig("wasm-ld", *LINK_FLAGS, "-o", str(out), *objects))
 
 
+def _dylink_section(module: Path) -> bytes:
+    """The leading dylink.0 custom section: the static memory and table slots a build asks of the
+    dynamic linker. A snapshot's relink swaps one build for the other (shared-libraries.js), which
+    is sound only where they ask the same."""
+    data = module.read_bytes()
+    size, at, shift = 0, 9, 0
+    while True:  # the section's size, a LEB128 after the magic, version and section id
+        byte = data[at]
+        size |= (byte & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if byte < 0x80:
+            return data[8 : at + size]
+
+
 def ensure_simd_module(paths: Paths) -> SimdModule:
-    """The module for the current sources, compiled only when they changed; raises
+    """Both builds for the current sources, compiled only when they changed; raises
     SimdBuildError (also for a build that failed before with the same sources)."""
     digest = module_digest(paths, _toolchain_version())
     folder = paths.cache / "simd" / digest
-    module, failure = folder / MODULE_NAME, folder / "failed.txt"
-    if module.is_file():
-        return SimdModule(module, digest)
+    built = SimdModule(folder / MODULE_NAME, folder / RELAXED_MODULE_NAME, digest)
+    failure = folder / "failed.txt"
+    if built.path.is_file() and built.relaxed_path.is_file():
+        return built
     if failure.is_file():
         raise SimdBuildError(failure.read_text())
     folder.mkdir(parents=True, exist_ok=True)
-    partial = folder / (MODULE_NAME + ".partial")
-    try:
-        _compile(paths, partial)
-    except (SimdBuildError, OSError, subprocess.TimeoutExpired) as exc:
-        failure.write_text(str(exc))
-        raise SimdBuildError(str(exc)) from exc
-    partial.replace(module)
+    for module, flags in ((built.relaxed_path, RELAXED_FLAGS), (built.path, ())):
+        partial = module.with_name(module.name + ".partial")
+        try:
+            _compile(paths, partial, flags)
+        except (SimdBuildError, OSError, subprocess.TimeoutExpired) as exc:
+            failure.write_text(str(exc))
+            raise SimdBuildError(str(exc)) from exc
+        partial.replace(module)
+    if _dylink_section(built.path) != _dylink_section(built.relaxed_path):
+        message = "the two builds' dylink.0 sections differ: a snapshot could not relink either"
+        failure.write_text(message)
+        raise SimdBuildError(message)
     for stale in folder.parent.iterdir():
         if stale != folder:
             shutil.rmtree(stale, ignore_errors=True)
-    return SimdModule(module, digest)
+    return built

@@ -13,16 +13,16 @@ import pytest
 import py_in_browser as pib
 from py_in_browser import layers, optimizers, replay, runtime
 from py_in_browser.backends import cpu
-from tests_unit.wasm_simd import WasmSimd, native_simd
+from tests_unit.wasm_simd import BUILDS, WasmSimd, native_simd
 
 STEPS = 5
 XOR_X = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], dtype=np.float32)
 XOR_Y = np.array([[0], [1], [1], [0]], dtype=np.float32)
 
 
-@pytest.fixture(scope="module")
-def simd() -> WasmSimd:
-    return native_simd()
+@pytest.fixture(scope="module", params=BUILDS)
+def simd(request: pytest.FixtureRequest) -> WasmSimd:
+    return native_simd(request.param)
 
 
 @pytest.fixture

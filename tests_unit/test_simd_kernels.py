@@ -19,14 +19,14 @@ from py_in_browser.backends.cpu_simd.kernels import ELEMENTWISE_MIN_SIZE, REPLAY
 from py_in_browser.events import runtime_events
 from py_in_browser.testing import graph_models
 from py_in_browser.testing.op_cases import CASES, OpCase, check_forward, tape_gradients
-from tests_unit.wasm_simd import WasmSimd, native_simd
+from tests_unit.wasm_simd import BUILDS, WasmSimd, native_simd
 
 TOLERANCE = 1e-5
 
 
-@pytest.fixture(scope="module")
-def simd() -> WasmSimd:
-    return native_simd()
+@pytest.fixture(scope="module", params=BUILDS)
+def simd(request: pytest.FixtureRequest) -> WasmSimd:
+    return native_simd(request.param)
 
 
 def _reference(a: np.ndarray, b: np.ndarray, ta: bool, tb: bool) -> np.ndarray:
@@ -512,3 +512,9 @@ def test_small_exact_elementwise_ops_stay_with_numpy(simd: WasmSimd) -> None:
     assert simd.kernels.elementwise("add", [rows, rows[0]]) is None  # shapes the op table expands
     less = simd.kernels.elementwise("less", [rows, rows * 2])
     assert less is not None and less.dtype == np.bool_ and less.all()
+
+
+def test_only_the_relaxed_build_fuses_multiply_adds(simd: WasmSimd) -> None:
+    """The relaxed build's products round a * b + acc once (x86's FMA under wasmtime, as under
+    V8 and SpiderMonkey); the plain build rounds the product first."""
+    assert simd.kernels.fuses_multiply_adds() == (simd.path.name == "kernels-relaxed.wasm")

@@ -1,6 +1,6 @@
 """The cpu backend's SIMD side module run natively under wasmtime, as Pyodide's linker would.
 
-It builds the same kernels.wasm the engine wheel ships (server/simd_build.py), gives it what
+It builds the same kernels.wasm / kernels-relaxed.wasm the engine wheel ships (server/simd_build.py), gives it what
 Emscripten's dynamic linker gives a side module (a memory, a stack, __memory_base placed after
 the stack with the size its dylink.0 section asks for, a function table) and wraps its exports in
 the engine's own SimdKernels, so the Python wrappers and the C kernels are tested together.
@@ -148,6 +148,11 @@ def _byte_bounds(x: np.ndarray) -> tuple[int, int]:
     return start + low, start + high + x.itemsize
 
 
-def native_simd() -> WasmSimd:
-    """The module built from the current sources (a build failure fails the test, never skips)."""
-    return WasmSimd(ensure_simd_module(Paths.default()).path)
+# Both builds the wheel ships (wasmtime runs relaxed SIMD): fixtures parametrize over them.
+BUILDS = ("kernels.wasm", "kernels-relaxed.wasm")
+
+
+def native_simd(build: str) -> WasmSimd:
+    """A build from the current sources (a build failure fails the test, never skips)."""
+    built = ensure_simd_module(Paths.default())
+    return WasmSimd({path.name: path for path in (built.path, built.relaxed_path)}[build])

@@ -134,7 +134,8 @@ async def _graph_step(spec: dict[str, Any]) -> tuple[Step, str]:
 def cpu_kernels() -> str:
     """Which kernels our cpu backend runs: the SIMD module (and its replayed steps) or numpy."""
     if SIMD is not None:
-        return "WebAssembly SIMD module, train steps replayed in one call"
+        fused = "relaxed SIMD, fused multiply-adds" if SIMD.fuses_multiply_adds() else "SIMD"
+        return f"WebAssembly SIMD module ({fused}), train steps replayed in one call"
     reasons = [e["reason"] for e in runtime_events() if e["type"] == "simd_unavailable"]
     return "numpy (" + ("; ".join(reasons) or "no SIMD module") + ")"
 

@@ -64,12 +64,28 @@ export function describeLibraries(pyodide, sitePackages) {
   return { handles, paths, sitePackages, slots, tableLength: wasmTable.length, got };
 }
 
+// The cpu SIMD kernels ship in two builds (server/simd_build.py) and the engine loads the relaxed
+// one where relaxed SIMD validates (cpu_simd/loader.py). A snapshot made in such a browser records
+// the relaxed build; a browser without relaxed SIMD (WebKit) relinks the plain build in its place.
+// Neither build has data or table slots of its own (the build checks their dylink.0 sections are
+// equal), so the restored handle fits either.
+const RELAXED_KERNELS = "/kernels-relaxed.wasm";
+const PLAIN_KERNELS = "/kernels.wasm";
+// One function, f32x4.relaxed_madd of its three arguments (loader.py's RELAXED_PROBE).
+const RELAXED_PROBE = "0061736d0100000001080160037b7b7b017b030201000a0d010b00200020012002fd85020b";
+
+function runnableLibrary(path) {
+  if (!path.endsWith(RELAXED_KERNELS)) return path;
+  const probe = new Uint8Array(RELAXED_PROBE.match(/../g).map((pair) => parseInt(pair, 16)));
+  return WebAssembly.validate(probe) ? path : path.slice(0, -RELAXED_KERNELS.length) + PLAIN_KERNELS;
+}
+
 // The libraries `described` lists, compiled (WebAssembly.Module promises, in its order) from
 // `files` (path relative to site-packages -> bytes): off the worker's thread, while the runtime
 // itself starts.
 export function compileLibraries(described, files) {
   return described.paths.map((path) => {
-    const bytes = files.get(path.slice(described.sitePackages.length + 1));
+    const bytes = files.get(runnableLibrary(path).slice(described.sitePackages.length + 1));
     return bytes === undefined ? Promise.reject(new Error(`no file ${path} to relink`)) : WebAssembly.compile(bytes);
   });
 }

@@ -235,6 +235,17 @@ class SimdKernels:
             )
         return out
 
+    def fuses_multiply_adds(self) -> bool:
+        """Whether the products run as fused multiply-adds (the relaxed build, where the browser
+        has relaxed SIMD): a sum of two products whose second only a fused multiply-add keeps,
+        -(1 + 2^-11) + (1 + 2^-12)^2 = 2^-24 (rounding the square first gives 0)."""
+        a = self.empty((1, 2))
+        b = self.empty((2, 4))  # a whole vector of columns: the SIMD lanes, not a scalar tail
+        a[0] = [1.0, 1.0 + 2.0**-12]
+        b[0], b[1] = -(1.0 + 2.0**-11), 1.0 + 2.0**-12
+        product = self.gemm(a, b, False, False)
+        return product is not None and float(product[0, 0]) != 0.0
+
     def _window(
         self,
         shape: tuple[int, ...],

@@ -77,8 +77,8 @@ static void micro_kernel(int kc, const float *ap, int lda, int a_step, const flo
     v128_t b0 = wasm_v128_load(bp), b1 = wasm_v128_load(bp + 4);
     for (int r = 0; r < MR; r++) {
       v128_t a = wasm_v128_load32_splat(ar[r]);
-      acc[r][0] = wasm_f32x4_add(acc[r][0], wasm_f32x4_mul(a, b0));
-      acc[r][1] = wasm_f32x4_add(acc[r][1], wasm_f32x4_mul(a, b1));
+      acc[r][0] = madd(a, b0, acc[r][0]);
+      acc[r][1] = madd(a, b1, acc[r][1]);
       ar[r] += a_step;
     }
     bp += NR;
@@ -118,7 +118,7 @@ static void gemm_rows(int m, int n, int k, const float *a, int trans_a, const fl
         int p = 0;
         if (!trans_a)
           for (; p + 4 <= k; p += 4)
-            acc = wasm_f32x4_add(acc, wasm_f32x4_mul(wasm_v128_load(a + i * k + p), wasm_v128_load(bj + p)));
+            acc = madd(wasm_v128_load(a + i * k + p), wasm_v128_load(bj + p), acc);
         float sum = (wasm_f32x4_extract_lane(acc, 0) + wasm_f32x4_extract_lane(acc, 1)) +
                     (wasm_f32x4_extract_lane(acc, 2) + wasm_f32x4_extract_lane(acc, 3));
         for (; p < k; p++) sum += a_at(a, trans_a, m, k, i, p) * bj[p];
@@ -136,7 +136,7 @@ static void gemm_rows(int m, int n, int k, const float *a, int trans_a, const fl
         float av = a_at(a, trans_a, m, k, i, p);
         v128_t splat = wasm_f32x4_splat(av);
         for (int v = 0; v < vecs; v++)
-          acc[v] = wasm_f32x4_add(acc[v], wasm_f32x4_mul(splat, wasm_v128_load(row + 4 * v)));
+          acc[v] = madd(splat, wasm_v128_load(row + 4 * v), acc[v]);
         for (int q = 4 * vecs; q < cols; q++) tail[q - 4 * vecs] += av * row[q];
       }
       for (int v = 0; v < vecs; v++) wasm_v128_store(c + j0 + 4 * v, acc[v]);
