@@ -29,12 +29,25 @@ async def load_bridge(package: str, filename: str) -> Any:
     return await js.pibImportModule(source)
 
 
+def to_js_bytes(data: bytes) -> Any:
+    """A Uint8Array copy of `data`."""
+    from pyodide.ffi import to_js
+
+    return to_js(data)
+
+
 def wasm_validates(module: bytes) -> bool:
     """Whether this browser's WebAssembly compiles `module` (a feature probe)."""
     import js
-    from pyodide.ffi import to_js
 
-    return bool(js.WebAssembly.validate(to_js(module)))
+    return bool(js.WebAssembly.validate(to_js_bytes(module)))
+
+
+def runtime_module() -> Any:
+    """Pyodide's Emscripten module: its HEAPU8 is the memory numpy's arrays live in."""
+    import pyodide_js
+
+    return pyodide_js._module
 
 
 def js_global(name: str) -> Any:

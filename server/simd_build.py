@@ -26,33 +26,58 @@ from server.settings import Paths
 # Not ".so": Python would take that for an extension module shadowing kernels.py.
 MODULE_NAME = "kernels.wasm"
 RELAXED_MODULE_NAME = "kernels-relaxed.wasm"
+# gemm.c alone, for the helper workers of large products (cpu_simd/threads.py): a plain module
+# (not a side module) on a shared memory the engine's worker copies operands into.
+HELPER_MODULE_NAME = "gemm-helper.wasm"
 # Where the binding expects the modules inside the engine package (and so inside the wheel).
-PACKAGE_PATH = f"backends/cpu_simd/{MODULE_NAME}"
-RELAXED_PACKAGE_PATH = f"backends/cpu_simd/{RELAXED_MODULE_NAME}"
+PACKAGE_FOLDER = "backends/cpu_simd"
+PACKAGE_PATH = f"{PACKAGE_FOLDER}/{MODULE_NAME}"
+RELAXED_PACKAGE_PATH = f"{PACKAGE_FOLDER}/{RELAXED_MODULE_NAME}"
+HELPER_PACKAGE_PATH = f"{PACKAGE_FOLDER}/{HELPER_MODULE_NAME}"
+COMMON_FLAGS = ("-O3", "-msimd128", "-fvisibility=hidden", "-ffreestanding", "-nostdlib")
+COMPILE_FLAGS = ("--target=wasm32-unknown-emscripten", "-fPIC", *COMMON_FLAGS, "-Wall", "-Werror")
+LINK_FLAGS = ("--experimental-pic", "-shared", "--no-entry")
 RELAXED_FLAGS = ("-mrelaxed-simd",)
-COMPILE_FLAGS = (
-    "--target=wasm32-unknown-emscripten",
-    "-O3",
-    "-msimd128",
-    "-fPIC",
-    "-fvisibility=hidden",
-    "-ffreestanding",
-    "-nostdlib",
+# The helper computes rows of the relaxed build's products, so it does the same arithmetic
+# (threads.py uses helpers only where the relaxed build runs); atomics for a shared memory.
+HELPER_COMPILE_FLAGS = (
+    "--target=wasm32-unknown-unknown",
+    *COMMON_FLAGS,
+    *RELAXED_FLAGS,
+    "-matomics",
+    "-mbulk-memory",
     "-Wall",
     "-Werror",
 )
-LINK_FLAGS = ("--experimental-pic", "-shared", "--no-entry")
+HELPER_STACK_BYTES = (
+    1 << 20
+)  # at the start of its memory (--stack-first); threads.py lays out the rest
+HELPER_LINK_FLAGS = (
+    "--no-entry",
+    "--import-memory",
+    "--shared-memory",
+    "--max-memory=2147483648",
+    "--stack-first",
+    f"-zstack-size={HELPER_STACK_BYTES}",
+    "--export=gemm",
+    "--export=gemm_work_floats",
+)
 
 
 @dataclass(frozen=True)
 class SimdModule:
     path: Path  # WebAssembly SIMD (simd128) only
     relaxed_path: Path  # the same kernels with relaxed SIMD's fused multiply-add
+    helper_path: Path  # the relaxed gemm for helper workers
     digest: str
 
     def package_files(self) -> list[tuple[str, Path]]:
-        """(path inside the engine package, built file) of both builds."""
-        return [(PACKAGE_PATH, self.path), (RELAXED_PACKAGE_PATH, self.relaxed_path)]
+        """(path inside the engine package, built file) of every build."""
+        return [
+            (PACKAGE_PATH, self.path),
+            (RELAXED_PACKAGE_PATH, self.relaxed_path),
+            (HELPER_PACKAGE_PATH, self.helper_path),
+        ]
 
 
 class SimdBuildError(RuntimeError):
@@ -75,7 +100,7 @@ def _toolchain_version() -> str:
 
 
 def module_digest(paths: Paths, toolchain: str) -> str:
-    flags = f"{COMPILE_FLAGS}\0{RELAXED_FLAGS}\0{LINK_FLAGS}"
+    flags = f"{COMPILE_FLAGS}\0{RELAXED_FLAGS}\0{LINK_FLAGS}\0{HELPER_COMPILE_FLAGS}\0{HELPER_LINK_FLAGS}"
     digest = hashlib.sha256(f"{toolchain}\0{flags}\0".encode())
     for path in native_sources(paths):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
@@ -92,21 +117,20 @@ def _run(cmd: list[str]) -> None:
         raise SimdBuildError(f"'{' '.join(cmd)}' failed:\n{(done.stderr or done.stdout).strip()}")
 
 
-def _compile(paths: Paths, out: Path, extra_flags: tuple[str, ...] = ()) -> None:
+def _compile(
+    sources: list[Path], out: Path, compile_flags: tuple[str, ...], link_flags: tuple[str, ...]
+) -> None:
     import ziglang  # the package carries clang's headers (wasm_simd128.h) in its lib folder
 
     resource_dir = Path(ziglang.__file__).parent / "lib"
     with tempfile.TemporaryDirectory(prefix="pib-simd-") as tmp:
         objects = []
-        for source in native_sources(paths):
-            if source.suffix != ".c":
-                continue
+        for source in sources:
             obj = Path(tmp) / (source.stem + ".o")
             _run(
                 _zig(
                     "clang",
-                    *COMPILE_FLAGS,
-                    *extra_flags,
+                    *compile_flags,
                     f"-resource-dir={resource_dir}",
                     "-c",
                     str(source),
@@ -115,7 +139,7 @@ def _compile(paths: Paths, out: Path, extra_flags: tuple[str, ...] = ()) -> None
                 )
             )
             objects.append(str(obj))
-        _run(_zig("wasm-ld", *LINK_FLAGS, "-o", str(out), *objects))
+        _run(_zig("wasm-ld", *link_flags, "-o", str(out), *objects))
 
 
 def _dylink_section(module: Path) -> bytes:
@@ -133,21 +157,34 @@ def _dylink_section(module: Path) -> bytes:
 
 
 def ensure_simd_module(paths: Paths) -> SimdModule:
-    """Both builds for the current sources, compiled only when they changed; raises
+    """Every build for the current sources, compiled only when they changed; raises
     SimdBuildError (also for a build that failed before with the same sources)."""
     digest = module_digest(paths, _toolchain_version())
     folder = paths.cache / "simd" / digest
-    built = SimdModule(folder / MODULE_NAME, folder / RELAXED_MODULE_NAME, digest)
+    built = SimdModule(
+        folder / MODULE_NAME, folder / RELAXED_MODULE_NAME, folder / HELPER_MODULE_NAME, digest
+    )
     failure = folder / "failed.txt"
-    if built.path.is_file() and built.relaxed_path.is_file():
+    if all(path.is_file() for _, path in built.package_files()):
         return built
     if failure.is_file():
         raise SimdBuildError(failure.read_text())
     folder.mkdir(parents=True, exist_ok=True)
-    for module, flags in ((built.relaxed_path, RELAXED_FLAGS), (built.path, ())):
+    c_files = [path for path in native_sources(paths) if path.suffix == ".c"]
+    builds = (
+        (built.relaxed_path, c_files, (*COMPILE_FLAGS, *RELAXED_FLAGS), LINK_FLAGS),
+        (built.path, c_files, COMPILE_FLAGS, LINK_FLAGS),
+        (
+            built.helper_path,
+            [p for p in c_files if p.name == "gemm.c"],
+            HELPER_COMPILE_FLAGS,
+            HELPER_LINK_FLAGS,
+        ),
+    )
+    for module, sources, compile_flags, link_flags in builds:
         partial = module.with_name(module.name + ".partial")
         try:
-            _compile(paths, partial, flags)
+            _compile(sources, partial, compile_flags, link_flags)
         except (SimdBuildError, OSError, subprocess.TimeoutExpired) as exc:
             failure.write_text(str(exc))
             raise SimdBuildError(str(exc)) from exc

@@ -17,8 +17,6 @@ from server.engine_bundle import PACKAGE_NAME, ensure_engine_bundle
 from server.package_bundle import read_bundle
 from server.settings import REPO_ROOT, Paths
 from server.simd_build import (
-    PACKAGE_PATH,
-    RELAXED_PACKAGE_PATH,
     SimdBuildError,
     SimdModule,
     ensure_simd_module,
@@ -62,6 +60,18 @@ def test_module_is_a_side_module_cached_by_content(
     assert not module.path.parent.exists()  # the stale build is gone
 
 
+def test_the_helper_build_is_gemm_alone_on_an_imported_shared_memory(sources: Paths) -> None:
+    """What pool.js instantiates in each helper worker: no dynamic linking, one shared memory."""
+    module = ensure_simd_module(sources)
+    engine = wasmtime.Engine()  # threads and relaxed SIMD are on by default
+    helper = wasmtime.Module(engine, module.helper_path.read_bytes())
+    imports = [(item.module, item.name, item.type) for item in helper.imports]
+    assert len(imports) == 1 and imports[0][:2] == ("env", "memory"), imports
+    memory = imports[0][2]
+    assert isinstance(memory, wasmtime.MemoryType) and memory.is_shared, memory
+    assert sorted(item.name for item in helper.exports) == ["gemm", "gemm_work_floats"]
+
+
 def test_only_the_relaxed_build_needs_relaxed_simd(sources: Paths) -> None:
     """A WebAssembly engine without relaxed SIMD (WebKit's, where the loader takes kernels.wasm)
     compiles the plain build and refuses the relaxed one: its products use relaxed_madd."""
@@ -78,8 +88,8 @@ def test_engine_bundle_ships_the_module_but_not_its_sources(sources: Paths) -> N
     bundle = ensure_engine_bundle(sources)
     assert bundle.simd is not None
     files = read_bundle(bundle.path.read_bytes())
-    assert files[f"{PACKAGE_NAME}/{PACKAGE_PATH}"] == bundle.simd.path.read_bytes()
-    assert files[f"{PACKAGE_NAME}/{RELAXED_PACKAGE_PATH}"] == bundle.simd.relaxed_path.read_bytes()
+    for at, built in bundle.simd.package_files():
+        assert files[f"{PACKAGE_NAME}/{at}"] == built.read_bytes(), at
     assert not [name for name in files if name.endswith((".c", ".h"))]
 
 
@@ -99,8 +109,7 @@ def test_a_broken_build_is_reported_cached_and_leaves_a_bundle_without_it(
     bundle = ensure_engine_bundle(sources)
     assert bundle.simd is None
     files = read_bundle(bundle.path.read_bytes())
-    assert f"{PACKAGE_NAME}/{PACKAGE_PATH}" not in files
-    assert f"{PACKAGE_NAME}/{RELAXED_PACKAGE_PATH}" not in files
+    assert not [name for name in files if name.endswith(".wasm")], files.keys()
     assert f"{PACKAGE_NAME}/backends/cpu_simd/loader.py" in files
 
 

@@ -42,16 +42,18 @@ def _close(actual: np.ndarray, expected: np.ndarray) -> None:
     np.testing.assert_allclose(actual, expected, rtol=0, atol=TOLERANCE * scale)
 
 
-# Shapes around every blocking edge: micro-tile (6x8), k block 256, m block 128, n block 512.
+# Shapes around every blocking edge: micro-tile (4x8), k block 256, m block 128, n block 512.
 GEMM_SHAPES = [
     (1, 1, 1),
     (3, 5, 7),
+    (4, 8, 16),
     (6, 8, 16),
     (17, 33, 9),
     (129, 19, 300),
     (64, 520, 40),
     (5, 3, 0),
     (2, 70, 300),  # fewer rows than the micro-tile: B streamed, not packed
+    (3, 33, 4),
     (5, 33, 4),
 ]
 

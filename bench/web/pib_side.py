@@ -135,7 +135,12 @@ def cpu_kernels() -> str:
     """Which kernels our cpu backend runs: the SIMD module (and its replayed steps) or numpy."""
     if SIMD is not None:
         fused = "relaxed SIMD, fused multiply-adds" if SIMD.fuses_multiply_adds() else "SIMD"
-        return f"WebAssembly SIMD module ({fused}), train steps replayed in one call"
+        helpers = (
+            f", large products shared with {SIMD.helpers.count} helper worker(s)"
+            if SIMD.helpers
+            else ""
+        )
+        return f"WebAssembly SIMD module ({fused}{helpers}), train steps replayed in one call"
     reasons = [e["reason"] for e in runtime_events() if e["type"] == "simd_unavailable"]
     return "numpy (" + ("; ".join(reasons) or "no SIMD module") + ")"
 

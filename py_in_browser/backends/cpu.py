@@ -10,7 +10,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from . import KERNELS, Backend, Kernel, OutSpec, counter_hash, register_backend, register_kernel
-from .cpu_simd import SIMD, recording
+from .cpu_simd import SIMD, recording, threads
 
 NAME = "cpu"
 
@@ -34,6 +34,13 @@ class CpuBackend(Backend):
     @property
     def replays_inference(self) -> bool:  # type: ignore[override]  # Backend's is a class attribute
         return SIMD is not None
+
+    async def prepare(self, after_loss: bool = False) -> None:
+        self.schedule_background()
+
+    def background(self) -> None:
+        """Starts the helper threads of large products (cpu_simd/threads.py), after ready."""
+        threads.start_soon(SIMD)
 
     def _check_fits(self, shape: tuple[int, ...]) -> None:
         """Enforces max_allocation_bytes where init set it (it emulates a device's size limit)."""

@@ -75,6 +75,21 @@ Pair = tuple[int, int]
 
 
 Region = tuple[int, int]  # [first, last + 1) bytes in the module's memory
+MR = 4  # native/gemm.c's rows per micro-kernel panel
+
+
+class Helpers(Protocol):
+    """Other threads that compute rows of a large product (threads.RowHelpers, in a browser)."""
+
+    count: int  # how many
+
+    def own_rows(self, m: int, n: int, k: int) -> int | None: ...
+
+    def begin(
+        self, a: int, b: int, m: int, n: int, k: int, transposed_b: bool, own: int
+    ) -> bool: ...
+
+    def finish(self, c: int, m: int, n: int, k: int) -> list[tuple[int, int]]: ...
 
 
 @dataclass
@@ -161,6 +176,8 @@ class SimdKernels:
         # Set by a recording (recording.py) while a step runs eagerly: it sees every call, and
         # every op runs here whatever its size, as the step's replays will.
         self.log: CallSink | None = None
+        # Helper threads for large eager products, once threads.py started them.
+        self.helpers: Helpers | None = None
         # Packing scratch for gemm, lent on every call: allocated once, kept for the session.
         self._work = empty((int(exports["gemm_work_floats"]()),), np.dtype(np.float32))
 
@@ -216,7 +233,7 @@ class SimdKernels:
         m, k = (cols_a, rows_a) if transpose_a else (rows_a, cols_a)
         n = rows_b if transpose_b else cols_b
         out = self.empty((*a.shape[:-2], m, n))
-        if out.size:
+        if out.size and not self._gemm_with_helpers(a, b, transpose_a, transpose_b, out):
             batch = math.prod(a.shape[:-2])
             self._run(
                 "gemm",
@@ -234,6 +251,40 @@ class SimdKernels:
                 self._work,
             )
         return out
+
+    def _gemm_with_helpers(
+        self, a: np.ndarray, b: np.ndarray, transpose_a: bool, transpose_b: bool, out: np.ndarray
+    ) -> bool:
+        """One product of an untransposed A split by rows of C with the helper threads, outside
+        recordings (a replay runs in the module alone); False where it was not split."""
+        helpers = self.helpers
+        if helpers is None or self.log is not None or transpose_a or a.ndim != 2:
+            return False
+        (m, k), n = a.shape, out.shape[1]
+        own = helpers.own_rows(m, n, k)
+        b_address = self._address(b)
+        if own is None or not helpers.begin(self._address(a), b_address, m, n, k, transpose_b, own):
+            return False
+        self._gemm_rows(a, b, transpose_b, out, 0, own)
+        for first, count in helpers.finish(self._address(out), m, n, k):
+            self._gemm_rows(a, b, transpose_b, out, first, count)
+        return True
+
+    def _gemm_rows(
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        transpose_b: bool,
+        out: np.ndarray,
+        first: int,
+        count: int,
+    ) -> None:
+        """Rows [first, first + count) of out = a @ op(b), in this thread."""
+        k, n = a.shape[1], out.shape[1]
+        rows = slice(first, first + count)
+        self._run(
+            "gemm", 1, count, n, k, a[rows], 0, 0, b, 0, int(transpose_b), out[rows], self._work
+        )
 
     def fuses_multiply_adds(self) -> bool:
         """Whether the products run as fused multiply-adds (the relaxed build, where the browser
