@@ -520,3 +520,15 @@ def test_only_the_relaxed_build_fuses_multiply_adds(simd: WasmSimd) -> None:
     """The relaxed build's products round a * b + acc once (x86's FMA under wasmtime, as under
     V8 and SpiderMonkey); the plain build rounds the product first."""
     assert simd.kernels.fuses_multiply_adds() == (simd.path.name == "kernels-relaxed.wasm")
+
+
+def test_the_fused_multiply_add_probe_stays_out_of_a_recording(simd: WasmSimd) -> None:
+    """The helpers' start asks it while a step may be recording (at one of the step's awaits):
+    its product is neither logged nor taken for a read from outside the module."""
+    log = recording.CallLog(simd.kernels)
+    simd.kernels.log = log
+    try:
+        simd.kernels.fuses_multiply_adds()
+    finally:
+        simd.kernels.log = None
+    assert (log.calls, log.problem) == ([], None)
