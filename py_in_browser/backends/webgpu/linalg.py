@@ -50,6 +50,9 @@ VEC4_TILE_K = 32
 # staging and barriers. On SwiftShader 8 pixels x 2 vec4s ran I3's two layers (64x64x3 -> 16,
 # 32x32x16 -> 32) in 8-17 and 27-36 ms against 35-59 and 108-132 ms for 1 pixel x 4 vec4s
 # (fastest GPU times of one page, on a loaded host); 4 pixels x 4 vec4s was within noise of it.
+# Unrolled (conv_direct_body) the two took 4.6-5.2 ms against 15 ms as loops over arrays, for
+# 8x2, 4x4, 8x4, 4x2, 2x4 and 8x1 alike (one page, alternated); a page that also ran 16 pixels x
+# 2 vec4s lost its SwiftShader device.
 DIRECT_CONV_MAX_IN = 16
 DIRECT_CONV_VECS = 2
 DIRECT_CONV_COLS = 8
@@ -362,6 +365,41 @@ def _geometry(
     }
 
 
+def conv_direct_body(cols: int, vecs: int) -> dict[str, str]:
+    """The generated parts of conv_direct.wgsl, unrolled over its `cols` pixels and `vecs` filter
+    vec4s (so each accumulator stays a register): accumulators, per-pixel tap positions, one
+    input channel's multiply-adds (skipped for a pixel whose tap is in the padding) and the
+    stores."""
+    accs = [(o, j) for o in range(cols) for j in range(vecs)]
+    pixels = []
+    for o in range(cols):
+        pixels += [
+            f"      let iw{o} = left + i32({o}u * p.stride_w);",
+            f"      let in{o} = ow0 + {o}u < p.out_w && iw{o} >= 0 && iw{o} < i32(p.in_w);",
+            f"      let x{o} = select(0u, (row + u32(iw{o})) * p.in_c, in{o});",
+        ]
+    tap = [f"        let w{j} = w[min(w_row + {j}u, last_w)];" for j in range(vecs)]
+    for o in range(cols):
+        tap.append(f"        let xv{o} = vec4<f32>(x[x{o} + ci]);")
+        tap += [
+            f"        acc{o}_{j} = select(acc{o}_{j}, fma(xv{o}, w{j}, acc{o}_{j}), in{o});"
+            for j in range(vecs)
+        ]
+    store = [
+        f"  if (ow0 + {o}u < p.out_w && {j}u < vecs_here) "
+        f"{{ y[first + {o}u * p.out_c4 + {j}u] = acc{o}_{j}; }}"
+        for o, j in accs
+    ]
+    return {
+        "COLS": str(cols),
+        "VECS": str(vecs),
+        "DECLARE": "\n".join(f"  var acc{o}_{j} = vec4<f32>(0.0);" for o, j in accs),
+        "PIXELS": "\n".join(pixels),
+        "TAP": "\n".join(tap),
+        "STORE": "\n".join(store),
+    }
+
+
 def _plan_direct_conv2d(
     op: str, geo: dict[str, int], rows: int, limits: DeviceLimits
 ) -> KernelPlan:
@@ -375,7 +413,7 @@ def _plan_direct_conv2d(
     words += [geo["out_w"], out_c4, geo["k_h"], geo["k_w"], geo["stride_h"], geo["stride_w"]]
     words += [geo["pad_top"], geo["pad_left"], col_groups]
     wgsl = codegen.render(
-        "conv_direct.wgsl", VECS=str(DIRECT_CONV_VECS), COLS=str(DIRECT_CONV_COLS)
+        "conv_direct.wgsl", **conv_direct_body(DIRECT_CONV_COLS, DIRECT_CONV_VECS)
     )
     workgroups = codegen.grid(op, codegen.groups_for(invocations), limits)
     bindings = [codegen.INPUT_0, BufferRef("input", 1), codegen.OUTPUT]
