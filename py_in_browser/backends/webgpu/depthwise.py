@@ -42,6 +42,36 @@ def plan_depthwise_conv2d(
     return KernelPlan((codegen.dispatch(f"depthwise:{lanes}", wgsl, _BINDINGS, words, workgroups),))
 
 
+def columns_body(kw: int, sw: int, cols: int) -> dict[str, str]:
+    """The generated parts of depthwise_cols.wgsl, unrolled over a window row (so every input
+    vec4, filter vec4 and accumulator stays a register): accumulators, the row's shared input
+    loads, the taps and the stores."""
+    span = (cols - 1) * sw + kw
+    loads = []
+    for j in range(span):
+        loads += [
+            f"    let in{j} = row_inside && left + {j} >= 0 && left + {j} < i32(p.in_w);",
+            f"    let x{j} = select(vec4<f32>(0.0), "
+            f"x[select(0u, (row + u32(left + {j})) * p.units + u, in{j})], in{j});",
+        ]
+    taps = []
+    for k in range(kw):
+        taps.append(f"    let w{k} = w[w_row + {k}u * p.units];")
+        taps += [f"    acc{o} = fma(x{o * sw + k}, w{k}, acc{o});" for o in range(cols)]
+    return {
+        "KW": str(kw),
+        "SW": str(sw),
+        "COLS": str(cols),
+        "DECLARE": "\n".join(f"  var acc{o} = vec4<f32>(0.0);" for o in range(cols)),
+        "SPAN": "\n".join(loads),
+        "TAPS": "\n".join(taps),
+        "STORE": "\n".join(
+            f"  if (ow0 + {o}u < p.out_w) {{ y[first + {o}u * p.units] = acc{o}; }}"
+            for o in range(cols)
+        ),
+    }
+
+
 def _plan_columns(
     op: str,
     x: tuple[int, ...],
@@ -56,7 +86,7 @@ def _plan_columns(
     units, col_groups = x[3] // 4, math.ceil(y[2] / COLS)
     invocations = y[0] * y[1] * col_groups * units
     words = [invocations, x[1], x[2], units, y[1], y[2], col_groups, w[0], sh, pad_top, pad_left]
-    wgsl = codegen.render("depthwise_cols.wgsl", KW=str(w[1]), SW=str(sw), COLS=str(COLS))
+    wgsl = codegen.render("depthwise_cols.wgsl", **columns_body(w[1], sw, COLS))
     workgroups = codegen.grid(op, codegen.groups_for(invocations), limits)
     key = f"depthwise_cols:{w[1]}x{sw}"
     return KernelPlan((codegen.dispatch(key, wgsl, _BINDINGS, words, workgroups),))

@@ -2,7 +2,9 @@
 // width KW and column stride SW baked in): each invocation computes COLS neighbouring output
 // pixels of one row for one vec4 of channels. Per window row it loads the (COLS - 1) * SW + KW
 // input vec4s those pixels share once (a 5x5 layer at stride 1: 8 loads, not 20) and each
-// filter vec4 once; with constant bounds the loops unroll and the arrays stay in registers.
+// filter vec4 once. The window row's loads, taps and stores are generated unrolled
+// (depthwise.columns_body), one variable each: as arrays indexed in constant-bound loops,
+// SwiftShader kept them in memory, per lane (the hand model's 16 layers: 97 -> 30 ms).
 // Padded taps multiply a zero in (0 * Inf is NaN, as numpy's padded reference).
 {{COMMON}}
 
@@ -20,7 +22,6 @@ struct Params {
 const KW: u32 = {{KW}}u;
 const SW: u32 = {{SW}}u;
 const COLS: u32 = {{COLS}}u;
-const SPAN: u32 = (COLS - 1u) * SW + KW;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -34,24 +35,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let n = rest / (p.col_groups * p.out_h);
   let top = i32(oh * p.stride_h) - p.pad_top;
   let left = i32(ow0 * SW) - p.pad_left;
-  var acc: array<vec4<f32>, COLS>;
+{{DECLARE}}
   for (var kh = 0u; kh < p.k_h; kh++) {
     let ih = top + i32(kh);
     let row_inside = ih >= 0 && ih < i32(p.in_h);
     let row = (n * p.in_h + u32(ih)) * p.in_w;
-    var xs: array<vec4<f32>, SPAN>;
-    for (var j = 0u; j < SPAN; j++) {
-      let iw = left + i32(j);
-      xs[j] = vec4<f32>(0.0);
-      if (row_inside && iw >= 0 && iw < i32(p.in_w)) { xs[j] = x[(row + u32(iw)) * p.units + u]; }
-    }
-    for (var kw = 0u; kw < KW; kw++) {
-      let wv = w[(kh * KW + kw) * p.units + u];
-      for (var o = 0u; o < COLS; o++) { acc[o] = fma(xs[o * SW + kw], wv, acc[o]); }
-    }
+    // The (COLS - 1) * SW + KW input vec4s of this window row (a padded one reads index 0 and takes a zero).
+{{SPAN}}
+    let w_row = kh * KW * p.units + u;
+{{TAPS}}
   }
   let first = ((n * p.out_h + oh) * p.out_w + ow0) * p.units + u;
-  for (var o = 0u; o < COLS; o++) {
-    if (ow0 + o < p.out_w) { y[first + o * p.units] = acc[o]; }
-  }
+{{STORE}}
 }
