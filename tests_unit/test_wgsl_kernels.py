@@ -550,6 +550,27 @@ def test_conv2d_of_few_input_channels_is_direct(
 
 
 @pytest.mark.parametrize(
+    "limits, key",
+    [(DeviceLimits(), "gemm_vec4:"), (SOFTWARE, "gemm_direct_vec4:")],
+)
+def test_a_pointwise_conv2d_is_the_vec4_product(
+    gpu: WgpuNativeBackend, limits: DeviceLimits, key: str
+) -> None:
+    """A 1x1 filter at stride 1 without padding (a MobileNet's or the hand model's pointwise
+    layers) is pixels x channels @ filters: row-major operands, so the vec4 products; padded or
+    strided, it stays the implicit GEMM."""
+    x, w = normal(2, 6, 5, 24, seed=23), normal(1, 1, 24, 64, seed=24)
+    geo = {"strides": (1, 1), "pads": ((0, 0), (0, 0))}
+    spec = OutSpec((2, 6, 5, 64), "float32", (x.shape, w.shape), ("float32",) * 2)
+    assert kernels.plan("conv2d", geo, spec, limits).dispatches[0].key.startswith(key)
+    assert_matches_cpu(WgpuNativeBackend(gpu.device, limits), "conv2d", [x, w], **geo)
+    for other in ({"strides": (2, 1), "pads": geo["pads"]}, {**geo, "pads": ((0, 1), (0, 0))}):
+        y_shape, _ = ops.infer("conv2d", [x.shape, w.shape], ["float32"] * 2, other)
+        spec = OutSpec(y_shape, "float32", (x.shape, w.shape), ("float32",) * 2)
+        assert "im2col_a" in kernels.plan("conv2d", other, spec, limits).dispatches[0].key
+
+
+@pytest.mark.parametrize(
     "x_shape, w_shape, strides, pads, key",
     [
         # The hand model's layers: 4 output pixels per invocation (a partial last group here).
