@@ -550,6 +550,38 @@ def test_conv2d_of_few_input_channels_is_direct(
 
 
 @pytest.mark.parametrize(
+    "x_shape, w_shape, pads",
+    [
+        ((2, 6, 6, 16), (3, 3, 16, 32), ((1, 1), (1, 1))),  # W3s's second layer, same padding
+        ((1, 7, 5, 12), (3, 2, 12, 5), ((0, 2), (1, 0))),  # a partial vec4 group, asymmetric
+        ((2, 5, 9, 4), (2, 3, 4, 3), ((0, 0), (0, 0))),  # valid
+    ],
+)
+def test_an_input_gradient_at_stride_1_is_direct_on_a_software_adapter(
+    gpu: WgpuNativeBackend, x_shape, w_shape, pads
+) -> None:
+    """On a software adapter conv2d_backprop_input at stride 1 (input channels in whole vec4s,
+    output gradients of at most 32 channels) convolves the output gradient by the flipped
+    filters (conv_direct.wgsl) instead of the im2col GEMM; strided, it stays the GEMM."""
+    x, w = normal(*x_shape, seed=25), normal(*w_shape, seed=26)
+    geo = {"strides": (1, 1), "pads": pads}
+    gy = run_primitive(CPU, "conv2d", [x, w], **geo)
+    spec = OutSpec(x_shape, "float32", (gy.shape, w_shape), ("float32",) * 2)
+    attrs = {"input_shape": x_shape, **geo}
+    key = kernels.plan("conv2d_backprop_input", attrs, spec, SOFTWARE).dispatches[0].key
+    assert key.endswith(":input_grad")
+    software = WgpuNativeBackend(gpu.device, SOFTWARE)
+    assert_matches_cpu(software, "conv2d_backprop_input", [gy, w], **attrs)
+    strided = {**attrs, "strides": (2, 1)}
+    gy = run_primitive(CPU, "conv2d", [x, w], strides=(2, 1), pads=pads)
+    spec = OutSpec(x_shape, "float32", (gy.shape, w_shape), ("float32",) * 2)
+    assert (
+        "gemm" in kernels.plan("conv2d_backprop_input", strided, spec, SOFTWARE).dispatches[0].key
+    )
+    assert_matches_cpu(software, "conv2d_backprop_input", [gy, w], **strided)
+
+
+@pytest.mark.parametrize(
     "limits, key",
     [(DeviceLimits(), "gemm_vec4:"), (SOFTWARE, "gemm_direct_vec4:")],
 )

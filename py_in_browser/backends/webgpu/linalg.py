@@ -54,6 +54,10 @@ VEC4_TILE_K = 32
 # 8x2, 4x4, 8x4, 4x2, 2x4 and 8x1 alike (one page, alternated); a page that also ran 16 pixels x
 # 2 vec4s lost its SwiftShader device.
 DIRECT_CONV_MAX_IN = 16
+# The same kernel computes an input gradient at stride 1 on software adapters (gemm_direct.wgsl's
+# im2col loaders cost W3s's 16 -> 32 channel layer 32 ms a step there), for output gradients of
+# at most this many channels.
+DIRECT_GRAD_MAX_IN = 32
 DIRECT_CONV_VECS = 2
 DIRECT_CONV_COLS = 8
 
@@ -365,11 +369,13 @@ def _geometry(
     }
 
 
-def conv_direct_body(cols: int, vecs: int) -> dict[str, str]:
+def conv_direct_body(cols: int, vecs: int, input_grad: bool = False) -> dict[str, str]:
     """The generated parts of conv_direct.wgsl, unrolled over its `cols` pixels and `vecs` filter
     vec4s (so each accumulator stays a register): accumulators, per-pixel tap positions, one
     input channel's multiply-adds (skipped for a pixel whose tap is in the padding) and the
-    stores."""
+    stores. With `input_grad` the input is an output gradient and the filters are the forward
+    convolution's (HWIO, its I our output channels): read flipped and transposed, one scalar
+    per lane."""
     accs = [(o, j) for o in range(cols) for j in range(vecs)]
     pixels = []
     for o in range(cols):
@@ -378,7 +384,19 @@ def conv_direct_body(cols: int, vecs: int) -> dict[str, str]:
             f"      let in{o} = ow0 + {o}u < p.out_w && iw{o} >= 0 && iw{o} < i32(p.in_w);",
             f"      let x{o} = select(0u, (row + u32(iw{o})) * p.in_c, in{o});",
         ]
-    tap = [f"        let w{j} = w[min(w_row + {j}u, last_w)];" for j in range(vecs)]
+    if input_grad:
+        filter_tap = (
+            "      let w_at = ((p.k_h - 1u - kh) * p.k_w + p.k_w - 1u - kw) * p.out_c4 * 4u * p.in_c"
+            " + v0 * 4u * p.in_c;"
+        )
+        tap = ["        let w_row = w_at + ci;"]
+        for j in range(vecs):
+            loads = [f"w[min(w_row + {4 * j + lane}u * p.in_c, last_w)]" for lane in range(4)]
+            tap.append(f"        let w{j} = vec4<f32>({', '.join(loads)});")
+    else:
+        filter_tap = "      let w_at = (kh * p.k_w + kw) * p.in_c * p.out_c4 + v0;"
+        tap = ["        let w_row = w_at + ci * p.out_c4;"]
+        tap += [f"        let w{j} = w[min(w_row + {j}u, last_w)];" for j in range(vecs)]
     for o in range(cols):
         tap.append(f"        let xv{o} = vec4<f32>(x[x{o} + ci]);")
         tap += [
@@ -393,18 +411,21 @@ def conv_direct_body(cols: int, vecs: int) -> dict[str, str]:
     return {
         "COLS": str(cols),
         "VECS": str(vecs),
+        "FILTER": "f32" if input_grad else "vec4<f32>",
         "DECLARE": "\n".join(f"  var acc{o}_{j} = vec4<f32>(0.0);" for o, j in accs),
         "PIXELS": "\n".join(pixels),
+        "FILTER_TAP": filter_tap,
         "TAP": "\n".join(tap),
         "STORE": "\n".join(store),
     }
 
 
 def _plan_direct_conv2d(
-    op: str, geo: dict[str, int], rows: int, limits: DeviceLimits
+    op: str, geo: dict[str, int], rows: int, limits: DeviceLimits, input_grad: bool = False
 ) -> KernelPlan:
     """conv_direct.wgsl: one invocation per DIRECT_CONV_COLS pixels of an output row and
-    DIRECT_CONV_VECS vec4s of their output channels (`rows`: output rows over the batch)."""
+    DIRECT_CONV_VECS vec4s of their output channels (`rows`: output rows over the batch);
+    `input_grad`: see conv_direct_body."""
     out_c4 = geo["out_c"] // 4
     groups = math.ceil(out_c4 / DIRECT_CONV_VECS)
     col_groups = math.ceil(geo["out_w"] / DIRECT_CONV_COLS)
@@ -413,11 +434,13 @@ def _plan_direct_conv2d(
     words += [geo["out_w"], out_c4, geo["k_h"], geo["k_w"], geo["stride_h"], geo["stride_w"]]
     words += [geo["pad_top"], geo["pad_left"], col_groups]
     wgsl = codegen.render(
-        "conv_direct.wgsl", **conv_direct_body(DIRECT_CONV_COLS, DIRECT_CONV_VECS)
+        "conv_direct.wgsl", **conv_direct_body(DIRECT_CONV_COLS, DIRECT_CONV_VECS, input_grad)
     )
     workgroups = codegen.grid(op, codegen.groups_for(invocations), limits)
     bindings = [codegen.INPUT_0, BufferRef("input", 1), codegen.OUTPUT]
-    key = f"conv_direct:{DIRECT_CONV_COLS}x{DIRECT_CONV_VECS}"
+    key = f"conv_direct:{DIRECT_CONV_COLS}x{DIRECT_CONV_VECS}" + (
+        ":input_grad" if input_grad else ""
+    )
     return KernelPlan((codegen.dispatch(key, wgsl, bindings, words, workgroups),))
 
 
@@ -451,10 +474,19 @@ def plan_conv2d(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimi
 def plan_conv2d_backprop_input(
     op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits
 ) -> KernelPlan:
-    """Input pixels x (taps, out channels) of the output gradient @ the filters transposed."""
+    """Input pixels x (taps, out channels) of the output gradient @ the filters transposed; on a
+    software adapter, at stride 1, a convolution of the output gradient by the flipped filters
+    (conv_direct.wgsl)."""
     gy, w = out.in_shapes
     x = out.shape
     geo = _geometry(attrs, x, w, gy)
+    direct = tuple(attrs["strides"]) == (1, 1) and x[3] % 4 == 0 and gy[3] <= DIRECT_GRAD_MAX_IN
+    if limits.resident_workgroups and direct and codegen.numel(x) and codegen.numel(gy):
+        codegen.require_float32(op, out)
+        flipped = {"in_h": gy[1], "in_w": gy[2], "in_c": gy[3], "out_h": x[1], "out_w": x[2]}
+        flipped |= {"out_c": x[3], "k_h": w[0], "k_w": w[1], "stride_h": 1, "stride_w": 1}
+        flipped |= {"pad_top": w[0] - 1 - geo["pad_top"], "pad_left": w[1] - 1 - geo["pad_left"]}
+        return _plan_direct_conv2d(op, flipped, x[0] * x[1], limits, input_grad=True)
     g = Gemm(x[0] * x[1] * x[2], x[3], w[0] * w[1] * w[3], **geo)
     return gemm_plan(op, out, g, "output_grad_a", "transposed_filter_b", limits)
 

@@ -13,7 +13,7 @@
 {{COMMON}}
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> w: array<{{FILTER}}>;
 @group(0) @binding(2) var<storage, read_write> y: array<vec4<f32>>;
 
 struct Params {
@@ -52,9 +52,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       // Per pixel: whether this tap is inside the input, and where its channels start (0 when
       // not: an in-bounds read whose product is dropped, so padding adds nothing, not 0 * w).
 {{PIXELS}}
-      let w_at = (kh * p.k_w + kw) * p.in_c * p.out_c4 + v0;
+{{FILTER_TAP}}
       for (var ci = 0u; ci < p.in_c; ci++) {
-        let w_row = w_at + ci * p.out_c4;
 {{TAP}}
       }
     }
