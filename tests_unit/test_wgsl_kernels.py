@@ -582,6 +582,32 @@ def test_an_input_gradient_at_stride_1_is_direct_on_a_software_adapter(
 
 
 @pytest.mark.parametrize(
+    "x_shape, w_shape, strides, pads, dispatches",
+    [
+        ((8, 32, 32, 3), (3, 3, 3, 16), (1, 1), ((1, 1), (1, 1)), 2),  # W3s's first layer
+        ((2, 6, 6, 16), (3, 3, 16, 32), (1, 1), ((1, 1), (1, 1)), 1),  # one slice of pixels
+        ((1, 9, 7, 6), (3, 2, 6, 12), (2, 3), ((0, 2), (1, 0)), 1),  # strided, asymmetric pads
+    ],
+)
+def test_a_filter_gradient_is_summed_per_tap_on_a_software_adapter(
+    gpu: WgpuNativeBackend, x_shape, w_shape, strides, pads, dispatches
+) -> None:
+    """On a software adapter conv2d_backprop_filter (output channels in whole vec4s) sums each
+    tap's products over slices of the output pixels (conv_filter_grad.wgsl), then the slices'
+    partials: the cpu backend's im2col product, within float32 rounding."""
+    x = normal(*x_shape, seed=27)
+    geo = {"strides": strides, "pads": pads}
+    gy_shape, _ = ops.infer("conv2d", [x_shape, w_shape], ["float32"] * 2, geo)
+    gy = normal(*gy_shape, seed=28)
+    attrs = {"filter_shape": w_shape, **geo}
+    spec = OutSpec(w_shape, "float32", (x_shape, gy_shape), ("float32",) * 2)
+    plan = kernels.plan("conv2d_backprop_filter", attrs, spec, SOFTWARE).dispatches
+    assert plan[0].key.startswith("conv_filter_grad:") and len(plan) == dispatches
+    software = WgpuNativeBackend(gpu.device, SOFTWARE)
+    assert_matches_cpu(software, "conv2d_backprop_filter", [x, gy], **attrs)
+
+
+@pytest.mark.parametrize(
     "limits, key",
     [(DeviceLimits(), "gemm_vec4:"), (SOFTWARE, "gemm_direct_vec4:")],
 )

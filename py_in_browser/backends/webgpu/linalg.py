@@ -8,7 +8,7 @@ from dataclasses import astuple, dataclass, replace
 from typing import Any
 
 from .. import OutSpec
-from . import codegen
+from . import codegen, filter_grad
 from .plan import BufferRef, DeviceLimits, KernelPlan
 from .reductions import reduce_dispatch
 
@@ -494,9 +494,13 @@ def plan_conv2d_backprop_input(
 def plan_conv2d_backprop_filter(
     op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits
 ) -> KernelPlan:
-    """im2col transposed (taps x pixels) @ the output gradient (pixels x out channels)."""
+    """im2col transposed (taps x pixels) @ the output gradient (pixels x out channels); on a
+    software adapter, with output channels in whole vec4s, summed per tap (filter_grad.py)."""
     x, gy = out.in_shapes
     w = out.shape
     geo = _geometry(attrs, x, w, gy)
+    if limits.resident_workgroups and w[3] % 4 == 0 and codegen.numel(w) and codegen.numel(gy):
+        codegen.require_float32(op, out)
+        return filter_grad.plan(op, geo, x, gy, w, limits)
     g = Gemm(w[0] * w[1] * w[2], w[3], gy[0] * gy[1] * gy[2], b_row=w[3], b_col=1, **geo)
     return gemm_plan(op, out, g, "im2col_transposed_a", "strided_b", limits)
