@@ -13,7 +13,7 @@ import py_in_browser as pib
 from py_in_browser import fusion, ops, runtime
 from py_in_browser.backends import BACKENDS, Backend, OutSpec, register_backend
 from py_in_browser.backends.cpu import CpuBackend
-from py_in_browser.backends.webgpu import codegen, kernels, warmup
+from py_in_browser.backends.webgpu import codegen, filter_grad, kernels, warmup
 from py_in_browser.backends.webgpu.plan import DeviceLimits, Dispatch
 from py_in_browser.testing import workloads
 from py_in_browser.testing.op_cases import (
@@ -605,6 +605,16 @@ def test_a_filter_gradient_is_summed_per_tap_on_a_software_adapter(
     assert plan[0].key.startswith("conv_filter_grad:") and len(plan) == dispatches
     software = WgpuNativeBackend(gpu.device, SOFTWARE)
     assert_matches_cpu(software, "conv2d_backprop_filter", [x, gy], **attrs)
+
+
+def test_a_large_filter_gradient_keeps_its_slices_partials_small() -> None:
+    """A 3x3 256 -> 256 layer over 32 images of 56x56 pixels (196 slices of 512 pixels) sums
+    in as many slices as keep their partials within SLICES_MAX_FLOATS (7)."""
+    x_shape, w_shape, gy_shape = (32, 56, 56, 256), (3, 3, 256, 256), (32, 56, 56, 256)
+    attrs = {"filter_shape": w_shape, "strides": (1, 1), "pads": ((1, 1), (1, 1))}
+    spec = OutSpec(w_shape, "float32", (x_shape, gy_shape), ("float32",) * 2)
+    plan = kernels.plan("conv2d_backprop_filter", attrs, spec, SOFTWARE)
+    assert plan.scratch_bytes and plan.scratch_bytes[0] <= filter_grad.SLICES_MAX_FLOATS * 4
 
 
 @pytest.mark.parametrize(

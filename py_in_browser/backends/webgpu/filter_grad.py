@@ -14,8 +14,10 @@ from .reductions import reduce_dispatch
 CHANNELS = 4
 VECS = 2
 # Output pixels per slice: each invocation sums this many pixels' products; more slices give a
-# software adapter more workgroups to run side by side (W3s's first layer: 16 slices).
+# software adapter more workgroups to run side by side (W3s's first layer: 16 slices). The
+# slices' partials stay within SLICES_MAX_FLOATS (a large filter has invocations enough).
 PIXELS_PER_SLICE = 512
+SLICES_MAX_FLOATS = 1 << 22
 
 
 def body(channels: int, vecs: int) -> dict[str, str]:
@@ -52,8 +54,8 @@ def plan(
 ) -> KernelPlan:
     """The filter gradient (HWIO `w`) of input `x` and output gradient `gy` (channels in whole
     vec4s), `geo` as linalg's geometry."""
-    pixels = gy[0] * gy[1] * gy[2]
-    slices = math.ceil(pixels / PIXELS_PER_SLICE)
+    pixels, size = gy[0] * gy[1] * gy[2], codegen.numel(w)
+    slices = max(1, min(math.ceil(pixels / PIXELS_PER_SLICE), SLICES_MAX_FLOATS // size))
     per_slice = math.ceil(pixels / slices)
     taps, out_c4 = w[0] * w[1], w[3] // 4
     vec_groups, channel_groups = math.ceil(out_c4 / VECS), math.ceil(w[2] / CHANNELS)
@@ -68,7 +70,6 @@ def plan(
     if slices == 1:
         sums = codegen.dispatch(key, wgsl, [*bindings, codegen.OUTPUT], words, workgroups)
         return KernelPlan((sums,))
-    size = codegen.numel(w)
     scratch = BufferRef("scratch", 0)
     codegen.check_fits(op, "filter gradient slices", (slices, size), limits)
     partials = codegen.dispatch(key, wgsl, [*bindings, scratch], words, workgroups)
