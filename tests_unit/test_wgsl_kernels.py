@@ -618,6 +618,32 @@ def test_a_large_filter_gradient_keeps_its_slices_partials_small() -> None:
 
 
 @pytest.mark.parametrize(
+    "shape, axes, dispatches",
+    [
+        ((8192, 16), (0,), 2),  # W3s's first bias gradient: 32 slices, then their sum
+        ((2, 3, 12), (0, 1), 1),  # two leading axes, one slice
+        ((300, 8), (0,), 2),  # a short last slice
+    ],
+)
+def test_a_sum_over_leading_axes_adds_columns_down_on_a_software_adapter(
+    gpu: WgpuNativeBackend, shape, axes, dispatches
+) -> None:
+    """On a software adapter reduce_sum over leading axes with columns in whole vec4s (bias
+    gradients) adds each vec4 of columns down slices of the rows (column_sums.wgsl), then the
+    slices' sums; NaN and infinities flow as in numpy."""
+    x = normal(*shape, seed=29)
+    x.reshape(-1)[[5, 40, 61]] = [np.nan, np.inf, -np.inf]
+    spec = OutSpec(shape[len(axes) :], "float32", (shape,), ("float32",))
+    attrs = {"axes": axes, "keepdims": False}
+    plan = kernels.plan("reduce_sum", attrs, spec, SOFTWARE).dispatches
+    assert plan[0].key == "column_sums" and len(plan) == dispatches
+    got = run_primitive(WgpuNativeBackend(gpu.device, SOFTWARE), "reduce_sum", [x], **attrs)
+    want = x.astype(np.float64).sum(axis=axes)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert kernels.plan("reduce_sum", attrs, spec).dispatches[0].key.startswith("reduce_")
+
+
+@pytest.mark.parametrize(
     "limits, key",
     [(DeviceLimits(), "gemm_vec4:"), (SOFTWARE, "gemm_direct_vec4:")],
 )

@@ -14,6 +14,7 @@ from typing import Any
 from .. import OutSpec, kernel_for, register_kernel
 from . import (
     codegen,
+    column_sums,
     depthwise,
     elementwise,
     fused,
@@ -40,7 +41,7 @@ PLANNERS: dict[str, Planner] = {
     "slice": movement.plan_slice,
     "pad": movement.plan_pad,
     "concat": movement.plan_concat,
-    "reduce_sum": reductions.plan_reduce_sum,
+    "reduce_sum": column_sums.plan_reduce_sum,
     "reduce_max": reductions.plan_reduce_max,
     "argmax": reductions.plan_argmax,
     "matmul": linalg.plan_matmul,

@@ -49,7 +49,10 @@ def _first_step_calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
     calls += _matmuls()
     calls.append(("max_pool2d", _POOL, _POOL_OUT))
     calls.append(("max_pool2d_grad", _POOL, _POOL_GRAD))
-    calls.append(("reduce_sum", {"axes": (1,), "keepdims": False}, _row_sums(4096)))  # bias grads
+    # Bias gradients: sums over the leading axes (column_sums.py on a software adapter: its
+    # slices, then their sum; reduce_tree.wgsl elsewhere).
+    bias_grad = OutSpec((8,), _F32, ((1024, 8),), (_F32,))
+    calls.append(("reduce_sum", {"axes": (0,), "keepdims": False}, bias_grad))
     square = _spec(_SQUARE, _F32, _F32, _F32)
     # A recorded step reads private copies of the batch: images * 1 and labels * 1.
     calls.append(("mul", _strided((c, b)), square))
