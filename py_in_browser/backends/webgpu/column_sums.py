@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import OutSpec
 from . import codegen, reductions
-from .plan import BufferRef, DeviceLimits, KernelPlan
+from .plan import DeviceLimits, KernelPlan
 
 # Rows per slice: W3s's bias gradients (8,192 and 2,048 rows) take 32 and 8 slices, so a
 # software adapter has several workgroups to run side by side.
@@ -36,13 +36,6 @@ def _column_sums(op: str, rows: int, columns: int, limits: DeviceLimits) -> Kern
     wgsl = codegen.render("column_sums.wgsl")
     words = [invocations, columns // 4, rows, per_slice]
     workgroups = codegen.grid(op, codegen.groups_for(invocations), limits)
-    if slices == 1:
-        bindings = [codegen.INPUT_0, codegen.OUTPUT]
-        return KernelPlan((codegen.dispatch("column_sums", wgsl, bindings, words, workgroups),))
-    scratch = BufferRef("scratch", 0)
-    codegen.check_fits(op, "column sums of slices", (slices, columns), limits)
-    partials = codegen.dispatch("column_sums", wgsl, [codegen.INPUT_0, scratch], words, workgroups)
-    total = reductions.reduce_dispatch(
-        op, "sum", "float32", [(columns, 1)], [(slices, columns)], scratch, codegen.OUTPUT, limits
+    return reductions.summed_parts(
+        op, "column_sums", wgsl, [codegen.INPUT_0], words, workgroups, slices, columns, limits
     )
-    return KernelPlan((partials, total), scratch_bytes=(slices * columns * 4,))

@@ -8,7 +8,7 @@ import math
 
 from . import codegen
 from .plan import BufferRef, DeviceLimits, KernelPlan
-from .reductions import reduce_dispatch
+from .reductions import summed_parts
 
 # Per invocation: input channels at its tap, and vec4s of output channels.
 CHANNELS = 4
@@ -67,13 +67,4 @@ def plan(
     workgroups = codegen.grid(op, codegen.groups_for(invocations), limits)
     key = f"conv_filter_grad:{CHANNELS}x{VECS}"
     bindings = [codegen.INPUT_0, BufferRef("input", 1)]
-    if slices == 1:
-        sums = codegen.dispatch(key, wgsl, [*bindings, codegen.OUTPUT], words, workgroups)
-        return KernelPlan((sums,))
-    scratch = BufferRef("scratch", 0)
-    codegen.check_fits(op, "filter gradient slices", (slices, size), limits)
-    partials = codegen.dispatch(key, wgsl, [*bindings, scratch], words, workgroups)
-    total = reduce_dispatch(
-        op, "sum", "float32", [(size, 1)], [(slices, size)], scratch, codegen.OUTPUT, limits
-    )
-    return KernelPlan((partials, total), scratch_bytes=(slices * size * 4,))
+    return summed_parts(op, key, wgsl, bindings, words, workgroups, slices, size, limits)

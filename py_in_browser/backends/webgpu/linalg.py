@@ -10,7 +10,7 @@ from typing import Any
 from .. import OutSpec
 from . import codegen, filter_grad
 from .plan import BufferRef, DeviceLimits, KernelPlan
-from .reductions import reduce_dispatch
+from .reductions import summed_parts
 
 TILE_K = 16
 # (rows, columns) of the output tile one workgroup computes, by the output's shape: tall tiles
@@ -315,17 +315,8 @@ def _product_and_sum(
     # The kernels loop over tiles, so fewer workgroups than tiles is fine (DeviceLimits).
     resident = limits.resident_workgroups
     workgroups = codegen.grid(op, min(tiles, resident) if resident else tiles, limits)
-    if splits == 1:
-        product = codegen.dispatch(key, wgsl, [*bindings, codegen.OUTPUT], words, workgroups)
-        return KernelPlan((product,))
     size = g.batches * g.m * g.n
-    scratch = BufferRef("scratch", 0)
-    codegen.check_fits(op, "split-K scratch", (splits, size), limits)
-    partials = codegen.dispatch(key, wgsl, [*bindings, scratch], words, workgroups)
-    total = reduce_dispatch(
-        op, "sum", "float32", [(size, 1)], [(splits, size)], scratch, codegen.OUTPUT, limits
-    )
-    return KernelPlan((partials, total), scratch_bytes=(splits * size * 4,))
+    return summed_parts(op, key, wgsl, bindings, words, workgroups, splits, size, limits)
 
 
 def plan_matmul(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:

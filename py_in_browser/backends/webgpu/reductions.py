@@ -94,6 +94,33 @@ def reduce_dispatch(
     )
 
 
+def summed_parts(
+    op: str,
+    key: str,
+    wgsl: str,
+    inputs: list[BufferRef],
+    words: list[int],
+    workgroups: tuple[int, int, int],
+    parts: int,
+    size: int,
+    limits: DeviceLimits,
+) -> KernelPlan:
+    """A kernel that writes `parts` partial results of `size` floats each (split-K products,
+    filter-gradient and column-sum slices): with one part, straight into the output; with
+    several, into scratch, then a dispatch summing the parts."""
+    if parts == 1:
+        return KernelPlan(
+            (codegen.dispatch(key, wgsl, [*inputs, codegen.OUTPUT], words, workgroups),)
+        )
+    scratch = BufferRef("scratch", 0)
+    codegen.check_fits(op, "partial sums", (parts, size), limits)
+    partials = codegen.dispatch(key, wgsl, [*inputs, scratch], words, workgroups)
+    total = reduce_dispatch(
+        op, "sum", "float32", [(size, 1)], [(parts, size)], scratch, codegen.OUTPUT, limits
+    )
+    return KernelPlan((partials, total), scratch_bytes=(parts * size * 4,))
+
+
 def _reduce(kind: str, op: str, out: OutSpec, axes: tuple[int, ...], limits: DeviceLimits):
     shape = out.in_shapes[0]
     dtype = out.in_dtypes[0]
