@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests_e2e.conftest import open_engine_page
 from tests_e2e.engine_page import EnginePage
 
 # Defines `compare(m, n, k, transposed_b)` in the page: one product with the helpers and one by
@@ -38,6 +39,26 @@ def compare(m, n, k, transposed_b):
     agree = bool(np.array_equal(finite, np.isfinite(reference)))
     return {"used": used, "same_bits": same, "error": error, "non_finite_agree": agree}
 """
+
+
+# From ready until the helpers have started, the page keeps two calls in flight (one awaiting a timer
+# in the worker, one not); each must answer within ANSWER_MS. Returns [helpers started, rounds].
+CALLS_WHILE_HELPERS_START = """async () => {
+    const answer = (code) => Promise.race([
+        pib.runPython(code),
+        new Promise((_, reject) => setTimeout(() => reject(new Error(`no answer to ${code}`)), 20000)),
+    ]);
+    let starting = true;
+    const started = answer("from py_in_browser.backends.cpu_simd import threads\\nawait threads.ready()");
+    started.finally(() => { starting = false; });
+    let rounds = 0;
+    while (starting) {
+        await Promise.all([answer("import asyncio\\nawait asyncio.sleep(0.005)\\n1"), answer("2")]);
+        rounds += 1;
+    }
+    return [await started, rounds];
+}"""
+PAGE_LOADS = 8
 
 
 @pytest.fixture(scope="module", params=["chromium", "firefox"])
@@ -102,3 +123,20 @@ await asyncio.sleep(0.2)
     assert closed[0] and "did not answer" in closed[1][-1], closed
     after = engine_page.run("compare(600, 300, 200, False)")
     assert not after["used"] and after["same_bits"], after
+
+
+def test_calls_made_while_the_helpers_start_all_answer(
+    request: pytest.FixtureRequest, browser_kind: str, server_url: str
+) -> None:
+    """The page starts the helpers for the engine's worker: a Worker constructed inside that worker
+    hung it in Firefox now and then (about 1 page load in 15) when the page called into it at the
+    same moment, and every later call with it."""
+    browser = request.getfixturevalue(browser_kind)
+    for load in range(PAGE_LOADS):
+        engine = open_engine_page(browser, f"{server_url}/console?backend=cpu")
+        try:
+            started, rounds = engine.js(CALLS_WHILE_HELPERS_START)
+        finally:
+            engine.page.close()
+        assert started, f"load {load}: the helpers did not start"
+        assert rounds >= 1, f"load {load}: the helpers started before any call overlapped them"

@@ -9,18 +9,31 @@ function recordHeldSnapshot(build) {
   document.cookie = `pib-snapshot=${build}; path=/; max-age=31536000; samesite=strict`;
 }
 
+// A helper worker the engine's worker asked for (its cpu backend's large products: cpu_simd/pool.js),
+// started here because Firefox's Worker constructor inside a worker can hang that worker. `port`
+// goes to the helper, which talks to the engine's worker over it alone.
+function startHelperWorker(source, port) {
+  const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
+  const helper = new Worker(url);
+  helper.onmessage = helper.onerror = () => URL.revokeObjectURL(url); // it runs, or never will
+  helper.postMessage({ port }, [port]);
+  return helper;
+}
+
 export function startEngine({ onStage = () => {} } = {}) {
   const requested = new URLSearchParams(location.search).get("backend");
   const pending = new Map();
   let nextId = 0;
   let failure = null; // once set, the engine is gone: every call rejects with it
   let worker = null;
+  const helpers = []; // the engine's helper workers (startHelperWorker)
 
   function fail(error) {
     failure = error;
     for (const call of pending.values()) call.reject(error);
     pending.clear();
     worker?.terminate();
+    for (const helper of helpers) helper.terminate();
   }
 
   const pib = {
@@ -99,6 +112,8 @@ export function startEngine({ onStage = () => {} } = {}) {
       } else if (data.type === "boot-error") {
         fail(new Error(data.error));
         reject(failure);
+      } else if (data.type === "helper-worker") {
+        helpers.push(startHelperWorker(data.source, data.port));
       } else if (data.type === "event") {
         pib.events.dispatchEvent(new CustomEvent(data.name, { detail: JSON.parse(data.json) }));
       } else if (data.type === "result") {

@@ -6,6 +6,11 @@
 // the engine's worker computes its own rows meanwhile; finish() waits for each helper and copies
 // its rows of C back into Pyodide's memory. The engine's worker sleeps in Atomics.wait: Python
 // calls these synchronously, in the middle of an op.
+//
+// The page starts the helpers (pib-client.js, asked with a "helper-worker" message) and hands each
+// a MessagePort to this worker: Firefox's Worker constructor, called inside a worker, waits on the
+// page's thread and now and then never returns (the engine's worker hung in about 1 page load of
+// 15 under Playwright, seen in CI).
 
 // The control cells at CONTROL in each helper's memory (Int32Array indices).
 const STATE = 0; // IDLE -> JOB (engine) -> DONE (helper) -> IDLE (engine); STOP ends the helper
@@ -18,28 +23,37 @@ const CELLS = 16; // STATE, then m, n, k, a, b, c, work, transposed B (byte offs
 const PAGE = 65536;
 const MAX_PAGES = 32768; // the module's declared maximum (simd_build.py: --max-memory=2 GiB)
 
+// How long the page and a new helper may take to answer before the pool is given up.
+const START_TIMEOUT_MS = 20000;
+
+// The helper's script: its first message (from the page) carries the port to the engine's worker,
+// which sends the module, the memory and where the control cells are. A job is taken JOB -> DONE
+// atomically, so a STOP stored while it computes is not overwritten.
 const HELPER_SOURCE = `
-onmessage = ({ data: { module, memory, control } }) => {
-  const { exports } = new WebAssembly.Instance(module, { env: { memory } });
-  const cells = new Int32Array(memory.buffer, control, ${CELLS});
-  postMessage({ workFloats: exports.gemm_work_floats() });
-  for (;;) {
-    const state = Atomics.load(cells, ${STATE});
-    if (state === ${STOP}) return close();
-    if (state !== ${JOB}) {
-      Atomics.wait(cells, ${STATE}, state); // until the engine posts the next job
-      continue;
+onmessage = ({ data: { port } }) => {
+  port.onmessage = ({ data: { module, memory, control } }) => {
+    const { exports } = new WebAssembly.Instance(module, { env: { memory } });
+    const cells = new Int32Array(memory.buffer, control, ${CELLS});
+    port.postMessage({ workFloats: exports.gemm_work_floats() });
+    for (;;) {
+      const state = Atomics.load(cells, ${STATE});
+      if (state === ${STOP}) return close();
+      if (state !== ${JOB}) {
+        Atomics.wait(cells, ${STATE}, state); // until the engine posts the next job
+        continue;
+      }
+      const [, m, n, k, a, b, c, work, transposedB] = cells;
+      exports.gemm(1, m, n, k, a, 0, 0, b, 0, transposedB, c, work);
+      if (Atomics.compareExchange(cells, ${STATE}, ${JOB}, ${DONE}) !== ${JOB}) return close();
+      Atomics.notify(cells, ${STATE});
     }
-    const [, m, n, k, a, b, c, work, transposedB] = cells;
-    exports.gemm(1, m, n, k, a, 0, 0, b, 0, transposedB, c, work);
-    Atomics.store(cells, ${STATE}, ${DONE});
-    Atomics.notify(cells, ${STATE});
-  }
+  };
+  postMessage("started"); // the page may let go of the script's URL
 };`;
 
 class Helper {
-  constructor(worker, memory, control, work) {
-    this.worker = worker;
+  constructor(port, memory, control, work) {
+    this.port = port;
     this.memory = memory;
     this.cells = new Int32Array(memory.buffer, control, CELLS);
     this.work = work; // byte offset of gemm's packing scratch
@@ -57,20 +71,25 @@ class Helper {
   }
 }
 
-function startHelper(module, url) {
+function startHelper(module) {
   const memory = new WebAssembly.Memory({ initial: 32, maximum: MAX_PAGES, shared: true });
   // Past the module's stack (the first HELPER_STACK_BYTES): the control cells, then the scratch.
   const control = 1 << 20;
-  const worker = new Worker(url);
+  const { port1, port2 } = new MessageChannel();
+  self.postMessage({ type: "helper-worker", source: HELPER_SOURCE, port: port2 }, [port2]);
   return new Promise((resolve, reject) => {
-    worker.onerror = (event) => reject(new Error(`a helper worker failed to start: ${event.message}`));
-    worker.onmessage = ({ data: { workFloats } }) => {
-      worker.onmessage = null;
-      const helper = new Helper(worker, memory, control, control + CELLS * 4);
+    const timer = setTimeout(() => {
+      port1.close();
+      reject(new Error(`no helper worker answered within ${START_TIMEOUT_MS} ms`));
+    }, START_TIMEOUT_MS);
+    port1.onmessage = ({ data: { workFloats } }) => {
+      clearTimeout(timer);
+      port1.onmessage = null;
+      const helper = new Helper(port1, memory, control, control + CELLS * 4);
       helper.data = helper.work + workFloats * 4;
       resolve(helper);
     };
-    worker.postMessage({ module, memory, control });
+    port1.postMessage({ module, memory, control });
   });
 }
 
@@ -79,13 +98,13 @@ export class GemmPool {
   // HEAPU8 is read at every call (it is replaced when Pyodide's memory grows).
   static async start(wasmBytes, count, runtime) {
     const module = await WebAssembly.compile(wasmBytes);
-    const url = URL.createObjectURL(new Blob([HELPER_SOURCE], { type: "text/javascript" }));
-    try {
-      const helpers = await Promise.all(Array.from({ length: count }, () => startHelper(module, url)));
-      return new GemmPool(helpers, runtime);
-    } finally {
-      URL.revokeObjectURL(url);
+    const started = await Promise.allSettled(Array.from({ length: count }, () => startHelper(module)));
+    const helpers = started.filter(({ status }) => status === "fulfilled").map(({ value }) => value);
+    if (helpers.length < count) {
+      new GemmPool(helpers, runtime).close();
+      throw started.find(({ status }) => status === "rejected").reason;
     }
+    return new GemmPool(helpers, runtime);
   }
 
   constructor(helpers, runtime) {
@@ -153,7 +172,7 @@ export class GemmPool {
     for (const helper of this.helpers) {
       Atomics.store(helper.cells, STATE, STOP);
       Atomics.notify(helper.cells, STATE);
-      helper.worker.terminate();
+      helper.port.close();
     }
     this.helpers = [];
   }
