@@ -25,13 +25,14 @@ TOLERANCE = 1e-4
 LOSS_TOLERANCE = 1e-3
 FRAME_WIDTH, FRAME_HEIGHT = 37, 23  # odd sizes: partial workgroups and texture rows
 
-# Keeps the engine's Worker reachable from the test, to post it frames as the app does.
+# Keeps the engine's Worker reachable from the test, to post it frames as the app does (not the
+# cpu backend's helper workers, which the page starts too).
 CAPTURE_WORKER = """
 const NativeWorker = window.Worker;
 window.Worker = class extends NativeWorker {
   constructor(...args) {
     super(...args);
-    window.engineWorker = this;
+    if (String(args[0]).includes("engine-worker.js")) window.engineWorker = this;
   }
 };
 """
