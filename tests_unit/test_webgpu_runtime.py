@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from py_in_browser import fusion
 from py_in_browser.backends import OutSpec
 from py_in_browser.backends.webgpu.backend import WebGPUBackend, device_bytes
 from py_in_browser.backends.webgpu.buffers import BufferPool, GpuHandle, size_class
@@ -24,6 +25,7 @@ from py_in_browser.backends.webgpu.commands import (
     CommandList,
     dispatch_record,
 )
+from py_in_browser.backends.webgpu.plan import DeviceLimits
 from py_in_browser.backends.webgpu.recording import Recording, RecordingBuilder, signature
 
 
@@ -118,11 +120,15 @@ class _Bridge:
         self.buffers: dict[int, bytearray] = {}
         self.compiled = asyncio.Event()
         self.dropped: list[int] = []
+        self.events: list[tuple[str, list[int]]] = []  # ("dispatch", buffer ids) / ("read", [id])
 
     def definePipeline(self, *args: object) -> None:
         pass
 
     def defineLabel(self, *args: object) -> None:
+        pass
+
+    def record(self, *args: object) -> None:
         pass
 
     def dropRecording(self, recording_id: int) -> None:
@@ -138,7 +144,10 @@ class _Bridge:
                 buffer_id, offset, size = (int(w) for w in words[i + 1 : i + 4])
                 self.buffers[buffer_id][:size] = blob[offset : offset + size].tobytes()
             if op == DISPATCH:  # kernels do not run here: only what reads depend on
-                i += DISPATCH_HEADER + 2 * int(words[i + DISPATCH_BINDINGS])
+                count = int(words[i + DISPATCH_BINDINGS])
+                pairs = words[i + DISPATCH_HEADER : i + DISPATCH_HEADER + 2 * count]
+                self.events.append(("dispatch", [int(b) for b in pairs[::2]]))
+                i += DISPATCH_HEADER + 2 * count
             else:
                 i += 1 + len(ARGUMENTS[op])
         return 0
@@ -148,6 +157,7 @@ class _Bridge:
         return self.flush(words, blob, profiling)
 
     async def read(self, buffer_id: int, nbytes: int) -> Any:
+        self.events.append(("read", [buffer_id]))
         if buffer_id not in self.buffers:
             raise TypeError("copyBufferToBuffer: parameter 1 is not of type 'GPUBuffer'")
         data = np.frombuffer(bytes(self.buffers[buffer_id][:nbytes]), np.uint8)
@@ -177,3 +187,62 @@ def test_reads_and_drops_wait_for_a_list_going_out_in_parts() -> None:
     (_, late), dropped_while_waiting, dropped = asyncio.run(scenario())
     assert late.tolist() == [1.5, -2.0, 3.25]
     assert dropped_while_waiting == [] and dropped == [7]
+
+
+def _default_adam_group() -> fusion.Group:
+    """The default Adam's rules for one variable, as registered (weight, m, v)."""
+    typical = {program for program, _ in fusion.typical_programs()}
+    return next(
+        g for g in fusion.common_groups() if len(g) == 3 and all(p in typical for p, _ in g)
+    )
+
+
+@pytest.mark.parametrize(("bindings", "kernels"), [(10, 1), (8, 3)])
+def test_an_adam_update_is_one_kernel_per_variable_where_the_device_binds_enough(
+    bindings: int, kernels: int
+) -> None:
+    """Adam's three rules for a variable, called back to back, go out as one kernel reading
+    w, m, v, g, the two step scalars and the gate once and writing the three outputs, where
+    the device binds 10 storage buffers (SwiftShader's limit); with WebGPU's default 8 as three
+    kernels. An op after them that reads their outputs is dispatched after them, a recording
+    holds them though an input and an output were freed before they went out, and reading an
+    output sends its kernel first."""
+    kinds = dict(fusion.common_programs())
+
+    async def scenario() -> tuple[list[tuple[str, list[int]]], list[int], list[int]]:
+        backend, bridge = WebGPUBackend(), _Bridge()
+        backend.engine = bridge
+        backend.device_limits = DeviceLimits(max_storage_buffers=bindings)
+        bridge.compiled.set()  # every kernel compiled: lists go out whole
+        backend.begin_recording()  # as in a recorded train step
+        handles: dict[str, GpuHandle] = {}
+        outputs = []
+        for program, names in _default_adam_group():
+            for name, kind in zip(names, kinds[program], strict=True):
+                if name not in handles:
+                    shape = () if kind in ("scalar", "gate") else (5,)
+                    dtype = bool if kind == "gate" else np.float32
+                    handles[name] = backend.upload(np.ones(shape, dtype=dtype))
+            inputs = [handles[n] for n in names]
+            spec = OutSpec(
+                (5,), "float32", tuple(h.shape for h in inputs), tuple(h.dtype for h in inputs)
+            )
+            outputs.append(backend.run("fused", inputs, {"program": program}, spec))
+        assert not bridge.events  # held back so far
+        backend.free(handles["grad"])  # tensors freed while their calls wait
+        backend.free(outputs[0])
+        add = OutSpec((5,), "float32", ((5,), (5,)), ("float32", "float32"))
+        total = backend.run("add", [outputs[1], outputs[2]], {}, add)
+        recording = backend.finish_recording([], [], [total])
+        assert recording.dispatches == kernels + 1
+        await backend.download(total)
+        return bridge.events, [h.id for h in handles.values()], [o.id for o in outputs]
+
+    events, inputs, outputs = asyncio.run(scenario())
+    dispatched = [ids for kind, ids in events if kind == "dispatch"]
+    assert len(dispatched) == kernels + 1
+    if kernels == 1:
+        assert dispatched[0] == [*inputs, *outputs]  # each input bound once, then w, m, v
+    else:
+        assert [ids[-1] for ids in dispatched[:3]] == outputs
+    assert dispatched[-1][:2] == outputs[1:] and events[-1][0] == "read"

@@ -13,7 +13,7 @@ import py_in_browser as pib
 from py_in_browser import fusion, ops, runtime
 from py_in_browser.backends import BACKENDS, Backend, OutSpec, register_backend
 from py_in_browser.backends.cpu import CpuBackend
-from py_in_browser.backends.webgpu import codegen, filter_grad, kernels, warmup
+from py_in_browser.backends.webgpu import codegen, filter_grad, fused, fused_runs, kernels, warmup
 from py_in_browser.backends.webgpu.plan import DeviceLimits, Dispatch
 from py_in_browser.testing import workloads
 from py_in_browser.testing.op_cases import (
@@ -148,7 +148,8 @@ def test_warm_up_kernels_compile_and_cover_training(
     first_step = dict(warmup.first_step_kernels(limits))
     warm = {**first_step, **dict(warmup.common_kernels(limits))}
     assert len(warm) == len(first_step) + len(warmup.common_kernels(limits))
-    assert 20 <= len(warm) <= 96  # single ops plus the fused updates, losses and gradients
+    # Single ops plus the fused updates, losses and gradients, and the optimizers' groups.
+    assert 20 <= len(warm) <= 104
     for key, wgsl in warm.items():
         gpu._pipeline(Dispatch(key, wgsl, (), b"", (1, 1, 1)))
     fresh = WgpuNativeBackend(gpu.device, limits)
@@ -230,6 +231,75 @@ def test_fused_kernels_are_keyed_by_their_structure_with_constants_in_params() -
     assert len({zero.params, negative.params, other.params}) == 3
     square = kernels.plan("fused", {"program": fusion.trace(lambda x: x * x, 1)}, spec)
     assert square.dispatches[0].key != zero.key
+
+
+def _group_inputs(group: fusion.Group, count: int, gate: bool) -> dict[Any, np.ndarray]:
+    """Arrays for a registered group's named inputs, by their registered kinds: full ones of
+    `count` elements (the gradient with NaN and infinities), scalars, the gate."""
+    kinds_of = dict(fusion.common_programs())
+    rng = np.random.default_rng(3)
+    arrays: dict[Any, np.ndarray] = {}
+    for program, names in group:
+        for name, kind in zip(names, kinds_of[program], strict=True):
+            if kind == "gate":
+                arrays[name] = np.array(gate)
+            elif kind == "scalar":
+                arrays[name] = np.array(rng.uniform(0.05, 3.0), dtype=np.float32)
+            else:
+                full = rng.normal(size=count).astype(np.float32)
+                arrays[name] = np.abs(full) if name in ("v", "rms") else full
+    for name in ("grad",):
+        if name in arrays and arrays[name].shape:
+            arrays[name][:3] = (np.nan, np.inf, -np.inf)
+    return arrays
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_an_optimizers_rules_as_one_group_kernel_match_their_own_kernels(
+    gpu: WgpuNativeBackend, gate: bool
+) -> None:
+    """Each registered group (an optimizer's rules for one variable, its step rules) that fits
+    10 storage bindings (SwiftShader's) runs as one dispatch with an output per rule, and gives
+    what each rule's own kernel gives (to a rounding: a compiler may contract a multiply-add
+    in one kernel and not the other), NaN and infinities included, with the finite-step gate
+    open and shut; count 1003 leaves a tail of a vec4 stride. The default Adam's is one."""
+    limits = DeviceLimits(max_storage_buffers=10)
+    grouped = 0
+    for group in fusion.common_groups():
+        distinct, reads = fused.shared_inputs([names for _, names in group])
+        if len(distinct) + len(group) > limits.max_storage_buffers:
+            continue
+        arrays = _group_inputs(group, 1003, gate)
+        shape = next((a.shape for a in arrays.values() if a.shape), ())
+        handles = {name: gpu.upload(np.asarray(arrays[name])) for name in distinct}
+        plan = fused.plan_fused_group(
+            [program for program, _ in group],
+            reads,
+            [handles[n].dtype for n in distinct],
+            [handles[n].shape == () for n in distinct],
+            int(np.prod(shape)),
+            limits,
+        )
+        assert len(plan.dispatches) == 1
+        outputs = gpu.execute(
+            plan, [handles[n] for n in distinct], [(shape, "float32")] * len(group)
+        )
+        for (program, names), output in zip(group, outputs, strict=True):
+            inputs = [handles[n] for n in names]
+            spec = OutSpec(
+                shape, "float32", tuple(h.shape for h in inputs), tuple(h.dtype for h in inputs)
+            )
+            alone = gpu._execute(
+                kernels.plan("fused", {"program": program}, spec, limits), inputs, shape, "float32"
+            )
+            want = asyncio.run(gpu.download(alone))
+            # One rounding apart at most: a compiler may contract a*b+c differently per kernel.
+            got = asyncio.run(gpu.download(output))
+            np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+        grouped += 1
+    assert grouped >= 4  # Adam's, AdamW's and their step rules at least
+    adam = fused_runs.warmup_kernels(limits, typical=True)
+    assert any(key.startswith("fused_group:7>3:") for key, _ in adam)  # w, m, v in one kernel
 
 
 # ---- elementwise numerics ---------------------------------------------------------------------

@@ -46,7 +46,9 @@ def request_device() -> Any:
             f"wgpu-py found no GPU adapter ({reason}); install a Vulkan driver, e.g. "
             "mesa-vulkan-drivers (lavapipe), to run the WGSL kernel tests"
         )
-    return adapter.request_device_sync()
+    # As bridge.js: the adapter's own storage-buffer limit, which group kernels may need.
+    name = "max-storage-buffers-per-shader-stage"
+    return adapter.request_device_sync(required_limits={name: adapter.limits[name]})
 
 
 class WgpuNativeBackend(Backend):
@@ -143,15 +145,25 @@ class WgpuNativeBackend(Backend):
         return result
 
     def _execute(self, plan: Any, inputs: list[Any], shape: Any, dtype: str) -> NativeHandle:
+        return self.execute(plan, inputs, [(shape, dtype)])[0]
+
+    def execute(
+        self, plan: Any, inputs: list[Any], outputs: list[tuple[Any, str]]
+    ) -> list[NativeHandle]:
+        """Runs a plan whose output t has shape and dtype outputs[t] (a group kernel has
+        several), in one command encoder."""
         import wgpu
 
-        result = NativeHandle(self._buffer(int(np.prod(shape)) * 4), tuple(shape), dtype)
+        results = [
+            NativeHandle(self._buffer(int(np.prod(shape)) * 4), tuple(shape), dtype)
+            for shape, dtype in outputs
+        ]
         scratch = [self._buffer(n) for n in plan.scratch_bytes]
 
         def buffer_of(ref: BufferRef) -> Any:
             if ref.role == "input":
                 return inputs[ref.index].buffer
-            return result.buffer if ref.role == "output" else scratch[ref.index]
+            return results[ref.index].buffer if ref.role == "output" else scratch[ref.index]
 
         encoder = self.device.create_command_encoder()
         for dispatch in plan.dispatches:
@@ -180,4 +192,4 @@ class WgpuNativeBackend(Backend):
         for buffer in scratch:
             del self.refs[id(buffer)]
             buffer.destroy()
-        return result
+        return results

@@ -13,9 +13,10 @@ import numpy as np
 
 from ... import _js, events
 from .. import Backend, OutSpec
-from . import codegen, commands, kernels, views, warmup
+from . import codegen, commands, fused_runs, kernels, views, warmup
 from .buffers import BufferPool, GpuHandle
 from .commands import CommandList, dispatch_record
+from .fused_runs import FusedCall, FusedRun
 from .kernels import NAME
 from .plan import BufferRef, DeviceLimits
 from .recording import Recording, RecordingBuilder, signature
@@ -35,6 +36,7 @@ _LIMIT_NAMES = {  # DeviceLimits field (also the pib.init(limits=...) key) -> We
     "max_storage_buffer_binding_size": "maxStorageBufferBindingSize",
     "max_workgroup_storage_size": "maxComputeWorkgroupStorageSize",
     "max_invocations_per_workgroup": "maxComputeInvocationsPerWorkgroup",
+    "max_storage_buffers": "maxStorageBuffersPerShaderStage",
 }
 # The limits bridge.js asks the adapter for in full and reports back: those read above, the
 # buffer size, and what the kernels' workgroups and bindings need.
@@ -92,6 +94,7 @@ class WebGPUBackend(Backend):
         self.adapter: dict[str, Any] = {}
         self.pool = BufferPool()
         self.commands = CommandList()
+        self._fused_run = FusedRun()  # fused calls held back to go out as one kernel
         self.submitted = 0  # command lists taken to send, one serial each (bridge.js counts too)
         self.completed = 0
         self.js_calls = 0
@@ -339,6 +342,9 @@ class WebGPUBackend(Backend):
             return self._alias(
                 source, out.shape, views.expand_strides(source.shape, source.strides, out.shape)
             )
+        if op == "fused" and fused_runs.can_wait(inputs, out):
+            return self._hold_fused(attrs["program"], inputs, out)
+        self._dispatch_fused_run()
         if op == "reshape":
             return self._materialize(source, out.shape)
         temporaries: list[GpuHandle] = []
@@ -351,7 +357,7 @@ class WebGPUBackend(Backend):
                 inputs = [next(dense) if h.strides is not None else h for h in inputs]
         plan = kernels.plan(op, attrs, out, self.device_limits)  # memoized there
         result = self._allocate(out.shape, out.dtype)
-        self._emit(op, plan, inputs, result)
+        self._emit(op, plan, inputs, [result])
         for handle in temporaries:
             self.free(handle)
         if self.profile_log is not None and not self.timestamps:
@@ -361,6 +367,33 @@ class WebGPUBackend(Backend):
         if self.commands.dispatches >= FLUSH_DISPATCHES and self._recording is None:
             self.flush()
         return result
+
+    def _hold_fused(self, program: Any, inputs: list[GpuHandle], out: OutSpec) -> GpuHandle:
+        """A fused call's output; its dispatch waits in the fused run (fused_runs.py), which the
+        calls after it may join."""
+        call = FusedCall(program, tuple(inputs), out, self._allocate(out.shape, out.dtype))
+        if not self._fused_run.joins(call, self.device_limits.max_storage_buffers):
+            self._dispatch_fused_run()
+        self._fused_run.add(call)
+        for handle in (*call.inputs, call.result):  # freed before it goes out: still its own
+            self.pool.retain(handle.id)
+        return call.result
+
+    def _dispatch_fused_run(self) -> None:
+        """Dispatches the fused calls waiting, as one kernel per registered group where they
+        form one (fused_runs.py); everything that touches the command list calls this first,
+        so commands keep the order Python asked for them in."""
+        if not self._fused_run:
+            return
+        calls = self._fused_run.take()
+        grouped = fused_runs.group_keys(self.device_limits)
+        for plan, inputs, outputs in fused_runs.dispatches(
+            calls, grouped.__contains__, self.device_limits
+        ):
+            self._emit("fused", plan, inputs, outputs)
+        for call in calls:
+            for handle in (*call.inputs, call.result):
+                self.pool.release(handle.id, self.submitted + 1)
 
     def _alias(
         self, source: GpuHandle, shape: tuple[int, ...], strides: tuple[int, ...] | None
@@ -374,14 +407,15 @@ class WebGPUBackend(Backend):
     def _materialize(self, view: GpuHandle, shape: tuple[int, ...] | None = None) -> GpuHandle:
         """A dense copy of a broadcast view (reshaped to `shape` when given): one strided gather."""
         assert view.strides is not None
+        self._dispatch_fused_run()  # the view may be of a held call's output
         plan = views.materialize_plan(view.dtype, view.shape, view.strides, self.device_limits)
         result = self._allocate(view.shape, view.dtype)
-        self._emit("expand", plan, [view], result)
+        self._emit("expand", plan, [view], [result])
         if shape is None:
             return result
         return GpuHandle(result.id, result.nbytes, shape, result.dtype)
 
-    def _emit(self, op: str, plan: Any, inputs: list[GpuHandle], result: GpuHandle) -> None:
+    def _emit(self, op: str, plan: Any, inputs: list[GpuHandle], outputs: list[GpuHandle]) -> None:
         """Appends the plan's dispatches, with its scratch buffers, to the open command list."""
         scratch = [self.pool.acquire(n) for n in plan.scratch_bytes]
         for buffer_id, fresh in scratch:
@@ -393,7 +427,7 @@ class WebGPUBackend(Backend):
                 handle: GpuHandle = inputs[ref.index]
                 return handle.id, handle.nbytes
             if ref.role == "output":
-                return result.id, result.nbytes
+                return outputs[ref.index].id, outputs[ref.index].nbytes
             return scratch[ref.index][0], plan.scratch_bytes[ref.index]
 
         for dispatch in plan.dispatches:
@@ -421,6 +455,7 @@ class WebGPUBackend(Backend):
         """Sends the open command list: one JS call, one command encoder, one submit. While an
         earlier list is still going out in parts (flush_async) it does nothing: bridge.js would
         encode this one ahead of that one's rest, so the open list waits for the next flush_async."""
+        self._dispatch_fused_run()
         if not len(self.commands) or self._in_flight is not None:
             return
         words, blob, profiling = self._take_commands()
@@ -435,6 +470,7 @@ class WebGPUBackend(Backend):
         CREATE, WRITE and dispatches still waiting in that list (asyncio.gather of downloads
         read buffers bridge.js had not created yet: "copyBufferToBuffer parameter 1 is not of
         type GPUBuffer")."""
+        self._dispatch_fused_run()
         while self._in_flight is not None:
             await asyncio.shield(self._in_flight)
         if not self._unready or not len(self.commands):
@@ -498,9 +534,11 @@ class WebGPUBackend(Backend):
     # ---- record and replay ----
 
     def begin_recording(self) -> None:
+        self._dispatch_fused_run()  # calls made before belong to no recording
         self._recording = RecordingBuilder()
 
     def abort_recording(self) -> None:
+        self._dispatch_fused_run()
         builder, self._recording = self._recording, None
         if builder is not None:
             for buffer_id in builder.retained:
@@ -513,6 +551,7 @@ class WebGPUBackend(Backend):
         outputs: list[GpuHandle],
     ) -> Recording:
         """Ends the recording window; the step's own commands still go out with the next flush."""
+        self._dispatch_fused_run()
         builder, self._recording = self._recording, None
         assert builder is not None, "finish_recording without begin_recording"
         for before, _ in state:
@@ -545,6 +584,7 @@ class WebGPUBackend(Backend):
         fresh copies of the recorded outputs. One JS call. The input writes may follow commands
         still in the open list that read the same buffers (the recording's own first run, in a
         predict over several batches): bridge.js submits the work before a write first."""
+        self._dispatch_fused_run()
         for handle, array in zip(recording.inputs, arrays, strict=True):
             data = device_bytes(array)
             if len(data) != handle.nbytes:
@@ -572,6 +612,7 @@ class WebGPUBackend(Backend):
 
     def drop_recording(self, recording: Recording) -> None:
         # A REPLAY of it may wait in the open list or in one going out: drop it after that list.
+        self._dispatch_fused_run()
         if len(self.commands) or self._in_flight is not None:
             self._drops.append((self.submitted + (1 if len(self.commands) else 0), recording.id))
         else:

@@ -162,14 +162,14 @@ def plan_elementwise(
     key = f"elementwise:{op}:{','.join(types)}->{out_type}"
     if not plain:
         key += f":{modes}"
-    return kernel(op, key, types, out_type, words, per, f"{loads}\n    out[i] = {expr};", limits)
+    return kernel(op, key, types, [out_type], words, per, f"{loads}\n    out[i] = {expr};", limits)
 
 
 def kernel(
     op: str,
     key: str,
     input_types: Sequence[str],
-    out_type: str,
+    out_types: Sequence[str],
     words: Sequence[int],
     per: int,
     body: str,
@@ -178,24 +178,29 @@ def kernel(
     hoisted: str = "",
 ) -> KernelPlan:
     """The one dispatch of elementwise.wgsl (shared with fused.py): bindings in_0, in_1, ... of
-    `input_types`, then out, then params `words` (word 0: the element count); `body` stores out[i]
-    for `per` elements i per invocation, after `hoisted` ran once per invocation."""
+    `input_types`, then the outputs (`out` if one, else out_0, out_1, ... of `out_types`), then
+    params `words` (word 0: the element count); `body` stores the outputs at i for `per`
+    elements i per invocation, after `hoisted` ran once per invocation."""
     arity = len(input_types)
+    names = ["out"] if len(out_types) == 1 else [f"out_{t}" for t in range(len(out_types))]
     wgsl = codegen.render(
         "elementwise.wgsl",
         INPUT_BINDINGS="\n".join(
             f"@group(0) @binding({k}) var<storage, read> in_{k}: array<{t}>;"
             for k, t in enumerate(input_types)
         ),
-        OUT_BINDING=str(arity),
-        OUT_T=out_type,
-        PARAMS_BINDING=str(arity + 1),
+        OUTPUT_BINDINGS="\n".join(
+            f"@group(0) @binding({arity + t}) var<storage, read_write> {name}: array<{out_t}>;"
+            for t, (name, out_t) in enumerate(zip(names, out_types, strict=True))
+        ),
+        PARAMS_BINDING=str(arity + len(out_types)),
         PARAM_ROWS=str(len(codegen.pack_words(words)) // 16),
         FUNCTIONS=functions,
         HOISTED=hoisted,
         BODY=body,
         PER=str(per),
     )
-    bindings = [BufferRef("input", k) for k in range(arity)] + [codegen.OUTPUT]
+    bindings = [BufferRef("input", k) for k in range(arity)]
+    bindings += [BufferRef("output", t) for t in range(len(out_types))]
     workgroups = codegen.grid(op, codegen.groups_for(-(-words[0] // per)), limits)
     return KernelPlan((codegen.dispatch(key, wgsl, bindings, words, workgroups),))

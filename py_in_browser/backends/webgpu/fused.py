@@ -1,4 +1,6 @@
-"""Primitive "fused": a fusion.py program as ONE elementwise.wgsl kernel.
+"""Primitive "fused": a fusion.py program as ONE elementwise.wgsl kernel; and several programs
+over one element count as one kernel with an output each (plan_fused_group, which the runtime
+uses for adjacent fused calls: fused_runs.py).
 
 Each op the program uses becomes a WGSL function whose body is that op's expression from
 elementwise.EXPRESSIONS (so a fused step computes exactly what the single-op kernel does, NaN and
@@ -15,6 +17,7 @@ program's structure, so an optimizer update compiled at start-up with default se
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,7 +107,7 @@ def plan_fused(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimit
         op,
         key,
         types,
-        codegen.wgsl_type(out.dtype, op),
+        (codegen.wgsl_type(out.dtype, op),),
         [count, 0, 0, 0, *(blocks if strided else []), *constants],
         1 if strided else elementwise.PER_INVOCATION,  # strided loads stay one per invocation
         body,
@@ -112,3 +115,105 @@ def plan_fused(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimit
         functions=functions,
         hoisted=hoisted_text,
     )
+
+
+def shared_inputs(reads: Sequence[Sequence[Hashable]]) -> tuple[list[Hashable], list[list[int]]]:
+    """The distinct inputs of programs run as one kernel, in order of first appearance, and per
+    program the index of each of its inputs among them (programs reading one tensor bind it once)."""
+    distinct: list[Hashable] = []
+    at: list[list[int]] = []
+    for program_reads in reads:
+        indices = []
+        for read in program_reads:
+            if read not in distinct:
+                distinct.append(read)
+            indices.append(distinct.index(read))
+        at.append(indices)
+    return distinct, at
+
+
+def _group_arg(
+    ref: fusion.Ref,
+    reads: Sequence[int],
+    step_names: list[str],
+    constants: list[int],
+    hoisted: list[str],
+) -> str:
+    """A program step's argument in a group kernel: the shared input it reads, the let of a
+    step, or the constant numbered by its value (hoisted from the params on first use)."""
+    where, value = ref
+    if where == "input":
+        return f"x{reads[value]}"
+    if where == "step":
+        return step_names[value]
+    bits = _constant_bits(value)
+    if bits not in constants:
+        word = _CONSTANTS_AT + len(constants)
+        hoisted.append(f"let k{len(constants)} = bitcast<f32>(word({word}u));")
+        constants.append(bits)
+    return f"k{constants.index(bits)}"
+
+
+_GROUP_PLANS: dict[Any, KernelPlan] = {}
+_MAX_GROUP_PLANS = 256  # learning-rate schedules change constants every step: keep few
+
+
+def plan_fused_group(
+    programs: Sequence[fusion.Program],
+    reads: Sequence[Sequence[int]],
+    input_dtypes: Sequence[str],
+    scalars: Sequence[bool],
+    count: int,
+    limits: DeviceLimits,
+) -> KernelPlan:
+    """out_t[i] = program t's last step at element i, for programs over `count` elements whose
+    inputs are the shared inputs (shared_inputs) `reads[t]`: dense over `count` elements, or
+    scalars where `scalars` says. Each input is read once per element; a step two programs
+    compute alike (same op of the same inputs, constants of equal value, or shared steps) is
+    computed once; constants travel in the params, numbered by distinct value."""
+    memo = (tuple(programs), tuple(map(tuple, reads)), tuple(input_dtypes), tuple(scalars), count)
+    plan = _GROUP_PLANS.get((memo, limits))
+    if plan is not None:
+        return plan
+    types = tuple(codegen.wgsl_type(dt, "fused") for dt in input_dtypes)
+    hoisted = [f"let x{k} = in_{k}[0];" for k in range(len(types)) if scalars[k]]
+    loads = [f"let x{k} = in_{k}[i];" for k in range(len(types)) if not scalars[k]]
+    constants: list[int] = []
+    names: dict[tuple[Any, ...], str] = {}  # a step's op and argument names -> its let
+    lines: list[str] = []
+    results: list[str] = []
+    for program, program_reads in zip(programs, reads, strict=True):
+        step_names: list[str] = []
+        for op, args in program:
+            form = (
+                op,
+                *(_group_arg(r, program_reads, step_names, constants, hoisted) for r in args),
+            )
+            if form not in names:
+                names[form] = f"s{len(names)}"
+                lines.append(f"let {names[form]} = op_{op}({', '.join(form[1:])});")
+            step_names.append(names[form])
+        results.append(step_names[-1])
+    outs = ["out"] if len(programs) == 1 else [f"out_{t}" for t in range(len(programs))]
+    stores = [f"{out}[i] = {name};" for out, name in zip(outs, results, strict=True)]
+    body = "\n    ".join([*loads, *lines, *stores])
+    ops = sorted({op for program in programs for op, _ in program})
+    functions = "\n".join(_function(op) for op in ops)
+    hoisted_text = "\n  ".join(hoisted)
+    digest = hashlib.sha256("|".join([*types, functions, hoisted_text, body]).encode()).hexdigest()
+    plan = elementwise.kernel(
+        "fused",
+        f"fused_group:{len(types)}>{len(programs)}:{digest[:16]}",
+        types,
+        ("f32",) * len(programs),
+        [count, 0, 0, 0, *constants],
+        elementwise.PER_INVOCATION,
+        body,
+        limits,
+        functions=functions,
+        hoisted=hoisted_text,
+    )
+    if len(_GROUP_PLANS) >= _MAX_GROUP_PLANS:
+        _GROUP_PLANS.clear()
+    _GROUP_PLANS[(memo, limits)] = plan
+    return plan

@@ -49,6 +49,9 @@ class DeviceLimits:
     max_storage_buffer_binding_size: int = 134217728
     max_workgroup_storage_size: int = 16384
     max_invocations_per_workgroup: int = 256
+    # Storage buffers one kernel may bind (WebGPU's default 8; SwiftShader in Chromium has 10):
+    # bounds how many fused calls one kernel runs (fused_runs.py).
+    max_storage_buffers: int = 8
     # 0: the GPU schedules every workgroup of a grid itself. n > 0: a software adapter running
     # workgroups on CPU threads, where each workgroup that synchronizes (the GEMMs' shared-memory
     # tiles) costs a fiber set-up: those kernels then launch at most n workgroups, each looping

@@ -26,7 +26,7 @@ def plan_random_uniform(
         op,
         f"random_uniform:{counter_type}",
         (counter_type,),
-        "f32",
+        ("f32",),
         words,
         elementwise.PER_INVOCATION,
         "out[i] = counter_uniform(i, draw_key);",

@@ -14,7 +14,7 @@ from typing import Any
 
 from ... import fusion
 from .. import OutSpec
-from . import kernels
+from . import fused_runs, kernels
 from .plan import DeviceLimits
 
 _F32 = "float32"
@@ -183,15 +183,22 @@ def _strided(strides: tuple[tuple[int, ...] | None, ...]) -> dict[str, Any]:
 @cache
 def first_step_kernels(limits: DeviceLimits) -> tuple[tuple[str, str], ...]:
     """(key, wgsl) of each kernel a typical first training step dispatches, once, longest to
-    compile first."""
-    return _kernels(_first_step_calls(), limits, {})
+    compile first; the default Adam's rules as their group kernel where the device binds
+    enough buffers for it (fused_runs.py), else one kernel each."""
+    groups = fused_runs.warmup_kernels(limits, typical=True)
+    calls = _first_step_calls()
+    if groups:
+        grouped = fused_runs.grouped_programs(limits, typical=True)
+        calls = [c for c in calls if c[0] != "fused" or c[1]["program"] not in grouped]
+    return (*_kernels(calls, limits, {}), *groups)
 
 
 @cache
 def common_kernels(limits: DeviceLimits) -> tuple[tuple[str, str], ...]:
     """(key, wgsl) of each other common kernel once (first_step_kernels left out), most used
-    first."""
-    return _kernels(_calls(), limits, dict(first_step_kernels(limits)))
+    first, then the other registered groups' kernels."""
+    known = dict(first_step_kernels(limits))
+    return (*_kernels(_calls(), limits, known), *fused_runs.warmup_kernels(limits, typical=False))
 
 
 def _kernels(

@@ -1,9 +1,10 @@
 // out[i] from the inputs' i-th elements: one op (BODY from elementwise.py) or a fused program of
-// them (fused.py, which adds FUNCTIONS, one per op, and HOISTED loads of scalar inputs).
+// them (fused.py, which adds FUNCTIONS, one per op, and HOISTED loads of scalar inputs), or
+// several fused programs over one element count, one output each (out_0, out_1, ...).
 {{COMMON}}
 
 {{INPUT_BINDINGS}}
-@group(0) @binding({{OUT_BINDING}}) var<storage, read_write> out: array<{{OUT_T}}>;
+{{OUTPUT_BINDINGS}}
 
 // Word 0: the element count; with broadcast inputs, per-input blocks follow (elementwise.py).
 struct Params { words: array<vec4<u32>, {{PARAM_ROWS}}> }
