@@ -246,3 +246,87 @@ def test_an_adam_update_is_one_kernel_per_variable_where_the_device_binds_enough
     else:
         assert [ids[-1] for ids in dispatched[:3]] == outputs
     assert dispatched[-1][:2] == outputs[1:] and events[-1][0] == "read"
+
+
+def _conv_layer(backend: WebGPUBackend) -> tuple[list[GpuHandle], list[GpuHandle]]:
+    """A Conv2D layer with bias and relu as the engine calls the backend (conv2d, the bias
+    reshaped and expanded to a row view, add, relu), on a 6x6 RGB input, 8 channels: the
+    operands (x, w, bias) and the layer's tensors (y, z, a)."""
+    geo = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
+    x = backend.upload(np.ones((1, 6, 6, 3), np.float32))
+    w = backend.upload(np.ones((3, 3, 3, 8), np.float32))
+    bias = backend.upload(np.ones(8, np.float32))
+    shape = (1, 6, 6, 8)
+    y = backend.run(
+        "conv2d", [x, w], geo, OutSpec(shape, "float32", (x.shape, w.shape), ("float32",) * 2)
+    )
+    row = backend.run(
+        "reshape",
+        [bias],
+        {"shape": (1, 1, 1, 8)},
+        OutSpec((1, 1, 1, 8), "float32", ((8,),), ("float32",)),
+    )
+    view = backend.run(
+        "expand", [row], {"shape": shape}, OutSpec(shape, "float32", ((1, 1, 1, 8),), ("float32",))
+    )
+    z = backend.run(
+        "add", [y, view], {}, OutSpec(shape, "float32", (shape, shape), ("float32",) * 2)
+    )
+    a = backend.run("relu", [z], {}, OutSpec(shape, "float32", (shape,), ("float32",)))
+    backend.free(row)
+    backend.free(view)
+    return [x, w, bias], [y, z, a]
+
+
+def test_a_conv_layers_bias_and_relu_are_applied_by_its_kernel() -> None:
+    """conv2d, the add of a bias row to its output and relu of that go out as one kernel
+    writing the relu's output (binding x, w, that output, the bias). y and z are computed only
+    when read: freed unread, never; y read later, by its own kernel before its reader; inside a
+    recording they stay out of it (the recorded step is one kernel), and a recording after it
+    computes those still held first."""
+    square = OutSpec((1, 6, 6, 8), "float32", ((1, 6, 6, 8),) * 2, ("float32",) * 2)
+    one = OutSpec((1, 6, 6, 8), "float32", ((1, 6, 6, 8),), ("float32",))
+
+    async def scenario() -> None:
+        backend, bridge = WebGPUBackend(), _Bridge()
+        backend.engine = bridge
+        bridge.compiled.set()
+
+        def dispatched() -> list[list[int]]:
+            found = [ids for kind, ids in bridge.events if kind == "dispatch"]
+            bridge.events.clear()
+            return found
+
+        (x, w, bias), (y, z, a) = _conv_layer(backend)
+        backend.free(y)
+        backend.free(z)  # as inference does, right after each is used
+        product = backend.run("mul", [a, a], {}, square)
+        await backend.download(product)
+        assert dispatched() == [[x.id, w.id, a.id, bias.id], [a.id, a.id, product.id]]
+
+        (x, w, bias), (y, z, a) = _conv_layer(backend)
+        product = backend.run("mul", [a, a], {}, square)
+        negated = backend.run("neg", [y], {}, one)
+        backend.free(z)
+        await backend.download(negated)
+        assert dispatched() == [
+            [x.id, w.id, a.id, bias.id],
+            [a.id, a.id, product.id],
+            [x.id, w.id, y.id],  # y's own convolution, before its reader
+            [y.id, negated.id],
+        ]
+
+        backend.begin_recording()
+        (x, w, bias), (y, z, a) = _conv_layer(backend)
+        recording = backend.finish_recording([], [], [a])
+        assert recording.dispatches == 1
+        backend.begin_recording()  # y and z, still held, are computed before it starts
+        backend.abort_recording()
+        backend.flush()
+        assert dispatched() == [
+            [x.id, w.id, a.id, bias.id],
+            [x.id, w.id, y.id],
+            [x.id, w.id, z.id, bias.id],
+        ]
+
+    asyncio.run(scenario())

@@ -13,7 +13,15 @@ import py_in_browser as pib
 from py_in_browser import fusion, ops, runtime
 from py_in_browser.backends import BACKENDS, Backend, OutSpec, register_backend
 from py_in_browser.backends.cpu import CpuBackend
-from py_in_browser.backends.webgpu import codegen, filter_grad, fused, fused_runs, kernels, warmup
+from py_in_browser.backends.webgpu import (
+    codegen,
+    filter_grad,
+    fused,
+    fused_runs,
+    kernels,
+    linalg,
+    warmup,
+)
 from py_in_browser.backends.webgpu.plan import DeviceLimits, Dispatch
 from py_in_browser.testing import workloads
 from py_in_browser.testing.op_cases import (
@@ -617,6 +625,56 @@ def test_conv2d_of_few_input_channels_is_direct(
     assert_matches_cpu(gpu, "conv2d", [x, w], **geo)
     wide = OutSpec((1, 5, 5, 4), "float32", ((1, 5, 5, 32), (1, 1, 32, 4)), ("float32",) * 2)
     assert kernels.plan("conv2d", geo, wide).dispatches[0].key.startswith("gemm:")
+
+
+@pytest.mark.parametrize("epilogue", ["bias", "relu", "bias_relu"])
+def test_conv_direct_applies_a_layers_bias_and_relu_as_it_stores(
+    gpu: WgpuNativeBackend, epilogue: str
+) -> None:
+    """conv2d with its layer's bias add and/or relu applied in conv_direct.wgsl's stores gives
+    the bits of conv2d, then the add kernel with the bias row, then the relu kernel: NaN and
+    infinities in the input and the bias pass as there (relu keeps NaN), and 12 output
+    channels leave the second vec4 group of each pixel half full (its bias read per vec4)."""
+    x = normal(2, 7, 6, 3, seed=31)
+    x[0, 1, 2, 0], x[1, 3, 3, 1] = np.nan, np.inf
+    w, bias = normal(3, 3, 3, 12, seed=32), normal(12, seed=33)
+    bias[5] = -np.inf
+    geo = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
+    spec = OutSpec((2, 7, 6, 12), "float32", (x.shape, w.shape), ("float32",) * 2)
+    plan = linalg.plan_conv2d_finished(geo, spec, epilogue, DeviceLimits())
+    assert plan is not None and len(plan.dispatches) == 1
+    handles = [gpu.upload(a) for a in (x, w, bias)]
+    (out,) = gpu.execute(plan, handles, [(spec.shape, "float32")])
+    got = asyncio.run(gpu.download(out))
+    want = gpu.run("conv2d", handles[:2], geo, spec)
+    if epilogue.startswith("bias"):
+        row = gpu.run(
+            "reshape",
+            [handles[2]],
+            {"shape": (1, 1, 1, 12)},
+            OutSpec((1, 1, 1, 12), "float32", ((12,),), ("float32",)),
+        )
+        row = gpu.run(
+            "expand",
+            [row],
+            {"shape": spec.shape},
+            OutSpec(spec.shape, "float32", ((1, 1, 1, 12),), ("float32",)),
+        )
+        want = gpu.run(
+            "add",
+            [want, row],
+            {},
+            OutSpec(spec.shape, "float32", (spec.shape,) * 2, ("float32",) * 2),
+        )
+    if epilogue.endswith("relu"):
+        want = gpu.run(
+            "relu", [want], {}, OutSpec(spec.shape, "float32", (spec.shape,), ("float32",))
+        )
+    expected = asyncio.run(gpu.download(want))
+    assert np.isnan(expected).any() and (expected == 0).any() == epilogue.endswith("relu")
+    np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
+    wide = OutSpec((1, 5, 5, 4), "float32", ((1, 5, 5, 32), (1, 1, 32, 4)), ("float32",) * 2)
+    assert linalg.plan_conv2d_finished(geo, wide, epilogue, DeviceLimits()) is None  # a GEMM
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,10 @@ import numpy as np
 
 from ... import _js, events
 from .. import Backend, OutSpec
-from . import codegen, commands, fused_runs, kernels, views, warmup
+from . import codegen, commands, epilogues, fused_runs, kernels, views, warmup
 from .buffers import BufferPool, GpuHandle
 from .commands import CommandList, dispatch_record
+from .epilogues import HeldConv, Lazy
 from .fused_runs import FusedCall, FusedRun
 from .kernels import NAME
 from .plan import BufferRef, DeviceLimits
@@ -95,6 +96,8 @@ class WebGPUBackend(Backend):
         self.pool = BufferPool()
         self.commands = CommandList()
         self._fused_run = FusedRun()  # fused calls held back to go out as one kernel
+        self._held_conv: HeldConv | None = None  # a conv2d waiting for its bias and relu
+        self._lazy: dict[int, Lazy] = {}  # buffer id -> its kernel, dispatched if it is read
         self.submitted = 0  # command lists taken to send, one serial each (bridge.js counts too)
         self.completed = 0
         self.js_calls = 0
@@ -255,10 +258,17 @@ class WebGPUBackend(Backend):
         return handle
 
     def free(self, handle: GpuHandle) -> None:
+        self._release(handle.id)
+
+    def _release(self, buffer_id: int) -> None:
         # Whatever used it is in the open command list or an earlier submit: the next one covers it.
-        self.pool.release(handle.id, self.submitted + 1)
+        self.pool.release(buffer_id, self.submitted + 1)
+        if buffer_id in self._lazy and buffer_id not in self.pool.refs:
+            self._release_all(self._lazy.pop(buffer_id).inputs)  # never read: never computed
 
     async def download(self, handle: GpuHandle) -> np.ndarray:
+        self._dispatch_held()
+        self._dispatch_lazy([handle])
         if handle.strides is not None:
             dense = self._materialize(handle)
             try:
@@ -343,8 +353,17 @@ class WebGPUBackend(Backend):
                 source, out.shape, views.expand_strides(source.shape, source.strides, out.shape)
             )
         if op == "fused" and fused_runs.can_wait(inputs, out):
+            self._dispatch_held_conv()
+            self._dispatch_lazy(inputs)
             return self._hold_fused(attrs["program"], inputs, out)
-        self._dispatch_fused_run()
+        if self._held_conv is not None:
+            stage = self._join_held_conv(op, inputs, out)
+            if stage is not None:
+                return stage
+        self._dispatch_held()
+        self._dispatch_lazy(inputs)
+        if op == "conv2d" and epilogues.can_hold(attrs, inputs, out, self.device_limits):
+            return self._hold_conv(attrs, inputs, out)
         if op == "reshape":
             return self._materialize(source, out.shape)
         temporaries: list[GpuHandle] = []
@@ -379,10 +398,69 @@ class WebGPUBackend(Backend):
             self.pool.retain(handle.id)
         return call.result
 
+    def _hold_conv(self, attrs: dict[str, Any], inputs: list[GpuHandle], out: OutSpec) -> GpuHandle:
+        """A conv2d's output y; its dispatch waits for the layer's bias add and relu
+        (epilogues.py)."""
+        x, w = inputs
+        held = HeldConv(attrs, out, (x, w), [self._allocate(out.shape, out.dtype)])
+        for handle in held.inputs:
+            self.pool.retain(handle.id)
+        self._held_conv = held
+        return held.last()
+
+    def _join_held_conv(self, op: str, inputs: list[GpuHandle], out: OutSpec) -> GpuHandle | None:
+        """The output of `op` if it is the held conv2d's bias add or relu (then applied by the
+        convolution's kernel), else None."""
+        held = self._held_conv
+        assert held is not None
+        bias = epilogues.bias_row(held, op, inputs)
+        if bias is not None:
+            self._dispatch_lazy([bias])
+            held.bias = bias
+            self.pool.retain(bias.id)
+        elif epilogues.takes_relu(held, op, inputs):
+            held.relu = True
+        else:
+            return None
+        held.stages.append(self._allocate(out.shape, out.dtype))
+        return held.last()
+
+    def _dispatch_held_conv(self) -> None:
+        """Dispatches the held conv2d with what joined it; its earlier tensors that are still
+        held by someone become lazy (epilogues.py)."""
+        held, self._held_conv = self._held_conv, None
+        if held is None:
+            return
+        final, earlier = epilogues.dispatches(held, self.device_limits)
+        self._emit(final.label, final.plan, list(final.inputs), [final.output])
+        for lazy in earlier:
+            if lazy.output.id in self.pool.refs:
+                for handle in lazy.inputs:
+                    self.pool.retain(handle.id)
+                self._lazy[lazy.output.id] = lazy
+        self._release_all(final.inputs)
+
+    def _dispatch_lazy(self, handles: Any) -> None:
+        """Dispatches the kernels of those of `handles` that are lazy, before they are read."""
+        for handle in handles:
+            lazy = self._lazy.pop(handle.id, None)
+            if lazy is not None:
+                self._emit(lazy.label, lazy.plan, list(lazy.inputs), [lazy.output])
+                self._release_all(lazy.inputs)
+
+    def _release_all(self, handles: Any) -> None:
+        for handle in handles:
+            self._release(handle.id)
+
+    def _dispatch_held(self) -> None:
+        """Dispatches what waits: the fused run or the held conv2d. Everything that touches the
+        command list calls this first, so commands keep the order Python asked for them in."""
+        self._dispatch_fused_run()
+        self._dispatch_held_conv()
+
     def _dispatch_fused_run(self) -> None:
         """Dispatches the fused calls waiting, as one kernel per registered group where they
-        form one (fused_runs.py); everything that touches the command list calls this first,
-        so commands keep the order Python asked for them in."""
+        form one (fused_runs.py)."""
         if not self._fused_run:
             return
         calls = self._fused_run.take()
@@ -392,8 +470,7 @@ class WebGPUBackend(Backend):
         ):
             self._emit("fused", plan, inputs, outputs)
         for call in calls:
-            for handle in (*call.inputs, call.result):
-                self.pool.release(handle.id, self.submitted + 1)
+            self._release_all((*call.inputs, call.result))
 
     def _alias(
         self, source: GpuHandle, shape: tuple[int, ...], strides: tuple[int, ...] | None
@@ -407,7 +484,8 @@ class WebGPUBackend(Backend):
     def _materialize(self, view: GpuHandle, shape: tuple[int, ...] | None = None) -> GpuHandle:
         """A dense copy of a broadcast view (reshaped to `shape` when given): one strided gather."""
         assert view.strides is not None
-        self._dispatch_fused_run()  # the view may be of a held call's output
+        self._dispatch_held()  # the view may be of a held call's output
+        self._dispatch_lazy([view])
         plan = views.materialize_plan(view.dtype, view.shape, view.strides, self.device_limits)
         result = self._allocate(view.shape, view.dtype)
         self._emit("expand", plan, [view], [result])
@@ -455,7 +533,7 @@ class WebGPUBackend(Backend):
         """Sends the open command list: one JS call, one command encoder, one submit. While an
         earlier list is still going out in parts (flush_async) it does nothing: bridge.js would
         encode this one ahead of that one's rest, so the open list waits for the next flush_async."""
-        self._dispatch_fused_run()
+        self._dispatch_held()
         if not len(self.commands) or self._in_flight is not None:
             return
         words, blob, profiling = self._take_commands()
@@ -470,7 +548,7 @@ class WebGPUBackend(Backend):
         CREATE, WRITE and dispatches still waiting in that list (asyncio.gather of downloads
         read buffers bridge.js had not created yet: "copyBufferToBuffer parameter 1 is not of
         type GPUBuffer")."""
-        self._dispatch_fused_run()
+        self._dispatch_held()
         while self._in_flight is not None:
             await asyncio.shield(self._in_flight)
         if not self._unready or not len(self.commands):
@@ -534,15 +612,16 @@ class WebGPUBackend(Backend):
     # ---- record and replay ----
 
     def begin_recording(self) -> None:
-        self._dispatch_fused_run()  # calls made before belong to no recording
+        self._dispatch_held()  # calls made before belong to no recording, nor do lazy kernels
+        self._dispatch_lazy([lazy.output for lazy in list(self._lazy.values())])
         self._recording = RecordingBuilder()
 
     def abort_recording(self) -> None:
-        self._dispatch_fused_run()
+        self._dispatch_held()
         builder, self._recording = self._recording, None
         if builder is not None:
             for buffer_id in builder.retained:
-                self.pool.release(buffer_id, self.submitted + 1)
+                self._release(buffer_id)
 
     def finish_recording(
         self,
@@ -550,8 +629,10 @@ class WebGPUBackend(Backend):
         state: list[tuple[GpuHandle, GpuHandle]],
         outputs: list[GpuHandle],
     ) -> Recording:
-        """Ends the recording window; the step's own commands still go out with the next flush."""
-        self._dispatch_fused_run()
+        """Ends the recording window; the step's own commands still go out with the next flush.
+        Lazy kernels of its tensors stay out of it, except those of what it gives."""
+        self._dispatch_held()
+        self._dispatch_lazy([*outputs, *(after for _, after in state)])
         builder, self._recording = self._recording, None
         assert builder is not None, "finish_recording without begin_recording"
         for before, _ in state:
@@ -583,8 +664,10 @@ class WebGPUBackend(Backend):
         """Runs a recorded step on new input arrays, reading the state from `state_now`; returns
         fresh copies of the recorded outputs. One JS call. The input writes may follow commands
         still in the open list that read the same buffers (the recording's own first run, in a
-        predict over several batches): bridge.js submits the work before a write first."""
-        self._dispatch_fused_run()
+        predict over several batches): bridge.js submits the work before a write first. Lazy
+        kernels go first: the writes may overwrite what they read."""
+        self._dispatch_held()
+        self._dispatch_lazy([lazy.output for lazy in list(self._lazy.values())])
         for handle, array in zip(recording.inputs, arrays, strict=True):
             data = device_bytes(array)
             if len(data) != handle.nbytes:
@@ -612,14 +695,14 @@ class WebGPUBackend(Backend):
 
     def drop_recording(self, recording: Recording) -> None:
         # A REPLAY of it may wait in the open list or in one going out: drop it after that list.
-        self._dispatch_fused_run()
+        self._dispatch_held()
         if len(self.commands) or self._in_flight is not None:
             self._drops.append((self.submitted + (1 if len(self.commands) else 0), recording.id))
         else:
             self.js_calls += 1
             self.engine.dropRecording(recording.id)
         for buffer_id in recording.retained:
-            self.pool.release(buffer_id, self.submitted + 1)
+            self._release(buffer_id)
 
     # ---- faults ----
 

@@ -360,7 +360,25 @@ def _geometry(
     }
 
 
-def conv_direct_body(cols: int, vecs: int, input_grad: bool = False) -> dict[str, str]:
+# What conv_direct.wgsl's finish() does to a vec4 of sums v before it is stored: a layer's bias
+# add and relu, exactly as the add and relu kernels compute them (relu passes NaN, told by its
+# bits). The bias binding sits between y and the params.
+_RELU4 = (
+    "select(max(s, vec4<f32>(0.0)), s, "
+    "(bitcast<vec4<u32>>(s) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u))"
+)
+EPILOGUES = {
+    "": "  return v;",
+    "bias": "  return v + bias[c4];",
+    "relu": f"  let s = v;\n  return {_RELU4};",
+    "bias_relu": f"  let s = v + bias[c4];\n  return {_RELU4};",
+}
+_BIAS_BINDING = "@group(0) @binding(3) var<storage, read> bias: array<vec4<f32>>;"
+
+
+def conv_direct_body(
+    cols: int, vecs: int, input_grad: bool = False, epilogue: str = ""
+) -> dict[str, str]:
     """The generated parts of conv_direct.wgsl, unrolled over its `cols` pixels and `vecs` filter
     vec4s (so each accumulator stays a register): accumulators, per-pixel tap positions, one
     input channel's multiply-adds (skipped for a pixel whose tap is in the padding) and the
@@ -396,9 +414,10 @@ def conv_direct_body(cols: int, vecs: int, input_grad: bool = False) -> dict[str
         ]
     store = [
         f"  if (ow0 + {o}u < p.out_w && {j}u < vecs_here) "
-        f"{{ y[first + {o}u * p.out_c4 + {j}u] = acc{o}_{j}; }}"
+        f"{{ y[first + {o}u * p.out_c4 + {j}u] = finish(acc{o}_{j}, v0 + {j}u); }}"
         for o, j in accs
     ]
+    biased = epilogue.startswith("bias")
     return {
         "COLS": str(cols),
         "VECS": str(vecs),
@@ -408,15 +427,23 @@ def conv_direct_body(cols: int, vecs: int, input_grad: bool = False) -> dict[str
         "FILTER_TAP": filter_tap,
         "TAP": "\n".join(tap),
         "STORE": "\n".join(store),
+        "FINISH": EPILOGUES[epilogue],
+        "BIAS_BINDING": _BIAS_BINDING if biased else "",
+        "PARAMS_BINDING": "4" if biased else "3",
     }
 
 
 def _plan_direct_conv2d(
-    op: str, geo: dict[str, int], rows: int, limits: DeviceLimits, input_grad: bool = False
+    op: str,
+    geo: dict[str, int],
+    rows: int,
+    limits: DeviceLimits,
+    input_grad: bool = False,
+    epilogue: str = "",
 ) -> KernelPlan:
     """conv_direct.wgsl: one invocation per DIRECT_CONV_COLS pixels of an output row and
     DIRECT_CONV_VECS vec4s of their output channels (`rows`: output rows over the batch);
-    `input_grad`: see conv_direct_body."""
+    `input_grad`: see conv_direct_body; `epilogue`: a key of EPILOGUES (a bias is input 2)."""
     out_c4 = geo["out_c"] // 4
     groups = math.ceil(out_c4 / DIRECT_CONV_VECS)
     col_groups = math.ceil(geo["out_w"] / DIRECT_CONV_COLS)
@@ -424,15 +451,37 @@ def _plan_direct_conv2d(
     words = [invocations, groups, geo["in_h"], geo["in_w"], geo["in_c"], geo["out_h"]]
     words += [geo["out_w"], out_c4, geo["k_h"], geo["k_w"], geo["stride_h"], geo["stride_w"]]
     words += [geo["pad_top"], geo["pad_left"], col_groups]
-    wgsl = codegen.render(
-        "conv_direct.wgsl", **conv_direct_body(DIRECT_CONV_COLS, DIRECT_CONV_VECS, input_grad)
-    )
+    body = conv_direct_body(DIRECT_CONV_COLS, DIRECT_CONV_VECS, input_grad, epilogue)
+    wgsl = codegen.render("conv_direct.wgsl", **body)
     workgroups = codegen.grid(op, codegen.groups_for(invocations), limits)
     bindings = [codegen.INPUT_0, BufferRef("input", 1), codegen.OUTPUT]
+    if epilogue.startswith("bias"):
+        bindings.append(BufferRef("input", 2))
     key = f"conv_direct:{DIRECT_CONV_COLS}x{DIRECT_CONV_VECS}" + (
         ":input_grad" if input_grad else ""
     )
+    key += f":{epilogue}" if epilogue else ""
     return KernelPlan((codegen.dispatch(key, wgsl, bindings, words, workgroups),))
+
+
+def _direct(out: OutSpec) -> bool:
+    """Whether conv2d of `out` takes conv_direct.wgsl: few input channels, output channels in
+    whole vec4s."""
+    x, y = out.in_shapes[0], out.shape
+    return x[3] <= DIRECT_CONV_MAX_IN and y[3] % 4 == 0 and codegen.numel(y) > 0 < codegen.numel(x)
+
+
+def plan_conv2d_finished(
+    attrs: dict[str, Any], out: OutSpec, epilogue: str, limits: DeviceLimits
+) -> KernelPlan | None:
+    """conv2d with its layer's bias add and/or relu applied as it stores (`epilogue`, a key of
+    EPILOGUES; the bias, of out's channels, is input 2), where conv2d takes conv_direct.wgsl;
+    None elsewhere."""
+    if not _direct(out) or out.dtype != "float32" or out.in_dtypes[0] != "float32":
+        return None
+    x, w = out.in_shapes[:2]
+    geo = _geometry(attrs, x, w, out.shape)
+    return _plan_direct_conv2d("conv2d", geo, out.shape[0] * out.shape[1], limits, False, epilogue)
 
 
 def _pointwise(attrs: dict[str, Any], w: tuple[int, ...]) -> bool:
@@ -449,7 +498,7 @@ def plan_conv2d(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimi
     x, w = out.in_shapes
     y = out.shape
     geo = _geometry(attrs, x, w, y)
-    if x[3] <= DIRECT_CONV_MAX_IN and y[3] % 4 == 0 and codegen.numel(y) and codegen.numel(x):
+    if _direct(out):
         codegen.require_float32(op, out)
         return _plan_direct_conv2d(op, geo, y[0] * y[1], limits)
     if _pointwise(attrs, w):
