@@ -189,12 +189,38 @@ def test_reads_and_drops_wait_for_a_list_going_out_in_parts() -> None:
     assert dropped_while_waiting == [] and dropped == [7]
 
 
-def _default_adam_group() -> fusion.Group:
-    """The default Adam's rules for one variable, as registered (weight, m, v)."""
-    typical = {program for program, _ in fusion.typical_programs()}
-    return next(
-        g for g in fusion.common_groups() if len(g) == 3 and all(p in typical for p, _ in g)
-    )
+def _registered_group(size: int) -> fusion.Group:
+    """The first registered group of `size` rules for one variable (3: the default Adam's w, m
+    and v; 2: SGD with momentum's w and velocity)."""
+    return next(g for g in fusion.common_groups() if len(g) == size and "var" in g[0][1])
+
+
+def _operands(backend: WebGPUBackend, group: fusion.Group, handles: dict[str, GpuHandle]) -> None:
+    """Uploads the tensors a registered group's rules read that `handles` lacks, by name:
+    scalars and the gate of shape (), the rest (5,)."""
+    kinds = dict(fusion.common_programs())
+    for program, names in group:
+        for name, kind in zip(names, kinds[program], strict=True):
+            if name not in handles:
+                shape = () if kind in ("scalar", "gate") else (5,)
+                dtype = bool if kind == "gate" else np.float32
+                handles[name] = backend.upload(np.ones(shape, dtype=dtype))
+
+
+def _group_calls(
+    backend: WebGPUBackend, group: fusion.Group, handles: dict[str, GpuHandle]
+) -> list[GpuHandle]:
+    """Runs a registered group's rules as an optimizer does on the tensors named in `handles`
+    (_operands uploads those missing); their outputs."""
+    _operands(backend, group, handles)
+    outputs = []
+    for program, names in group:
+        inputs = [handles[n] for n in names]
+        spec = OutSpec(
+            (5,), "float32", tuple(h.shape for h in inputs), tuple(h.dtype for h in inputs)
+        )
+        outputs.append(backend.run("fused", inputs, {"program": program}, spec))
+    return outputs
 
 
 @pytest.mark.parametrize(("bindings", "kernels"), [(10, 1), (8, 3)])
@@ -204,30 +230,21 @@ def test_an_adam_update_is_one_kernel_per_variable_where_the_device_binds_enough
     """Adam's three rules for a variable, called back to back, go out as one kernel reading
     w, m, v, g, the two step scalars and the gate once and writing the three outputs, where
     the device binds 10 storage buffers (SwiftShader's limit); with WebGPU's default 8 as three
-    kernels. An op after them that reads their outputs is dispatched after them, a recording
-    holds them though an input and an output were freed before they went out, and reading an
-    output sends its kernel first."""
-    kinds = dict(fusion.common_programs())
+    kernels. An op after them that reads their outputs is dispatched after them; a recording
+    holds them though an input (made before it) and an output were freed before they went out;
+    reading an output sends its kernel first; every buffer is released at the end."""
 
     async def scenario() -> tuple[list[tuple[str, list[int]]], list[int], list[int]]:
         backend, bridge = WebGPUBackend(), _Bridge()
         backend.engine = bridge
         backend.device_limits = DeviceLimits(max_storage_buffers=bindings)
         bridge.compiled.set()  # every kernel compiled: lists go out whole
-        backend.begin_recording()  # as in a recorded train step
         handles: dict[str, GpuHandle] = {}
-        outputs = []
-        for program, names in _default_adam_group():
-            for name, kind in zip(names, kinds[program], strict=True):
-                if name not in handles:
-                    shape = () if kind in ("scalar", "gate") else (5,)
-                    dtype = bool if kind == "gate" else np.float32
-                    handles[name] = backend.upload(np.ones(shape, dtype=dtype))
-            inputs = [handles[n] for n in names]
-            spec = OutSpec(
-                (5,), "float32", tuple(h.shape for h in inputs), tuple(h.dtype for h in inputs)
-            )
-            outputs.append(backend.run("fused", inputs, {"program": program}, spec))
+        _operands(backend, _registered_group(3), handles)  # made before the step
+        backend.flush()
+        bridge.events.clear()
+        backend.begin_recording()  # as in a recorded train step
+        outputs = _group_calls(backend, _registered_group(3), handles)
         assert not bridge.events  # held back so far
         backend.free(handles["grad"])  # tensors freed while their calls wait
         backend.free(outputs[0])
@@ -236,7 +253,14 @@ def test_an_adam_update_is_one_kernel_per_variable_where_the_device_binds_enough
         recording = backend.finish_recording([], [], [total])
         assert recording.dispatches == kernels + 1
         await backend.download(total)
-        return bridge.events, [h.id for h in handles.values()], [o.id for o in outputs]
+        events = list(bridge.events)
+        ids = [h.id for h in handles.values()], [o.id for o in outputs]
+        backend.drop_recording(recording)
+        for handle in [*handles.values(), *outputs[1:], total]:
+            if handle is not handles["grad"]:
+                backend.free(handle)
+        assert not backend.pool.refs  # retains and releases balance
+        return events, *ids
 
     events, inputs, outputs = asyncio.run(scenario())
     dispatched = [ids for kind, ids in events if kind == "dispatch"]
@@ -246,6 +270,27 @@ def test_an_adam_update_is_one_kernel_per_variable_where_the_device_binds_enough
     else:
         assert [ids[-1] for ids in dispatched[:3]] == outputs
     assert dispatched[-1][:2] == outputs[1:] and events[-1][0] == "read"
+
+
+def test_two_variables_of_one_size_update_as_one_kernel_each() -> None:
+    """SGD with momentum's two rules for one variable, then for another of the same size: a
+    run stops where its registered group ends, so each variable is one kernel (the second
+    variable's weight rule does not join the first's run and leave its velocity alone)."""
+
+    async def scenario() -> list[list[int]]:
+        backend, bridge = WebGPUBackend(), _Bridge()
+        backend.engine = bridge
+        backend.device_limits = DeviceLimits(max_storage_buffers=10)
+        bridge.compiled.set()
+        shared: dict[str, GpuHandle] = {}
+        first = _group_calls(backend, _registered_group(2), shared)
+        second = {k: v for k, v in shared.items() if v.shape == ()}  # the same gate and scalars
+        _group_calls(backend, _registered_group(2), second)
+        backend.flush()
+        assert next(ids for _, ids in bridge.events)[-2:] == [h.id for h in first]
+        return [ids for kind, ids in bridge.events if kind == "dispatch"]
+
+    assert len(asyncio.run(scenario())) == 2
 
 
 def _conv_layer(backend: WebGPUBackend) -> tuple[list[GpuHandle], list[GpuHandle]]:
@@ -283,7 +328,8 @@ def test_a_conv_layers_bias_and_relu_are_applied_by_its_kernel() -> None:
     writing the relu's output (binding x, w, that output, the bias). y and z are computed only
     when read: freed unread, never; y read later, by its own kernel before its reader; inside a
     recording they stay out of it (the recorded step is one kernel), and a recording after it
-    computes those still held first."""
+    computes those still held first. A layer freed whole while it waits is no error, and every
+    buffer is released at the end."""
     square = OutSpec((1, 6, 6, 8), "float32", ((1, 6, 6, 8),) * 2, ("float32",) * 2)
     one = OutSpec((1, 6, 6, 8), "float32", ((1, 6, 6, 8),), ("float32",))
 
@@ -303,6 +349,7 @@ def test_a_conv_layers_bias_and_relu_are_applied_by_its_kernel() -> None:
         product = backend.run("mul", [a, a], {}, square)
         await backend.download(product)
         assert dispatched() == [[x.id, w.id, a.id, bias.id], [a.id, a.id, product.id]]
+        alive = [x, w, bias, a, product]
 
         (x, w, bias), (y, z, a) = _conv_layer(backend)
         product = backend.run("mul", [a, a], {}, square)
@@ -315,6 +362,7 @@ def test_a_conv_layers_bias_and_relu_are_applied_by_its_kernel() -> None:
             [x.id, w.id, y.id],  # y's own convolution, before its reader
             [y.id, negated.id],
         ]
+        alive += [x, w, bias, y, a, product, negated]
 
         backend.begin_recording()
         (x, w, bias), (y, z, a) = _conv_layer(backend)
@@ -328,5 +376,16 @@ def test_a_conv_layers_bias_and_relu_are_applied_by_its_kernel() -> None:
             [x.id, w.id, y.id],
             [x.id, w.id, z.id, bias.id],
         ]
+        backend.drop_recording(recording)
+        alive += [x, w, bias, y, z, a]
+
+        backend.begin_recording()  # a layer whose every tensor is freed while it waits
+        operands, layer = _conv_layer(backend)
+        for handle in layer:
+            backend.free(handle)
+        backend.drop_recording(backend.finish_recording([], [], []))
+        for handle in [*operands, *alive]:
+            backend.free(handle)
+        assert not backend.pool.refs  # retains and releases balance
 
     asyncio.run(scenario())

@@ -345,6 +345,16 @@ class WebGPUBackend(Backend):
 
     def run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> GpuHandle:
         started = time.perf_counter()
+        result = self._run(op, inputs, attrs, out)
+        if self.profile_log is not None and not self.timestamps:
+            # Without timestamp-query the only honest number is the host time to encode the op.
+            elapsed = (time.perf_counter() - started) * 1000.0
+            self.profile_log.setdefault(op, []).append(elapsed)
+        if self.commands.dispatches >= FLUSH_DISPATCHES and self._recording is None:
+            self.flush()
+        return result
+
+    def _run(self, op: str, inputs: list[Any], attrs: dict[str, Any], out: OutSpec) -> GpuHandle:
         source: GpuHandle = inputs[0] if inputs else None  # type: ignore[assignment]
         if op == "reshape" and source.strides is None:
             return self._alias(source, out.shape, None)  # same bytes, new shape: no copy
@@ -379,34 +389,28 @@ class WebGPUBackend(Backend):
         self._emit(op, plan, inputs, [result])
         for handle in temporaries:
             self.free(handle)
-        if self.profile_log is not None and not self.timestamps:
-            # Without timestamp-query the only honest number is the host time to encode the op.
-            elapsed = (time.perf_counter() - started) * 1000.0
-            self.profile_log.setdefault(op, []).append(elapsed)
-        if self.commands.dispatches >= FLUSH_DISPATCHES and self._recording is None:
-            self.flush()
         return result
 
     def _hold_fused(self, program: Any, inputs: list[GpuHandle], out: OutSpec) -> GpuHandle:
         """A fused call's output; its dispatch waits in the fused run (fused_runs.py), which the
         calls after it may join."""
         call = FusedCall(program, tuple(inputs), out, self._allocate(out.shape, out.dtype))
-        if not self._fused_run.joins(call, self.device_limits.max_storage_buffers):
-            self._dispatch_fused_run()
-        self._fused_run.add(call)
         for handle in (*call.inputs, call.result):  # freed before it goes out: still its own
             self.pool.retain(handle.id)
+        if not self._fused_run.joins(call):
+            self._dispatch_fused_run()
+        self._fused_run.add(call)
         return call.result
 
     def _hold_conv(self, attrs: dict[str, Any], inputs: list[GpuHandle], out: OutSpec) -> GpuHandle:
         """A conv2d's output y; its dispatch waits for the layer's bias add and relu
         (epilogues.py)."""
         x, w = inputs
-        held = HeldConv(attrs, out, (x, w), [self._allocate(out.shape, out.dtype)])
-        for handle in held.inputs:
+        y = self._allocate(out.shape, out.dtype)
+        for handle in (x, w, y):  # each stays its own until dispatched, freed or not
             self.pool.retain(handle.id)
-        self._held_conv = held
-        return held.last()
+        self._held_conv = HeldConv(attrs, out, (x, w), [y])
+        return y
 
     def _join_held_conv(self, op: str, inputs: list[GpuHandle], out: OutSpec) -> GpuHandle | None:
         """The output of `op` if it is the held conv2d's bias add or relu (then applied by the
@@ -416,14 +420,16 @@ class WebGPUBackend(Backend):
         bias = epilogues.bias_row(held, op, inputs)
         if bias is not None:
             self._dispatch_lazy([bias])
-            held.bias = bias
             self.pool.retain(bias.id)
+            held.bias = bias
         elif epilogues.takes_relu(held, op, inputs):
             held.relu = True
         else:
             return None
-        held.stages.append(self._allocate(out.shape, out.dtype))
-        return held.last()
+        stage = self._allocate(out.shape, out.dtype)
+        self.pool.retain(stage.id)
+        held.stages.append(stage)
+        return stage
 
     def _dispatch_held_conv(self) -> None:
         """Dispatches the held conv2d with what joined it; its earlier tensors that are still
@@ -434,11 +440,11 @@ class WebGPUBackend(Backend):
         final, earlier = epilogues.dispatches(held, self.device_limits)
         self._emit(final.label, final.plan, list(final.inputs), [final.output])
         for lazy in earlier:
-            if lazy.output.id in self.pool.refs:
+            if self.pool.refs[lazy.output.id] > 1:  # a tensor besides the held layer's own
                 for handle in lazy.inputs:
                     self.pool.retain(handle.id)
                 self._lazy[lazy.output.id] = lazy
-        self._release_all(final.inputs)
+        self._release_all([*final.inputs, *held.stages])
 
     def _dispatch_lazy(self, handles: Any) -> None:
         """Dispatches the kernels of those of `handles` that are lazy, before they are read."""
@@ -695,7 +701,6 @@ class WebGPUBackend(Backend):
 
     def drop_recording(self, recording: Recording) -> None:
         # A REPLAY of it may wait in the open list or in one going out: drop it after that list.
-        self._dispatch_held()
         if len(self.commands) or self._in_flight is not None:
             self._drops.append((self.submitted + (1 if len(self.commands) else 0), recording.id))
         else:

@@ -10,12 +10,13 @@ does the same with multi-target draws (webgl2/multi_target.py).
 
 The runtime holds a fused call back (FusedRun) instead of dispatching it, while the calls after
 it join it; anything else it is asked to do first dispatches what waits, so commands keep
-Python's order. Calls join when every input is dense (a broadcast view keeps its call single),
-their outputs have one element count, no call reads an earlier one's output, and the distinct
-inputs and the outputs fit the device's storage bindings. A run goes out as group kernels only
-where that kernel is already defined (the warm-up defines the groups training makes,
-fusion.common_groups): joining never costs a compile inside a step; the rest go out one kernel
-per call, as before.
+Python's order. Calls join while they stay the start of a registered group (fusion.common_groups,
+its programs compared without their constants' values), every input is dense (a broadcast view
+keeps its call single), their outputs have one element count and no call reads an earlier
+one's output. A run goes out as one kernel where that is a registered group's kernel, which the
+warm-up compiles (only for groups whose inputs and outputs fit the device's storage bindings):
+joining never costs a compile inside a step. Anything else goes out one kernel per call, as
+before.
 """
 
 from __future__ import annotations
@@ -63,17 +64,16 @@ class FusedRun:
     def __bool__(self) -> bool:
         return bool(self.calls)
 
-    def joins(self, call: FusedCall, max_bindings: int) -> bool:
+    def joins(self, call: FusedCall) -> bool:
         """Whether `call` can go in one kernel with the calls waiting (the module docstring)."""
         if not self.calls:
             return True
-        run = [*self.calls, call]
         outputs = {c.result.id for c in self.calls}
-        distinct = {_identity(h) for c in run for h in c.inputs}
+        structure = tuple(_structure(c.program) for c in [*self.calls, call])
         return (
-            codegen.numel(call.out.shape) == codegen.numel(self.calls[0].out.shape)
+            structure in _group_starts()
+            and codegen.numel(call.out.shape) == codegen.numel(self.calls[0].out.shape)
             and not outputs & {h.id for h in call.inputs}
-            and len(distinct) + len(run) <= max_bindings
         )
 
     def add(self, call: FusedCall) -> None:
@@ -106,23 +106,34 @@ Dispatchable = tuple[KernelPlan, list[GpuHandle], list[GpuHandle]]
 def dispatches(
     calls: list[FusedCall], defined: Callable[[str], bool], limits: DeviceLimits
 ) -> list[Dispatchable]:
-    """(plan, inputs, outputs) to emit for a run, in order: from each call on, the longest run
-    whose group kernel is `defined`, else that call's own kernel."""
-    result: list[Dispatchable] = []
-    start = 0
-    while start < len(calls):
-        for end in range(len(calls), start + 1, -1):
-            plan, inputs = group_plan(calls[start:end], limits)
-            if defined(plan.dispatches[0].key):
-                result.append((plan, inputs, [c.result for c in calls[start:end]]))
-                start = end
-                break
-        else:
-            call = calls[start]
-            plan = kernels.plan("fused", {"program": call.program}, call.out, limits)
-            result.append((plan, list(call.inputs), [call.result]))
-            start += 1
-    return result
+    """(plan, inputs, outputs) to emit for a run, in order: one kernel for all when its group
+    kernel is `defined`, else one per call."""
+    if len(calls) > 1:
+        plan, inputs = group_plan(calls, limits)
+        if defined(plan.dispatches[0].key):
+            return [(plan, inputs, [c.result for c in calls])]
+    return [
+        (kernels.plan("fused", {"program": c.program}, c.out, limits), list(c.inputs), [c.result])
+        for c in calls
+    ]
+
+
+def _structure(program: fusion.Program) -> tuple[object, ...]:
+    """A program with its constants' values left out (a group kernel takes any values)."""
+    return tuple(
+        (op, tuple(("const", None) if where == "const" else (where, v) for where, v in args))
+        for op, args in program
+    )
+
+
+@cache
+def _group_starts() -> frozenset[tuple[object, ...]]:
+    """Every start of every registered group, by structure: what a run may grow into."""
+    return frozenset(
+        tuple(_structure(program) for program, _ in group[:end])
+        for group in fusion.common_groups()
+        for end in range(1, len(group) + 1)
+    )
 
 
 @cache
