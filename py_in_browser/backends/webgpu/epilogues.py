@@ -72,6 +72,8 @@ def bias_row(held: HeldConv, op: str, inputs: list[GpuHandle]) -> GpuHandle | No
         return None
     if row.strides is None or row.shape != y.shape or row.dtype != "float32":
         return None
+    if row.id in {stage.id for stage in held.stages}:
+        return None  # a view of the layer's own output, which the held kernel does not write
     # Element (..., c) of the view is element c of its buffer: stride 1 along the channels and
     # 0 along every other axis longer than 1.
     *outer, last = zip(row.shape, row.strides, strict=True)
