@@ -641,8 +641,8 @@ def test_conv_direct_applies_a_layers_bias_and_relu_as_it_stores(
     bias[5] = -np.inf
     geo = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
     spec = OutSpec((2, 7, 6, 12), "float32", (x.shape, w.shape), ("float32",) * 2)
-    plan = linalg.plan_conv2d_finished(geo, spec, epilogue, DeviceLimits())
-    assert plan is not None and len(plan.dispatches) == 1
+    plan = kernels.plan("conv2d", {**geo, "epilogue": epilogue}, spec)
+    assert len(plan.dispatches) == 1 and plan.dispatches[0].key.endswith(f":{epilogue}")
     handles = [gpu.upload(a) for a in (x, w, bias)]
     (out,) = gpu.execute(plan, handles, [(spec.shape, "float32")])
     got = asyncio.run(gpu.download(out))
@@ -674,7 +674,9 @@ def test_conv_direct_applies_a_layers_bias_and_relu_as_it_stores(
     assert np.isnan(expected).any() and (expected == 0).any() == epilogue.endswith("relu")
     np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32))
     wide = OutSpec((1, 5, 5, 4), "float32", ((1, 5, 5, 32), (1, 1, 32, 4)), ("float32",) * 2)
-    assert linalg.plan_conv2d_finished(geo, wide, epilogue, DeviceLimits()) is None  # a GEMM
+    assert not linalg.takes_epilogue(wide)  # an implicit GEMM
+    with pytest.raises(ValueError, match="epilogue"):
+        kernels.plan("conv2d", {**geo, "epilogue": epilogue}, wide)
 
 
 @pytest.mark.parametrize(

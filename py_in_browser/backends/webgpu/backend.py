@@ -372,7 +372,7 @@ class WebGPUBackend(Backend):
                 return stage
         self._dispatch_held()
         self._dispatch_lazy(inputs)
-        if op == "conv2d" and epilogues.can_hold(attrs, inputs, out, self.device_limits):
+        if op == "conv2d" and epilogues.can_hold(inputs, out):
             return self._hold_conv(attrs, inputs, out)
         if op == "reshape":
             return self._materialize(source, out.shape)

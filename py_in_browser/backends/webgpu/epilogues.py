@@ -3,7 +3,7 @@
 Why: a layer computes y = conv2d(x, w), z = y + bias, a = relu(z): three passes over the output.
 On SwiftShader the adds and relus of I3's two convolutional layers took about as long as the
 convolutions themselves. conv_direct.wgsl can add the bias and apply relu as it stores
-(linalg.plan_conv2d_finished), so the runtime holds a convolution back (HeldConv) while an add
+(linalg.plan_conv2d's "epilogue"), so the runtime holds a convolution back (HeldConv) while an add
 of a bias row to its output, then relu of that, follow, and dispatches one kernel writing a.
 
 y and z are still tensors Python may hold (an autograd tape keeps them until the backward
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import OutSpec
-from . import linalg
+from . import kernels, linalg
 from .buffers import GpuHandle
 from .plan import DeviceLimits, KernelPlan
 
@@ -51,14 +51,10 @@ class Lazy:
     output: GpuHandle
 
 
-def can_hold(
-    attrs: dict[str, Any], inputs: list[GpuHandle], out: OutSpec, limits: DeviceLimits
-) -> bool:
+def can_hold(inputs: list[GpuHandle], out: OutSpec) -> bool:
     """Whether a conv2d may wait for its layer's bias and relu: dense operands, and its kernel
     (conv_direct.wgsl) can apply them."""
-    return all(h.strides is None for h in inputs) and (
-        linalg.plan_conv2d_finished(attrs, out, "", limits) is not None
-    )
+    return all(h.strides is None for h in inputs) and linalg.takes_epilogue(out)
 
 
 def bias_row(held: HeldConv, op: str, inputs: list[GpuHandle]) -> GpuHandle | None:
@@ -114,6 +110,5 @@ def dispatches(held: HeldConv, limits: DeviceLimits) -> tuple[Lazy, list[Lazy]]:
 
 
 def _plan(held: HeldConv, epilogue: str, limits: DeviceLimits) -> KernelPlan:
-    plan = linalg.plan_conv2d_finished(held.attrs, held.out, epilogue, limits)
-    assert plan is not None, "held only where conv_direct applies (can_hold)"
-    return plan
+    """The held conv2d's plan with `epilogue` (memoized per call site, as every plan)."""
+    return kernels.plan("conv2d", {**held.attrs, "epilogue": epilogue}, held.out, limits)

@@ -471,17 +471,10 @@ def _direct(out: OutSpec) -> bool:
     return x[3] <= DIRECT_CONV_MAX_IN and y[3] % 4 == 0 and codegen.numel(y) > 0 < codegen.numel(x)
 
 
-def plan_conv2d_finished(
-    attrs: dict[str, Any], out: OutSpec, epilogue: str, limits: DeviceLimits
-) -> KernelPlan | None:
-    """conv2d with its layer's bias add and/or relu applied as it stores (`epilogue`, a key of
-    EPILOGUES; the bias, of out's channels, is input 2), where conv2d takes conv_direct.wgsl;
-    None elsewhere."""
-    if not _direct(out) or out.dtype != "float32" or out.in_dtypes[0] != "float32":
-        return None
-    x, w = out.in_shapes[:2]
-    geo = _geometry(attrs, x, w, out.shape)
-    return _plan_direct_conv2d("conv2d", geo, out.shape[0] * out.shape[1], limits, False, epilogue)
+def takes_epilogue(out: OutSpec) -> bool:
+    """Whether conv2d of `out` can apply its layer's bias and relu as it stores (attrs
+    "epilogue" of plan_conv2d): float32 on conv_direct.wgsl."""
+    return _direct(out) and out.dtype == "float32" == out.in_dtypes[0]
 
 
 def _pointwise(attrs: dict[str, Any], w: tuple[int, ...]) -> bool:
@@ -494,13 +487,18 @@ def _pointwise(attrs: dict[str, Any], w: tuple[int, ...]) -> bool:
 def plan_conv2d(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:
     """Output pixels x taps (im2col, never materialised) @ filters as (taps, out channels); an
     input of at most DIRECT_CONV_MAX_IN channels is convolved directly, and a pointwise (1x1,
-    stride 1, unpadded) convolution is the plain product of pixels x channels @ filters."""
-    x, w = out.in_shapes
+    stride 1, unpadded) convolution is the plain product of pixels x channels @ filters.
+    attrs "epilogue" (a key of EPILOGUES; only where takes_epilogue) also applies the layer's
+    bias (input 2, one value per output channel) and/or relu as it stores (epilogues.py)."""
+    x, w = out.in_shapes[:2]
     y = out.shape
     geo = _geometry(attrs, x, w, y)
+    epilogue = attrs.get("epilogue", "")
     if _direct(out):
         codegen.require_float32(op, out)
-        return _plan_direct_conv2d(op, geo, y[0] * y[1], limits)
+        return _plan_direct_conv2d(op, geo, y[0] * y[1], limits, epilogue=epilogue)
+    if epilogue:
+        raise ValueError(f"conv2d: epilogue {epilogue!r} needs conv_direct.wgsl (takes_epilogue)")
     if _pointwise(attrs, w):
         # Row-major operands take the vec4 products: the hand model's 31 convolutions (mostly
         # these) went 247 -> 106 ms a frame on SwiftShader, same bits.

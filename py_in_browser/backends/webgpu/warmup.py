@@ -14,7 +14,7 @@ from typing import Any
 
 from ... import fusion
 from .. import OutSpec
-from . import fused_runs, kernels, linalg
+from . import fused_runs, kernels
 from .plan import DeviceLimits
 
 _F32 = "float32"
@@ -41,8 +41,8 @@ def _first_step_calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
     b: tuple[int, ...] | None = _COLUMN  # a broadcast one (here a scalar)
     r: tuple[int, ...] | None = _ROW  # a repeated row
     conv: dict[str, Any] = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
-    # The convolutions themselves apply their layers' bias and relu (_finished_convolutions).
-    calls: list[tuple[str, dict[str, Any], OutSpec]] = []
+    # The convolutions apply their layers' bias and relu as they store (epilogues.py).
+    calls = [("conv2d", {**conv, "epilogue": "bias_relu"}, _conv_spec(3, 16))]
     for channels in _CHANNELS:
         calls.append(("conv2d_backprop_input", conv, _conv_spec(channels, channels)))
         calls.append(("conv2d_backprop_filter", conv, _conv_grad_spec(channels)))
@@ -114,6 +114,8 @@ def _calls() -> list[tuple[str, dict[str, Any], OutSpec]]:
         calls.append(("conv2d_backprop_input", conv, _conv_spec(channels, channels)))
     # A first layer on RGB images: conv2d of 3 input channels is direct (conv_direct.wgsl).
     calls.append(("conv2d", conv, _conv_spec(3, 16)))
+    for epilogue in ("bias", "relu"):  # layers without relu, or without a bias
+        calls.append(("conv2d", {**conv, "epilogue": epilogue}, _conv_spec(3, 16)))
     calls.append(("max_pool2d", _POOL, _POOL_OUT))
     calls.append(("max_pool2d_grad", _POOL, _POOL_GRAD))
     draw = {"shape": _SQUARE, "seed": 0, "stream": 0, "bits": 24}  # Dropout's masks
@@ -190,7 +192,7 @@ def first_step_kernels(limits: DeviceLimits) -> tuple[tuple[str, str], ...]:
     if groups:
         grouped = fused_runs.grouped_programs(limits, typical=True)
         calls = [c for c in calls if c[0] != "fused" or c[1]["program"] not in grouped]
-    return (*_finished_convolutions(limits, ("bias_relu",)), *_kernels(calls, limits, {}), *groups)
+    return (*_kernels(calls, limits, {}), *groups)
 
 
 @cache
@@ -200,23 +202,8 @@ def common_kernels(limits: DeviceLimits) -> tuple[tuple[str, str], ...]:
     known = dict(first_step_kernels(limits))
     return (
         *_kernels(_calls(), limits, known),
-        *_finished_convolutions(limits, ("bias", "relu")),
         *fused_runs.warmup_kernels(limits, typical=False),
     )
-
-
-def _finished_convolutions(
-    limits: DeviceLimits, epilogues: tuple[str, ...]
-) -> list[tuple[str, str]]:
-    """conv_direct.wgsl with a layer's bias and/or relu applied as it stores (the runtime's
-    epilogues.py): the typical layer's bias_relu in the first step."""
-    conv = {"strides": (1, 1), "pads": ((1, 1), (1, 1))}
-    found = []
-    for epilogue in epilogues:
-        plan = linalg.plan_conv2d_finished(conv, _conv_spec(3, 16), epilogue, limits)
-        assert plan is not None, "an RGB layer of 16 channels is direct"
-        found.append((plan.dispatches[0].key, plan.dispatches[0].wgsl))
-    return found
 
 
 def _kernels(
