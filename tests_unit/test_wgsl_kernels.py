@@ -531,7 +531,10 @@ def test_gemv_for_one_row_of_c(gpu: WgpuNativeBackend, a_shape, b_shape, transpo
     (only,) = kernels.plan("matmul", attrs, spec).dispatches
     assert only.key.startswith("gemv:")
     assert_matches_cpu(gpu, "matmul", [a, b], **attrs)
+    # A software adapter sums more columns per workgroup over fewer lanes of K.
     capped = WgpuNativeBackend(gpu.device, DeviceLimits(resident_workgroups=3))
+    (software,) = kernels.plan("matmul", attrs, spec, capped.device_limits).dispatches
+    assert (only.key, software.key) == (f"gemv:{linalg.GEMV_COLS4}", "gemv:8")
     assert_matches_cpu(capped, "matmul", [a, b], **attrs)
     # A transposed B or unaligned K keep the tiled kernels.
     flipped = np.swapaxes(b, -1, -2).copy()
@@ -852,8 +855,10 @@ POOL_GEOMETRIES = [
     ((1, 5, 5, 2), (2, 2), (2, 2), ((0, 0), (0, 0))),  # a last row and column in no window
     ((1, 5, 5, 2), (3, 3), (2, 2), ((1, 1), (1, 1))),
     ((1, 6, 5, 3), (3, 2), (1, 2), ((1, 1), (0, 1))),
+    ((2, 4, 6, 8), (2, 2), (2, 2), ((0, 0), (0, 0))),  # channels in whole vec4s (pool2d_vec4)
+    ((1, 5, 5, 4), (3, 3), (2, 2), ((1, 1), (1, 1))),
 ]
-TILED = {(2, 4, 6, 2), (1, 6, 9, 3)}  # the inputs of POOL_GEOMETRIES its windows tile
+TILED = {(2, 4, 6, 2), (1, 6, 9, 3), (2, 4, 6, 8)}  # the inputs of POOL_GEOMETRIES its windows tile
 
 
 @pytest.mark.parametrize("x_shape, pool_size, strides, pads", POOL_GEOMETRIES)
@@ -873,6 +878,31 @@ def test_pooling_and_gradients_match_cpu(
     spec = OutSpec(x.shape, "float32", (x.shape, y_shape), ("float32",) * 2)
     (only,) = kernels.plan("max_pool2d_grad", geo, spec).dispatches
     assert (only.key == "max_pool2d_grad_tiles") == (x_shape in TILED), only.key
+
+
+@pytest.mark.parametrize("x_shape, pool_size, strides, pads", POOL_GEOMETRIES[-2:])
+def test_pooling_over_whole_vec4s_of_channels_gives_the_bits_of_the_scalar_kernel(
+    gpu: WgpuNativeBackend, x_shape, pool_size, strides, pads
+) -> None:
+    """Channels in whole vec4s pool on pool2d_vec4.wgsl, a vec4 per invocation: each channel
+    gets the bits pool2d.wgsl gives it (run on 3- and 1-channel slices, which take that kernel),
+    NaN winning a max and infinities passing, windows in the padding included."""
+    x = normal(*x_shape, seed=12)
+    x[0, 0, 0, 1], x[0, 1, 1, 2], x[-1, 2, 3, 0] = np.nan, np.inf, -np.inf
+    geo = {"pool_size": pool_size, "strides": strides, "pads": pads}
+    for op in ("max_pool2d", "avg_pool2d"):
+        y_shape, _ = ops.infer(op, [x.shape], ["float32"], geo)
+        spec = OutSpec(y_shape, "float32", (x.shape,), ("float32",))
+        (only,) = kernels.plan(op, geo, spec).dispatches
+        assert only.key == f"{op}_vec4"
+        got = run_primitive(gpu, op, [x], **geo)
+        for start in range(0, x_shape[3], 3):
+            part = np.ascontiguousarray(x[..., start : start + 3])
+            want = run_primitive(gpu, op, [part], **geo)
+            np.testing.assert_array_equal(
+                got[..., start : start + 3].view(np.uint32), want.view(np.uint32)
+            )
+        assert np.isnan(got).any() and np.isinf(got).any()
 
 
 # ---- random numbers ---------------------------------------------------------------------------

@@ -65,8 +65,13 @@ DIRECT_CONV_COLS = 8
 # invocation, each with 4 rows.
 DIRECT_VEC4_VECS = 2
 
-# gemv.wgsl: vec4 columns of C per workgroup (the other 64 / GEMV_COLS4 invocations split K).
+# gemv.wgsl: vec4 columns of C per workgroup (the other 64 / cols4 invocations split K). A
+# software adapter runs few workgroups at a time and pays for each shared-memory halving step:
+# there 8 vec4 columns a workgroup (8 lanes of K, 3 halvings) ran I3's 8192 -> 64 dense layer in
+# 1.0-1.1 ms against 1.7 ms at 2 (32 lanes, 5 halvings) and 1.9-2.0 ms at 1 (SwiftShader, one
+# page each, GPU-bound queues of 20).
 GEMV_COLS4 = 2
+GEMV_COLS4_SOFTWARE = 8
 
 
 # How an invocation stages its A_LOADS vec4s of a slab (r: slab row, c: vec4 column): rows of A
@@ -245,14 +250,15 @@ def gemm_plan(
     if g.m * g.n * g.batches == 0:
         return KernelPlan(())
     if _is_gemv(g, load_a, load_b):
-        tiles_n = math.ceil(g.n // 4 / GEMV_COLS4)
+        cols4 = GEMV_COLS4_SOFTWARE if limits.resident_workgroups else GEMV_COLS4
+        tiles_n = math.ceil(g.n // 4 / cols4)
         wgsl = codegen.render(
             "gemv.wgsl",
             TILE_LOOP=codegen.template("tile_loop.wgsl"),
             VECTOR_GEMM_IO=codegen.template("vec4_gemm_io.wgsl"),
-            COLUMN_VECS=str(GEMV_COLS4),
+            COLUMN_VECS=str(cols4),
         )
-        return _product_and_sum(op, g, f"gemv:{GEMV_COLS4}", wgsl, (1, tiles_n, 1, g.k), limits)
+        return _product_and_sum(op, g, f"gemv:{cols4}", wgsl, (1, tiles_n, 1, g.k), limits)
     layout = _vec4_layout(g, load_a, load_b)
     if limits.resident_workgroups and layout is not None:
         # A software adapter: vec4 loads straight from the buffers, no workgroup memory.

@@ -67,16 +67,46 @@ def _pool(
     return KernelPlan((codegen.dispatch(op, wgsl, bindings, words, workgroups),))
 
 
+# What pool2d_vec4.wgsl folds: _FILLS's forward fills over a vec4 of channels.
+_VEC4_FILLS: dict[str, dict[str, str]] = {
+    "max_pool2d": {"INIT": "vec4<f32>(f32_neg_inf())", "ACCUMULATE": "max_nan4(acc, v)"},
+    "avg_pool2d": {"INIT": "vec4<f32>(0.0)", "ACCUMULATE": "acc + v"},
+}
+
+
+def _pool_forward(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:
+    """pool2d_vec4.wgsl where the channels are whole vec4s, else pool2d.wgsl."""
+    image = out.in_shapes[0]
+    count = codegen.numel(out.shape)
+    if image[3] % 4 or count == 0:
+        return _pool(op, attrs, out, limits, image, out.shape, inputs=1)
+    codegen.require_float32(op, out)
+    (kh, kw), (sh, sw) = attrs["pool_size"], attrs["strides"]
+    (pad_top, _), (pad_left, _) = attrs["pads"]
+    words = [count // 4, image[0], image[1], image[2], image[3], out.shape[1], out.shape[2]]
+    words += [kh, kw, sh, sw, pad_top, pad_left]
+    wgsl = codegen.render(
+        "pool2d_vec4.wgsl",
+        POOL_COMMON=codegen.template("pool_common.wgsl"),
+        PARAMS_BINDING="2",
+        RESULT=_FILLS[op]["RESULT"],
+        **_VEC4_FILLS[op],
+    )
+    workgroups = codegen.grid(op, codegen.groups_for(count // 4), limits)
+    bindings = [BufferRef("input", 0), codegen.OUTPUT]
+    return KernelPlan((codegen.dispatch(f"{op}_vec4", wgsl, bindings, words, workgroups),))
+
+
 def plan_max_pool2d(
     op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits
 ) -> KernelPlan:
-    return _pool(op, attrs, out, limits, out.in_shapes[0], out.shape, inputs=1)
+    return _pool_forward(op, attrs, out, limits)
 
 
 def plan_avg_pool2d(
     op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits
 ) -> KernelPlan:
-    return _pool(op, attrs, out, limits, out.in_shapes[0], out.shape, inputs=1)
+    return _pool_forward(op, attrs, out, limits)
 
 
 def _windows_tile(attrs: dict[str, Any], image: tuple[int, ...], pooled: tuple[int, ...]) -> bool:
