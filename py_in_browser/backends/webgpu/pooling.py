@@ -38,6 +38,13 @@ _FILLS: dict[str, dict[str, str]] = {
 }
 
 
+# What pool2d_vec4.wgsl folds differently: _FILLS's forward fills over a vec4 of channels.
+_VEC4_FILLS: dict[str, dict[str, str]] = {
+    "max_pool2d": {"INIT": "vec4<f32>(f32_neg_inf())", "ACCUMULATE": "max_nan4(acc, v)"},
+    "avg_pool2d": {"INIT": "vec4<f32>(0.0)", "ACCUMULATE": "acc + v"},
+}
+
+
 def _pool(
     op: str,
     attrs: dict[str, Any],
@@ -46,55 +53,37 @@ def _pool(
     image: tuple[int, ...],
     pooled: tuple[int, ...],
     inputs: int,
+    lanes: int = 1,
 ) -> KernelPlan:
-    """One invocation per element of the op's result (pooled for forward, image for gradients)."""
+    """One invocation per element of the op's result (pooled for forward, image for gradients),
+    or with `lanes` 4 (forward, channels in whole vec4s) per vec4 of them: pool2d_vec4.wgsl."""
     codegen.require_float32(op, out)
-    count = codegen.numel(out.shape)
+    count = codegen.numel(out.shape) // lanes
     if count == 0:
         return KernelPlan(())
     (kh, kw), (sh, sw) = attrs["pool_size"], attrs["strides"]
     (pad_top, _), (pad_left, _) = attrs["pads"]
     words = [count, image[0], image[1], image[2], image[3], pooled[1], pooled[2], kh, kw]
     words += [sh, sw, pad_top, pad_left]
+    template, key = "pool2d_grad.wgsl" if op.endswith("_grad") else "pool2d.wgsl", op
+    fills = _FILLS[op]
+    if lanes == 4:
+        template, key, fills = "pool2d_vec4.wgsl", f"{op}_vec4", {**fills, **_VEC4_FILLS[op]}
     wgsl = codegen.render(
-        "pool2d_grad.wgsl" if op.endswith("_grad") else "pool2d.wgsl",
+        template,
         POOL_COMMON=codegen.template("pool_common.wgsl"),
         PARAMS_BINDING=str(inputs + 1),
-        **_FILLS[op],
+        **fills,
     )
     bindings = [BufferRef("input", i) for i in range(inputs)] + [codegen.OUTPUT]
     workgroups = codegen.grid(op, codegen.groups_for(count), limits)
-    return KernelPlan((codegen.dispatch(op, wgsl, bindings, words, workgroups),))
-
-
-# What pool2d_vec4.wgsl folds: _FILLS's forward fills over a vec4 of channels.
-_VEC4_FILLS: dict[str, dict[str, str]] = {
-    "max_pool2d": {"INIT": "vec4<f32>(f32_neg_inf())", "ACCUMULATE": "max_nan4(acc, v)"},
-    "avg_pool2d": {"INIT": "vec4<f32>(0.0)", "ACCUMULATE": "acc + v"},
-}
+    return KernelPlan((codegen.dispatch(key, wgsl, bindings, words, workgroups),))
 
 
 def _pool_forward(op: str, attrs: dict[str, Any], out: OutSpec, limits: DeviceLimits) -> KernelPlan:
-    """pool2d_vec4.wgsl where the channels are whole vec4s, else pool2d.wgsl."""
     image = out.in_shapes[0]
-    count = codegen.numel(out.shape)
-    if image[3] % 4 or count == 0:
-        return _pool(op, attrs, out, limits, image, out.shape, inputs=1)
-    codegen.require_float32(op, out)
-    (kh, kw), (sh, sw) = attrs["pool_size"], attrs["strides"]
-    (pad_top, _), (pad_left, _) = attrs["pads"]
-    words = [count // 4, image[0], image[1], image[2], image[3], out.shape[1], out.shape[2]]
-    words += [kh, kw, sh, sw, pad_top, pad_left]
-    wgsl = codegen.render(
-        "pool2d_vec4.wgsl",
-        POOL_COMMON=codegen.template("pool_common.wgsl"),
-        PARAMS_BINDING="2",
-        RESULT=_FILLS[op]["RESULT"],
-        **_VEC4_FILLS[op],
-    )
-    workgroups = codegen.grid(op, codegen.groups_for(count // 4), limits)
-    bindings = [BufferRef("input", 0), codegen.OUTPUT]
-    return KernelPlan((codegen.dispatch(f"{op}_vec4", wgsl, bindings, words, workgroups),))
+    lanes = 4 if image[3] % 4 == 0 else 1
+    return _pool(op, attrs, out, limits, image, out.shape, inputs=1, lanes=lanes)
 
 
 def plan_max_pool2d(

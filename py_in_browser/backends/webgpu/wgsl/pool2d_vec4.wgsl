@@ -8,10 +8,10 @@
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read_write> y: array<vec4<f32>>;
 
-// f32_max_nan per lane: a NaN on either side wins.
+// pool2d.wgsl's max per lane: a NaN on either side wins.
 fn max_nan4(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
-  let a_nan = (bitcast<vec4<u32>>(a) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
-  return select(select(b, a, a > b), a, a_nan);
+  return vec4<f32>(f32_max_nan(a.x, b.x), f32_max_nan(a.y, b.y), f32_max_nan(a.z, b.z),
+                   f32_max_nan(a.w, b.w));
 }
 
 @compute @workgroup_size(64)
