@@ -31,9 +31,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from . import events, runtime
+from . import events, lineage, runtime
 from .backends import Backend
-from .tensor import LostTensorError, Tensor, Variable
+from .tensor import LostTensorError, Tensor, Variable, register_lineage_reader
 
 T = TypeVar("T")
 
@@ -213,9 +213,10 @@ async def guarded(
     """Runs `call` (an engine call) with recovery: before it, a lost backend is recovered and
     `state` rebuilt; if a loss interrupts it, or happens while it runs, it runs again (up to
     RETRIES times). With `sync`, `state`'s host copies are brought up to date after it (fit).
-    With `settle`, device tensors it gives are handed back once their work ran on a live device
-    (Backend.settled); train_on_batch opts out: its loss tensor is not waited for by design
-    (steps pipeline), and a loss inside it is recovered for the model by the replay log.
+    With `settle`, device tensors it gives carry their lineage (lineage.py): a loss found by
+    their read (WebGPU reports a device destroyed inside the call only after it returned) runs
+    the call again then, instead of a fence before they are handed back. train_on_batch opts
+    out: a loss inside it is recovered for the model by the replay log.
     A guarded call inside another runs plainly: the outer one retries."""
     if _inside.get():
         return await call()
@@ -229,38 +230,53 @@ async def guarded(
                 result = await call()
                 if sync and state is not None and losable() and not _lost(state):
                     await state.sync()
-                if settle:
-                    await _settled(result)
             except Exception as exc:
                 if attempt == RETRIES or not await loss_behind(exc, before, state):
                     raise
-                for t in _tensors(result):
+                for t in lineage.tensors_of(result):
                     t.dispose()
                 continue
             if attempt < RETRIES and (_lost(state) or _on_lost_device(result)):
-                for t in _tensors(result):
+                for t in lineage.tensors_of(result):
                     t.dispose()
                 continue  # computed on a device that was lost meanwhile: run it again
+            if settle and losable():
+                lineage.attach(
+                    result,
+                    runtime.current_backend(),
+                    lambda: guarded(call, state, sync=sync, settle=settle),
+                )
             return result
         raise AssertionError("unreachable")  # the last attempt returns or raises
     finally:
         _inside.reset(token)
 
 
-async def _settled(result: Any) -> None:
-    """Before device tensors are handed back: their backends' work has run on a live device (a
-    WebGPU device destroyed inside the call is reported only after it returned, and the
-    caller's read would fail where a run again recovers). Host results were read already."""
-    backends = {id(t._storage.backend): t._storage.backend for t in _tensors(result) if t._storage}
-    for backend in backends.values():
-        if not backend.retired:
-            await backend.settled()
+async def read_recovering(t: Tensor) -> np.ndarray:
+    """Tensor.numpy for a tensor with a lineage: if its device is lost, or the read fails because
+    it was lost, the backend is recovered and the tensor computed again (lineage.py) and read,
+    up to RETRIES times. Inside a guarded call it reads plainly: that call runs again."""
+    if t.is_disposed:
+        t._live_storage()  # raises: disposed (at once, not after waiting for a loss)
+    for attempt in range(RETRIES + 1):
+        chain = t._lineage
+        if chain is not None and chain.lost() and not _inside.get():
+            if not chain.backend.retired:
+                await recover(chain.backend)
+            t._take_storage(await chain.recompute())
+        before = losses()
+        try:
+            values: np.ndarray = await lineage.read(t)
+            return values
+        except Exception as exc:
+            if t._lineage is None or _inside.get() or attempt == RETRIES:
+                raise
+            if not await loss_behind(exc, before) and not t._lineage.lost():
+                raise
+    raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
-def _tensors(result: Any) -> list[Tensor]:
-    """The tensors a call gave: itself, or those of a list (a graph model's node values)."""
-    items = result if isinstance(result, list | tuple) else [result]
-    return [t for t in items if isinstance(t, Tensor)]
+register_lineage_reader(read_recovering)
 
 
 async def loss_behind(exc: Exception, before: int, state: DeviceState | None = None) -> bool:
@@ -279,7 +295,7 @@ async def loss_behind(exc: Exception, before: int, state: DeviceState | None = N
 
 def _on_lost_device(result: Any) -> bool:
     """Whether a tensor `result` gave has its device lost (a lost WebGL context draws nothing)."""
-    for t in _tensors(result):
+    for t in lineage.tensors_of(result):
         if t._storage is not None and (t._storage.backend.retired or t._storage.backend.is_lost()):
             return True
     return False

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,11 @@ from .limits import check_allocation
 from .runtime import current_backend, tracker
 
 _ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "bool": 1}
+# Tensors made from host data with at most this many elements keep a copy of it (Tensor._remake),
+# and ops on such constants pass that on for at most this many ops (a constant updated in a loop
+# is not remade through its whole history).
+REMADE_SIZE = 16
+REMADE_DEPTH = 8
 
 
 class LostTensorError(RuntimeError):
@@ -66,6 +72,14 @@ class Tensor:
     """
 
     _scoped = True  # plain tensors belong to the innermost tidy scope
+    # How to compute the value again if its device was lost before it was made (lineage.py):
+    # set on the results of guarded calls and passed on by ops, until a read settles it.
+    _lineage: Any = None
+    # How to make a constant again from host data: set by `tensor` on small arrays and by ops on
+    # such constants only (a scalar operand of x * 2.0, broadcast); a lineage uses it for an
+    # operand that was on the lost device.
+    _remake: Callable[[], Tensor] | None = None
+    _remake_depth = 0  # ops between _remake's host data and this tensor
     shape: tuple[int, ...]
     dtype: str
 
@@ -133,6 +147,21 @@ class Tensor:
             tracker.num_tensors -= 1
             storage.release()
 
+    def _take_storage(self, other: Tensor) -> None:
+        """Holds `other`'s data (and lineage) in place of its own, which is released: a value
+        computed again after a loss (lineage.py) lands in the tensor the caller holds. `other`
+        is left disposed."""
+        storage, other._storage = other._storage, None
+        if storage is None:
+            raise RuntimeError("_take_storage: the other tensor was disposed")
+        tracker.num_tensors -= 1
+        old, self._storage = self._storage, storage
+        if old is not None:
+            old.release()
+        else:
+            tracker.num_tensors += 1
+        self._lineage, other._lineage = other._lineage, None
+
     def __del__(self) -> None:
         # Safety net for tensors dropped without dispose(); counted so leak tests can see them.
         try:
@@ -151,6 +180,8 @@ class Tensor:
             >>> await pib.tensor([1, 2], dtype="int32").numpy()
             array([1, 2], dtype=int32)
         """
+        if self._lineage is not None and _LINEAGE_READER:
+            return await _LINEAGE_READER[0](self)
         storage = self._live_storage()
         return await storage.backend.download(storage.handle)
 
@@ -341,6 +372,14 @@ class Variable(Tensor):
 # umath fills in ndarray's number protocol. The package imports functional.py before user code
 # can make a tensor; an operator used before that says so.
 _OPERATORS: dict[str, Callable[..., Tensor]] = {}
+# Tensor.numpy for tensors with a lineage: resilience.read_recovering, registered by resilience.py
+# (which sits above this module) when the package is imported.
+_LINEAGE_READER: list[Callable[[Tensor], Awaitable[np.ndarray]]] = []
+
+
+def register_lineage_reader(reader: Callable[[Tensor], Awaitable[np.ndarray]]) -> None:
+    """Called by resilience.py: how a tensor that has a lineage is read."""
+    _LINEAGE_READER[:] = [reader]
 
 
 def register_operators(**functions: Callable[..., Tensor]) -> None:
@@ -391,7 +430,10 @@ def tensor(data: Any, dtype: str | None = "float32") -> Tensor:
         raise TypeError(f"tensor(data): cannot convert {type(data).__name__} to {dtype}") from err
     backend = current_backend()
     check_allocation(array.shape, _ITEMSIZE[dtype], tracker.num_bytes)
-    return _wrap(backend, backend.upload(array), array.shape, dtype)
+    made = _wrap(backend, backend.upload(array), array.shape, dtype)
+    if array.size <= REMADE_SIZE:
+        made._remake = functools.partial(tensor, array.copy(), dtype)
+    return made
 
 
 def full(shape: Sequence[int], value: float, dtype: str = "float32") -> Tensor:
@@ -415,6 +457,15 @@ def apply_op(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any]) -> Tensor
         if not isinstance(t, Tensor):
             raise TypeError(f"{op}: input {i} must be a Tensor, got {type(t).__name__}")
     shape, dtype = ops.infer(op, [t.shape for t in inputs], [t.dtype for t in inputs], attrs)
+    parent = next(
+        (t._lineage for t in inputs if t._lineage is not None and t._lineage.open()), None
+    )
+    if parent is not None:
+        lineage = parent.derived(op, list(inputs), attrs)
+        if lineage.lost():  # its device is gone: the value is computed again when it is read
+            out = Tensor(_Storage(lineage.backend, None, 0), shape, dtype)
+            out._lineage = lineage
+            return out
     backend = inputs[0].backend if inputs else current_backend()
     if any(t.backend is not backend for t in inputs):
         raise ValueError(f"{op}: inputs live on different backends")
@@ -422,9 +473,27 @@ def apply_op(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any]) -> Tensor
     check_allocation(shape, _ITEMSIZE[dtype], tracker.num_bytes)
     handle = backend.run(op, [t._handle() for t in inputs], attrs, spec)
     out = _wrap(backend, handle, shape, dtype)
+    if parent is not None:
+        out._lineage = lineage
+    elif inputs:
+        remakes = [t._remake for t in inputs if t._remake is not None]
+        depth = 1 + max(t._remake_depth for t in inputs)
+        if len(remakes) == len(inputs) and depth <= REMADE_DEPTH:  # a constant of constants
+            out._remake = functools.partial(_remade, op, remakes, attrs)
+            out._remake_depth = depth
     if autograd.active_tapes:
         autograd.record(op, inputs, attrs, out)
     return out
+
+
+def _remade(op: str, remakes: list[Callable[[], Tensor]], attrs: dict[str, Any]) -> Tensor:
+    """op's result on constants made again from their host data (Tensor._remake)."""
+    made = [remake() for remake in remakes]
+    try:
+        return apply_op(op, made, attrs)
+    finally:
+        for t in made:
+            t.dispose()
 
 
 def call(op: str, *inputs: Tensor, **attrs: Any) -> Tensor:

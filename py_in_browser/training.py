@@ -810,7 +810,8 @@ class Trainer:
             # One batch covering every sample is the source itself: no slice copy on the device.
             whole = start == 0 and samples <= batch_size
             parts += forward(source if whole else source[start : start + batch_size])
-            await asyncio.sleep(0)
+            if start + batch_size < samples:  # the page's other tasks run between batches
+                await asyncio.sleep(0)
         if source is not x and isinstance(source, Tensor):  # a cast made here
             source.dispose()
         if len(parts) == 1:

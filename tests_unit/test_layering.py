@@ -61,6 +61,8 @@ LAYERS: list[tuple[str, ...]] = [
     # The tape, then tensors, which tell the tape about every op they run.
     ("py_in_browser.autograd",),
     ("py_in_browser.tensor",),
+    # How a guarded call's results are computed again if their device was lost before a read.
+    ("py_in_browser.lineage",),
     # Recovery of every engine call from a lost device: models' host copies and the guard.
     ("py_in_browser.resilience",),
     # Public functions: broadcasting wrappers, composites and fused().

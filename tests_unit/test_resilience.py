@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import py_in_browser as pib
-from py_in_browser import backends, resilience, runtime
-from py_in_browser.tensor import LostTensorError
+from py_in_browser import backends, lineage, resilience, runtime
+from py_in_browser.tensor import REMADE_DEPTH, LostTensorError
 
 
 @pytest.fixture
@@ -73,3 +73,83 @@ def test_a_hand_made_tensor_of_a_retired_backend_fails_clearly_and_alone(
         assert float(await pib.sum(pib.tensor([1.0, 2.0]) * 2.0).item()) == 6.0
 
     asyncio.run(run())
+
+
+def test_results_and_what_is_made_from_them_are_computed_again_after_a_loss(
+    fresh_backend: None,
+) -> None:
+    """A guarded call's tensors carry their lineage (lineage.py; guarded attaches it where the
+    backend can lose its device, so here by hand on the cpu): after the backend is retired,
+    reading the result, an op made from it before the loss, and one made from it after the loss
+    all give the values of a run without a loss, on the new backend."""
+
+    async def run() -> None:
+        net = model()
+        x = np.random.Generator(np.random.PCG64(3)).standard_normal((6, 4)).astype(np.float32)
+        want = await predict(net, x)
+
+        async def call() -> pib.Tensor:
+            return await net.predict(x)
+
+        scores = await call()
+        lineage.attach(scores, runtime.current_backend(), call)
+        before = pib.argmax(scores * 2.0 - 1.0, axis=-1)
+        replace_backend()
+        after = pib.softmax(scores + pib.full((6, 3), 0.5))
+        np.testing.assert_array_equal(await before.numpy(), np.argmax(want * 2.0 - 1.0, axis=-1))
+        shifted = want + 0.5
+        soft = np.exp(shifted - shifted.max(-1, keepdims=True))
+        np.testing.assert_allclose(await after.numpy(), soft / soft.sum(-1, keepdims=True), 1e-6)
+        np.testing.assert_array_equal(await scores.numpy(), want)
+        fresh = runtime.current_backend()
+        assert before.backend is after.backend is scores.backend is fresh
+        assert before._lineage is None and scores._lineage is None  # read: settled
+
+    asyncio.run(run())
+
+
+def test_a_read_settles_the_lineages_made_before_it(fresh_backend: None) -> None:
+    """Once a read on the backend succeeds, the work queued before it ran on a live device: ops
+    on a result no longer carry its lineage, and a hand-made operand of the lost device still
+    fails clearly when a value is computed again."""
+
+    async def run() -> None:
+        net = model()
+        x = np.ones((2, 4), np.float32)
+
+        async def call() -> pib.Tensor:
+            return await net.predict(x)
+
+        scores = await call()
+        lineage.attach(scores, runtime.current_backend(), call)
+        kept = pib.tensor(np.ones((2, 3), np.float32) * np.arange(1, 4, dtype=np.float32)[None])
+        summed = scores + kept  # kept has 6 elements: remade from its host copy
+        big = pib.tensor(np.ones((2, 30), np.float32))
+        joined = pib.concat([scores, big], axis=1)  # big is not: it stays the lost device's
+        assert summed._lineage is not None and joined._lineage is not None
+        await pib.tensor([1.0]).numpy()  # no lineage: does not settle anything
+        assert (scores * 1.0)._lineage is not None
+        await summed.numpy()
+        assert (scores * 1.0)._lineage is None  # settled by the read of summed
+        replace_backend()
+        np.testing.assert_array_equal(await scores.numpy(), await predict(net, x))
+        with pytest.raises(LostTensorError, match=r"tensor of shape \(2, 30\)"):
+            await joined.numpy()
+
+    asyncio.run(run())
+
+
+def test_constants_are_remade_from_host_data_only_for_a_few_ops() -> None:
+    """Small tensors made from host data, and ops on them, can be made again (what a lineage
+    uses for a scalar operand on the lost device); a constant updated in a loop is not remade
+    through its whole history."""
+    one = pib.tensor(1.0)
+    assert one._remake is not None and pib.tensor(np.ones(17, np.float32))._remake is None
+    counted = one
+    for _ in range(REMADE_DEPTH):
+        counted = counted + 1.0
+    assert counted._remake is not None
+    again = counted._remake()
+    assert float(asyncio.run(again.item())) == 1.0 + REMADE_DEPTH
+    assert (counted + 1.0)._remake is None
+    assert pib.Variable(1.0)._remake is None  # mutable: never remade from its first value

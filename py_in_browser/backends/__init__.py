@@ -162,7 +162,7 @@ class Backend:
         """Returns once the work sent so far has run on a device that is still there, and raises
         if the device went away first. Backends whose loss the browser reports only later
         (WebGPU's device.lost settles after the call that ran into it) wait for their queue
-        here; resilience.guarded asks before it hands a call's device tensors back."""
+        here (webgpu's fit steps, every few of them)."""
 
     def lose_device(self, restore: bool, restore_after_s: float) -> None:
         """Injects a real loss of this backend's device (pib.debug.lose_device); with restore,

@@ -191,6 +191,7 @@ async def every_call(backend: str) -> dict[str, Any]:
     blob = await trained.save_checkpoint()
     runs: dict[str, Callable[[], Awaitable[dict[str, Any]]]] = {
         **{name: functools.partial(_case, call, blob) for name, call in _calls(x, y).items()},
+        "results_read_later": functools.partial(_results_read_later, x, blob),
         "classify_bitmap": _classify_bitmap,
         "graph_model": _graph_model,
         "pretrained_predict": _pretrained_predict,
@@ -234,6 +235,38 @@ async def _case(call: Callable[[pib.Sequential], Awaitable[Any]], blob: bytes) -
             lose.disarm()
             results["fired"] = lose.fired
     return _summary(results)
+
+
+async def _results_read_later(x: np.ndarray, blob: bytes) -> dict[str, Any]:
+    """What a page does with predict's result (the benchmark's I3, a live prediction): ops made
+    from it (an argmax, a softmax of it plus a constant), read after; with a loss before
+    predict, inside it, after it returned but before the ops (reported first: they get
+    placeholders), and after the ops but before the reads. The result and each op carry their
+    lineage (lineage.py) until a read, which computes them again on the recovered device."""
+    results: dict[str, Any] = {}
+    fired = []
+    for when in ("none", "before", "during", "before_ops", "before_reads"):
+        model = recovery_runs.model()
+        model.build()
+        model.load_checkpoint(blob)
+        await model.get_weights()
+        lose = await _lose(when)
+        scores = await model.predict(x)
+        if lose is not None:
+            lose.disarm()
+            fired.append(lose.fired)
+        if when == "before_ops":
+            await lose_reported()
+        top = pib.argmax(scores, axis=-1)
+        soft = pib.softmax(scores + 0.5)
+        if when == "before_reads":
+            await lose_reported()
+        results[when] = [await top.numpy(), await soft.numpy(), await scores.numpy()]
+    return {
+        **{when: _difference(got, results["none"]) for when, got in results.items()},
+        "fired": fired == [True],
+        "backend": pib.get_backend(),
+    }
 
 
 async def _classify_bitmap() -> dict[str, Any]:
@@ -413,26 +446,6 @@ async def host_copy_cost(backend: str, rounds: int = 3) -> dict[str, Any]:
             ms.append(model.device_state.last_sync["ms"])
         out[name] = {"bytes": model.device_state.last_sync["bytes"], "ms": ms}
     return out
-
-
-async def settle_cost(backend: str, rounds: int = 20) -> dict[str, float]:
-    """What guarded's check before it hands device tensors back (Backend.settled: a fence on
-    webgpu, nothing elsewhere) costs: the median ms of a one-batch predict with its read, and of
-    the check alone on the queue that read drained."""
-    await pib.init(backend)
-    x, _ = recovery_runs.data()
-    model = recovery_runs.model()
-    model.build()
-    await (await model.predict(x[:8])).numpy()
-    call_ms, settle_ms = [], []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        await (await model.predict(x[:8])).numpy()
-        read = time.perf_counter()
-        await current_backend().settled()
-        call_ms.append((read - started) * 1000.0)
-        settle_ms.append((time.perf_counter() - read) * 1000.0)
-    return {"predict_ms": float(np.median(call_ms)), "settled_ms": float(np.median(settle_ms))}
 
 
 async def compiled_ahead_after_loss(backend: str) -> dict[str, Any]:
