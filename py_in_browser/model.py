@@ -355,7 +355,7 @@ class Sequential:
                 await state.sync()
             return result
 
-        return await resilience.guarded(step, state, settle=False)
+        return await resilience.guarded(step, state, settle=False, inputs=(x, y))
 
     def _build_state(self) -> None:
         """Makes the optimizer's slots of a built model before a training call, so that they
@@ -426,7 +426,7 @@ class Sequential:
             # Host copies of the state fit starts from, so that a loss it cannot recover by
             # itself (recovery_every=None) runs it again from there.
             await resilience.guarded(state.sync, state)
-        return await resilience.guarded(run, state, sync=True)
+        return await resilience.guarded(run, state, sync=True, inputs=(x, y))
 
     async def evaluate(self, x: Any, y: Any, batch_size: int = 32, verbose: int = 0):
         """Mean loss and metrics over (x, y) in inference mode: {"loss": ..., <metric>: ...}.
@@ -441,6 +441,7 @@ class Sequential:
         return await resilience.guarded(
             lambda: self._trainer.evaluate(x, y, batch_size=batch_size, verbose=verbose),
             self.device_state,
+            inputs=(x, y),
         )
 
     async def predict(self, x: Any, batch_size: int = 32) -> Tensor:
@@ -458,7 +459,9 @@ class Sequential:
             ((5, 2), array([3., 3.], dtype=float32))
         """
         return await resilience.guarded(
-            lambda: self._trainer.predict(x, batch_size=batch_size), self.device_state
+            lambda: self._trainer.predict(x, batch_size=batch_size),
+            self.device_state,
+            inputs=(x,),
         )
 
     async def save_checkpoint(self, event: bool = True) -> bytes:
@@ -499,6 +502,7 @@ class Sequential:
         """
         checkpoint.load(self, self._trainer, blob)
         self._trainer.drop_recordings()
+        self.device_state.changed()
         self.device_state.sync_soon()  # the optimizer's slots too (the weights are kept)
 
     async def save(

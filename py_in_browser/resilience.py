@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from . import events, lineage, runtime
+from . import autograd, events, lineage, runtime
 from .backends import Backend
 from .tensor import LostTensorError, Tensor, Variable, register_lineage_reader
 
@@ -81,6 +81,13 @@ class DeviceState:
         self._log_bytes = 0
         self._syncing: asyncio.Future[None] | None = None
         self.last_sync = {"bytes": 0, "ms": 0.0}  # what the last sync read and how long it took
+        # Counts changes of the variables' values (set_weights, loads, training calls): a result
+        # computed before one cannot be computed again (lineage.py).
+        self.changes = 0
+
+    def changed(self) -> None:
+        """The owner's variables got new values."""
+        self.changes += 1
 
     # ---- host copies ----
 
@@ -113,6 +120,7 @@ class DeviceState:
         """Host copies the owner has already: each variable's value now is `array` (set_weights
         and loads: no read). Steps logged before are not replayed on them: the copies of the
         other variables (optimizer slots) are refreshed by a background sync."""
+        self.changed()
         for var, array in pairs:
             self._host[var] = np.array(array, dtype=var.dtype)
         if self._log:
@@ -126,6 +134,7 @@ class DeviceState:
     def record(self, replay: Callable[[], Awaitable[Any]], nbytes: int) -> bool:
         """Logs a step run since the last sync (replay runs it again after a rebuild); True when
         the log is long enough that the owner should sync now."""
+        self.changed()
         self._log.append(replay)
         self._log_bytes += nbytes
         return len(self._log) >= SYNC_EVERY_STEPS or self._log_bytes >= SYNC_EVERY_BYTES
@@ -209,6 +218,7 @@ async def guarded(
     state: DeviceState | None = None,
     sync: bool = False,
     settle: bool = True,
+    inputs: tuple[Any, ...] = (),
 ) -> T:
     """Runs `call` (an engine call) with recovery: before it, a lost backend is recovered and
     `state` rebuilt; if a loss interrupts it, or happens while it runs, it runs again (up to
@@ -216,7 +226,9 @@ async def guarded(
     With `settle`, device tensors it gives carry their lineage (lineage.py): a loss found by
     their read (WebGPU reports a device destroyed inside the call only after it returned) runs
     the call again then, instead of a fence before they are handed back. train_on_batch opts
-    out: a loss inside it is recovered for the model by the replay log.
+    out: a loss inside it is recovered for the model by the replay log. `inputs` are the
+    call's arguments: tensors among them that an earlier call gave, lost since, are computed
+    again first (recompute_lost). A call that trains (not `settle`, or `sync`) changes `state`.
     A guarded call inside another runs plainly: the outer one retries."""
     if _inside.get():
         return await call()
@@ -224,6 +236,7 @@ async def guarded(
     try:
         for attempt in range(RETRIES + 1):
             await ensure_ready(state)
+            await recompute_lost_inputs(inputs)
             before = losses()
             result: Any = None
             try:
@@ -240,11 +253,14 @@ async def guarded(
                 for t in lineage.tensors_of(result):
                     t.dispose()
                 continue  # computed on a device that was lost meanwhile: run it again
+            if state is not None and (sync or not settle):
+                state.changed()
             if settle and losable():
                 lineage.attach(
                     result,
                     runtime.current_backend(),
-                    lambda: guarded(call, state, sync=sync, settle=settle),
+                    lambda: guarded(call, state, sync=sync, settle=settle, inputs=inputs),
+                    (lambda: state.changes) if state is not None else (lambda: 0),
                 )
             return result
         raise AssertionError("unreachable")  # the last attempt returns or raises
@@ -259,11 +275,8 @@ async def read_recovering(t: Tensor) -> np.ndarray:
     if t.is_disposed:
         t._live_storage()  # raises: disposed (at once, not after waiting for a loss)
     for attempt in range(RETRIES + 1):
-        chain = t._lineage
-        if chain is not None and chain.lost() and not _inside.get():
-            if not chain.backend.retired:
-                await recover(chain.backend)
-            t._take_storage(await chain.recompute())
+        if not _inside.get():
+            await recompute_lost(t)
         before = losses()
         try:
             values: np.ndarray = await lineage.read(t)
@@ -274,6 +287,33 @@ async def read_recovering(t: Tensor) -> np.ndarray:
             if not await loss_behind(exc, before) and not t._lineage.lost():
                 raise
     raise AssertionError("unreachable")  # the last attempt returns or raises
+
+
+async def recompute_lost(t: Tensor) -> None:
+    """Computes t again on the recovered backend (into t itself) when its device is lost and its
+    lineage can give its value; a lineage that cannot (settled, or its model changed) is dropped,
+    so that t fails as a tensor made by hand does."""
+    chain = t._lineage
+    if chain is None or not chain.lost():
+        return
+    if not chain.usable():
+        t._lineage = None
+        return
+    if not chain.backend.retired:
+        await recover(chain.backend)
+    memo: lineage.Memo = {}
+    try:
+        with autograd.paused():  # computing a value again is not a step of a tape
+            t._take_storage(await chain.recompute(memo))
+    finally:
+        lineage.dispose_memo(memo)
+
+
+async def recompute_lost_inputs(inputs: tuple[Any, ...]) -> None:
+    """recompute_lost for the tensors a guarded call takes (an earlier call's result, lost since)."""
+    for t in inputs:
+        if isinstance(t, Tensor) and not t.is_disposed:
+            await recompute_lost(t)
 
 
 register_lineage_reader(read_recovering)

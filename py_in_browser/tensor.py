@@ -41,7 +41,8 @@ class _Storage:
     def release(self) -> None:
         self.refs -= 1
         if self.refs == 0:
-            if not self.backend.retired:  # a lost device's memory went with it
+            # A lost device's memory went with it; a placeholder (lineage.py) never had any.
+            if self.handle is not None and not self.backend.retired:
                 self.backend.free(self.handle)
             self.handle = None
             tracker.num_bytes -= self.nbytes
@@ -142,6 +143,7 @@ class Tensor:
             >>> t.is_disposed
             True
         """
+        self._lineage = None
         if self._storage is not None:
             storage, self._storage = self._storage, None
             tracker.num_tensors -= 1
@@ -151,15 +153,16 @@ class Tensor:
         """Holds `other`'s data (and lineage) in place of its own, which is released: a value
         computed again after a loss (lineage.py) lands in the tensor the caller holds. `other`
         is left disposed."""
+        if self._storage is None:  # disposed while its value was computed again
+            other.dispose()
+            self._live_storage()  # raises: disposed
         storage, other._storage = other._storage, None
         if storage is None:
             raise RuntimeError("_take_storage: the other tensor was disposed")
         tracker.num_tensors -= 1
         old, self._storage = self._storage, storage
-        if old is not None:
-            old.release()
-        else:
-            tracker.num_tensors += 1
+        assert old is not None
+        old.release()
         self._lineage, other._lineage = other._lineage, None
 
     def __del__(self) -> None:
@@ -457,15 +460,15 @@ def apply_op(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any]) -> Tensor
         if not isinstance(t, Tensor):
             raise TypeError(f"{op}: input {i} must be a Tensor, got {type(t).__name__}")
     shape, dtype = ops.infer(op, [t.shape for t in inputs], [t.dtype for t in inputs], attrs)
-    parent = next(
-        (t._lineage for t in inputs if t._lineage is not None and t._lineage.open()), None
-    )
-    if parent is not None:
-        lineage = parent.derived(op, list(inputs), attrs)
-        if lineage.lost():  # its device is gone: the value is computed again when it is read
-            out = Tensor(_Storage(lineage.backend, None, 0), shape, dtype)
-            out._lineage = lineage
-            return out
+    # An input with an open lineage gives the result one; one whose device is lost first, so that
+    # the result is a placeholder, computed when it is read, whatever the order of the inputs.
+    parents = [t._lineage for t in inputs if t._lineage is not None and t._lineage.open()]
+    lost = [p for p in parents if p.lost()]
+    lineage = (lost or parents)[0].derived(op, list(inputs), attrs) if parents else None
+    if lost and lineage is not None:
+        out = Tensor(_Storage(lineage.backend, None, 0), shape, dtype)
+        out._lineage = lineage
+        return out
     backend = inputs[0].backend if inputs else current_backend()
     if any(t.backend is not backend for t in inputs):
         raise ValueError(f"{op}: inputs live on different backends")
@@ -473,9 +476,9 @@ def apply_op(op: str, inputs: Sequence[Tensor], attrs: dict[str, Any]) -> Tensor
     check_allocation(shape, _ITEMSIZE[dtype], tracker.num_bytes)
     handle = backend.run(op, [t._handle() for t in inputs], attrs, spec)
     out = _wrap(backend, handle, shape, dtype)
-    if parent is not None:
+    if lineage is not None:
         out._lineage = lineage
-    elif inputs:
+    elif inputs and not parents:
         remakes = [t._remake for t in inputs if t._remake is not None]
         depth = 1 + max(t._remake_depth for t in inputs)
         if len(remakes) == len(inputs) and depth <= REMADE_DEPTH:  # a constant of constants

@@ -92,7 +92,7 @@ def test_results_and_what_is_made_from_them_are_computed_again_after_a_loss(
             return await net.predict(x)
 
         scores = await call()
-        lineage.attach(scores, runtime.current_backend(), call)
+        lineage.attach(scores, runtime.current_backend(), call, lambda: 0)
         before = pib.argmax(scores * 2.0 - 1.0, axis=-1)
         replace_backend()
         after = pib.softmax(scores + pib.full((6, 3), 0.5))
@@ -110,31 +110,88 @@ def test_results_and_what_is_made_from_them_are_computed_again_after_a_loss(
 
 def test_a_read_settles_the_lineages_made_before_it(fresh_backend: None) -> None:
     """Once a read on the backend succeeds, the work queued before it ran on a live device: ops
-    on a result no longer carry its lineage, and a hand-made operand of the lost device still
-    fails clearly when a value is computed again."""
+    on a result no longer carry its lineage, and a later loss loses the result like any tensor."""
 
     async def run() -> None:
         net = model()
         x = np.ones((2, 4), np.float32)
-
-        async def call() -> pib.Tensor:
-            return await net.predict(x)
-
-        scores = await call()
-        lineage.attach(scores, runtime.current_backend(), call)
+        scores = await net.predict(x)
+        lineage.attach(scores, runtime.current_backend(), lambda: net.predict(x), lambda: 0)
         kept = pib.tensor(np.ones((2, 3), np.float32) * np.arange(1, 4, dtype=np.float32)[None])
-        summed = scores + kept  # kept has 6 elements: remade from its host copy
-        big = pib.tensor(np.ones((2, 30), np.float32))
-        joined = pib.concat([scores, big], axis=1)  # big is not: it stays the lost device's
-        assert summed._lineage is not None and joined._lineage is not None
-        await pib.tensor([1.0]).numpy()  # no lineage: does not settle anything
+        summed = scores + kept
+        assert summed._lineage is not None
+        await pib.tensor([1.0]).numpy()  # no lineage: settles nothing
         assert (scores * 1.0)._lineage is not None
         await summed.numpy()
         assert (scores * 1.0)._lineage is None  # settled by the read of summed
         replace_backend()
-        np.testing.assert_array_equal(await scores.numpy(), await predict(net, x))
+        with pytest.raises(LostTensorError, match=r"tensor of shape \(2, 3\)"):
+            await scores.numpy()
+
+    asyncio.run(run())
+
+
+def test_what_cannot_be_computed_again_fails_clearly(fresh_backend: None) -> None:
+    """A large operand made by hand on the lost device, or a model whose weights changed since
+    the call, make a result fail as a tensor made by hand does, not give another value."""
+
+    async def run() -> None:
+        net = model()
+        x = np.ones((2, 4), np.float32)
+        scores = await net.predict(x)
+        lineage.attach(scores, runtime.current_backend(), lambda: net.predict(x), lambda: 0)
+        joined = pib.concat([scores, pib.tensor(np.ones((2, 30), np.float32))], axis=1)
+        changed = await net.predict(x)
+        state = net.device_state
+        lineage.attach(
+            changed, runtime.current_backend(), lambda: net.predict(x), lambda: state.changes
+        )
+        net.set_weights([np.zeros(w.shape, np.float32) for w in net.weights])
+        replace_backend()
         with pytest.raises(LostTensorError, match=r"tensor of shape \(2, 30\)"):
             await joined.numpy()
+        with pytest.raises(LostTensorError, match=r"tensor of shape \(2, 3\)"):
+            await changed.numpy()
+
+    asyncio.run(run())
+
+
+def test_a_lost_result_is_computed_once_per_read_and_feeds_a_later_call(
+    fresh_backend: None,
+) -> None:
+    """softmax reads its input twice: the call behind it runs again once. A result lost before
+    it is passed to another guarded call (predict) is computed again first, and an op between a
+    result lost since and a new tensor gives a value whichever operand comes first."""
+
+    async def run() -> None:
+        net = model()
+        x = np.random.Generator(np.random.PCG64(5)).standard_normal((4, 4)).astype(np.float32)
+        want = await predict(net, x)
+        runs = [0]
+
+        async def call() -> pib.Tensor:
+            runs[0] += 1
+            return await net.predict(x)
+
+        scores = await call()
+        lineage.attach(scores, runtime.current_backend(), call, lambda: 0)
+        soft = pib.softmax(scores + 0.5)
+        replace_backend()
+        later = pib.tensor(np.ones((4, 3), np.float32) * 2.0)
+        mixed = [later + scores, scores + later]
+        runs[0] = 0
+        shifted = np.exp(want + 0.5 - (want + 0.5).max(-1, keepdims=True))
+        got = await soft.numpy()
+        np.testing.assert_allclose(got, shifted / shifted.sum(-1, keepdims=True), 1e-6)
+        assert runs[0] == 1
+        for m in mixed:
+            np.testing.assert_array_equal(await m.numpy(), want + 2.0)
+        head = pib.Sequential([pib.layers.Dense(2, input_shape=(3,))], seed=2)
+        head.build()
+        fed = await head.predict(scores)  # scores itself was never read: computed again here
+        np.testing.assert_allclose(
+            await fed.numpy(), await predict(head, want), rtol=1e-6, atol=1e-6
+        )
 
     asyncio.run(run())
 

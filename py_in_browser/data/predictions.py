@@ -54,7 +54,7 @@ async def top_k(
         raise ValueError(f"top_k: k must be a positive int, got {k!r}")
     # A lost device is recovered (the model rebuilt) and the ranking run again: resilience.py.
     return await resilience.guarded(
-        lambda: _top_k(model, images, k, labels), resilience.state_of(model)
+        lambda: _top_k(model, images, k, labels), resilience.state_of(model), inputs=(images,)
     )
 
 

@@ -275,7 +275,9 @@ class GraphModel:
         is guarded (resilience.py): a device lost before or during it is recovered, the weights
         rebuilt from their host copies and the call run again."""
         wanted = self._wanted(output)
-        return await resilience.guarded(lambda: self._call(x, output, wanted), self.device_state)
+        return await resilience.guarded(
+            lambda: self._call(x, output, wanted), self.device_state, inputs=(x,)
+        )
 
     async def _call(self, x: Any, output: str | Sequence[str] | None, wanted: list[str]) -> Outputs:
         backend = current_backend()
