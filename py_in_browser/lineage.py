@@ -50,14 +50,10 @@ class Lineage:
         self.backend = backend
         self.serial = next(_serial)
 
-    def settled(self) -> bool:
-        """Whether a read on the backend succeeded since the work was queued: it ran on a live
-        device, and the lineage is not needed any more."""
-        return _read_upto.get(id(self.backend), 0) >= self.serial
-
     def open(self) -> bool:
-        """Whether ops on the tensor pass the lineage on (it is not settled)."""
-        return not self.settled()
+        """Whether no read on the backend succeeded since the work was queued (one that did
+        proves it ran on a live device): ops on the tensor pass an open lineage on."""
+        return _read_upto.get(id(self.backend), 0) < self.serial
 
     def lost(self) -> bool:
         """Whether the tensor's device is known to be lost: compute it again before reading."""
@@ -65,7 +61,7 @@ class Lineage:
 
     def usable(self) -> bool:
         """Whether computing the value again would give it (see the module's docstring)."""
-        return not self.settled()
+        return self.open()
 
     async def recompute(self, memo: Memo) -> Tensor:
         """The value, computed on the current backend: a tensor `memo` owns (whoever made the

@@ -228,7 +228,7 @@ async def guarded(
     the call again then, instead of a fence before they are handed back. train_on_batch opts
     out: a loss inside it is recovered for the model by the replay log. `inputs` are the
     call's arguments: tensors among them that an earlier call gave, lost since, are computed
-    again first (recompute_lost). A call that trains (not `settle`, or `sync`) changes `state`.
+    again first (recompute_lost). A call with `sync` (fit) changes `state`.
     A guarded call inside another runs plainly: the outer one retries."""
     if _inside.get():
         return await call()
@@ -253,7 +253,7 @@ async def guarded(
                 for t in lineage.tensors_of(result):
                     t.dispose()
                 continue  # computed on a device that was lost meanwhile: run it again
-            if state is not None and (sync or not settle):
+            if sync and state is not None:  # fit (train_on_batch's steps count in record)
                 state.changed()
             if settle and losable():
                 lineage.attach(

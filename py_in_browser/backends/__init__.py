@@ -158,12 +158,6 @@ class Backend:
         """Whether the device under this backend is gone (a lost WebGL context, a lost GPUDevice)."""
         return False
 
-    async def settled(self) -> None:
-        """Returns once the work sent so far has run on a device that is still there, and raises
-        if the device went away first. Backends whose loss the browser reports only later
-        (WebGPU's device.lost settles after the call that ran into it) wait for their queue
-        here (webgpu's fit steps, every few of them)."""
-
     def lose_device(self, restore: bool, restore_after_s: float) -> None:
         """Injects a real loss of this backend's device (pib.debug.lose_device); with restore,
         the browser gives it back after restore_after_s where the backend can ask for that."""

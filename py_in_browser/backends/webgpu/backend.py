@@ -715,8 +715,10 @@ class WebGPUBackend(Backend):
         return self.engine is not None and self.engine.lost is not None
 
     async def settled(self) -> None:
-        """A fence (bridge.js fence: one 4-byte map after a last submit): it rejects when the
-        device was destroyed before the queue drained, which device.lost reports only later."""
+        """Returns once the work sent so far has run on a device that is still there (fit's steps,
+        every few of them): a fence (bridge.js fence: one 4-byte map after a last submit) that
+        rejects when the device was destroyed before the queue drained, which device.lost
+        reports only later."""
         await self.flush_async()
         self.js_calls += 1
         self.completed = int(await self.engine.fence())
